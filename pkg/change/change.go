@@ -1,0 +1,173 @@
+// Package change owns the vocabulary shared by every stage of the pipeline: a decoded DMS change
+// (Event), where it came from (Position), and how a stage reports that it is finished with events
+// (Acker). It has no dependencies beyond the standard library and holds no state; values of these
+// types are handed from one goroutine to the next and are not shared concurrently.
+package change
+
+import "fmt"
+
+// Op is the operation of a DMS record.
+type Op uint8
+
+const (
+	// OpUnknown is the zero value; a decoder never returns it for a valid record.
+	OpUnknown Op = iota
+	// OpLoad is a full-load row ("load").
+	OpLoad
+	// OpInsert is a CDC insert.
+	OpInsert
+	// OpUpdate is a CDC update (after-image in Columns, optional before-image in Before).
+	OpUpdate
+	// OpDelete is a CDC delete (Columns hold the image the source provides, at least the key).
+	OpDelete
+	// OpControl is a control record; Control holds the details.
+	OpControl
+)
+
+// String returns the DMS spelling of the operation.
+func (o Op) String() string {
+	switch o {
+	case OpLoad:
+		return "load"
+	case OpInsert:
+		return "insert"
+	case OpUpdate:
+		return "update"
+	case OpDelete:
+		return "delete"
+	case OpControl:
+		return "control"
+	default:
+		return fmt.Sprintf("op(%d)", uint8(o))
+	}
+}
+
+// IsUpsert reports whether the operation carries a new row image (load, insert, update).
+func (o Op) IsUpsert() bool { return o == OpLoad || o == OpInsert || o == OpUpdate }
+
+// Kind is the JSON kind of a column value as DMS rendered it. The target column type decides how
+// the text is converted (see pkg/dms).
+type Kind uint8
+
+const (
+	// KindNull is an explicit JSON null.
+	KindNull Kind = iota
+	// KindNumber is a JSON number; Text is the literal exactly as written (never via float64).
+	KindNumber
+	// KindString is a JSON string; Text is the unescaped UTF-8 content.
+	KindString
+	// KindBool is a JSON boolean; Text is "true" or "false".
+	KindBool
+	// KindJSON is a JSON object or array; Text is its compact JSON text.
+	KindJSON
+)
+
+// Value is one column value of a DMS image, not yet converted to a column type.
+type Value struct {
+	Kind Kind
+	Text string
+}
+
+// Column is a named value. Images keep the order of the JSON object.
+type Column struct {
+	Name  string
+	Value Value
+}
+
+// Position identifies the Kinesis record an event came from.
+type Position struct {
+	Stream string
+	Shard  string
+	// Seq is the Kinesis sequence number: a decimal string without leading zeros.
+	Seq string
+}
+
+// Metadata holds the DMS metadata fields of a record. Absent fields are empty strings.
+type Metadata struct {
+	Timestamp               string
+	RecordType              string
+	Operation               string
+	PartitionKeyType        string
+	PartitionKeyValue       string
+	SchemaName              string
+	TableName               string
+	TransactionID           string
+	TransactionRecordID     string
+	PrevTransactionID       string
+	PrevTransactionRecordID string
+	CommitTimestamp         string
+	StreamPosition          string
+}
+
+// ColumnDef is one column of a DMS table-def.
+type ColumnDef struct {
+	Name string
+	// Type is the DMS type name as written (for example WSTRING, INT4, INT32, TIMESTAMP).
+	Type      string
+	Length    int
+	Precision int
+	Scale     int
+	Nullable  bool
+}
+
+// TableDef is the table definition carried by a control record (control.table-def).
+type TableDef struct {
+	// Columns in the order of the JSON object.
+	Columns    []ColumnDef
+	PrimaryKey []string
+}
+
+// Control holds the details of a control record.
+type Control struct {
+	// Op is the control operation as written: create-table, drop-table, rename-table, add-column,
+	// drop-column, rename-column, column-type-change, change-columns, or anything else DMS sends.
+	Op string
+	// TableDef is present when the record carried control.table-def.
+	TableDef *TableDef
+}
+
+// Acker is told that n events it was attached to are finished: committed in a snapshot, found
+// already committed, or written to the dead-letter place. Implementations are safe for concurrent
+// use.
+type Acker interface {
+	Done(n int)
+}
+
+// Event is one decoded DMS record.
+type Event struct {
+	Schema string
+	Table  string
+	Op     Op
+	// Columns is the data image (after-image for updates). For control records it is nil.
+	Columns []Column
+	// Before is the before-image, from the configured before-image object or from BI_ columns
+	// (with the prefix and suffix removed). Nil when the record has none.
+	Before []Column
+	// Control is set for control records.
+	Control *Control
+	Meta    Metadata
+	Pos     Position
+	// Raw is the record as it arrived, for dead letters. It may alias the consumer's buffer and
+	// is valid until the event is acknowledged.
+	Raw []byte
+	// Ack is told when this event is finished. May be nil (tests, decode command).
+	Ack Acker
+}
+
+// CompareSeq compares two Kinesis sequence numbers (decimal strings without leading zeros):
+// -1 if a < b, 0 if equal, +1 if a > b. The empty string is lower than any number.
+func CompareSeq(a, b string) int {
+	if len(a) != len(b) {
+		if len(a) < len(b) {
+			return -1
+		}
+		return 1
+	}
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
