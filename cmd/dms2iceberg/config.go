@@ -1,0 +1,164 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+// Config is the whole service configuration: a YAML file (--config) with environment overrides
+// (DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR, DMS2ICEBERG_WORKER_ID, AWS_REGION).
+type Config struct {
+	// Stream is the Kinesis stream DMS writes to. Required.
+	Stream string `yaml:"stream"`
+	// Region is the AWS region. Default: $AWS_REGION, else us-east-1.
+	Region string `yaml:"region"`
+	// Application names the KCL application and its DynamoDB lease table.
+	// Default "dms2iceberg-<stream>".
+	Application string `yaml:"application"`
+	// WorkerID identifies this worker in the lease table. Default "<hostname>-<pid>".
+	WorkerID string `yaml:"worker_id"`
+	// InitialPosition is TRIM_HORIZON (default) or AT_TIMESTAMP. LATEST is refused: it loses the
+	// records written to child shards before they are leased.
+	InitialPosition string `yaml:"initial_position"`
+	// InitialTimestamp is required with AT_TIMESTAMP (RFC 3339).
+	InitialTimestamp time.Time `yaml:"initial_timestamp"`
+	// DataDir holds the embedded catalog, the local warehouse and the dead-letter file.
+	// Default ".data".
+	DataDir string `yaml:"data_dir"`
+	// HTTPAddr serves /metrics, /healthz and /readyz. Default "127.0.0.1:9464"; "" disables.
+	HTTPAddr string `yaml:"http_addr"`
+	// LogFormat is "console" (default) or "json".
+	LogFormat string `yaml:"log_format"`
+	// LogLevel is debug, info (default), warn or error.
+	LogLevel string `yaml:"log_level"`
+	// Sink configures catalogs, flushing and tables.
+	Sink sink.Config `yaml:"sink"`
+	// Consumer configures the KCL worker.
+	Consumer ConsumerConfig `yaml:"consumer"`
+}
+
+// ConsumerConfig holds the KCL settings we expose.
+type ConsumerConfig struct {
+	// ShardSync is how often the worker looks for new shards and free leases. Default 5s.
+	ShardSync time.Duration `yaml:"shard_sync"`
+	// Failover is the lease duration: a worker that stops renewing loses its shards after it.
+	// Default 30s.
+	Failover time.Duration `yaml:"failover"`
+	// IdleBetweenReads is the pause between empty GetRecords calls. Default 250ms.
+	IdleBetweenReads time.Duration `yaml:"idle_between_reads"`
+	// MaxRecords is the GetRecords batch limit. Default 10000.
+	MaxRecords int `yaml:"max_records"`
+}
+
+func defaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		Region:          "us-east-1",
+		WorkerID:        fmt.Sprintf("%s-%d", host, os.Getpid()),
+		InitialPosition: "TRIM_HORIZON",
+		DataDir:         ".data",
+		HTTPAddr:        "127.0.0.1:9464",
+		LogFormat:       "console",
+		LogLevel:        "info",
+		Sink:            sink.DefaultConfig(),
+		Consumer: ConsumerConfig{
+			ShardSync:        5 * time.Second,
+			Failover:         30 * time.Second,
+			IdleBetweenReads: 250 * time.Millisecond,
+			MaxRecords:       10000,
+		},
+	}
+}
+
+// loadConfig reads the YAML file (optional) over the defaults, then applies the environment.
+func loadConfig(path string) (Config, error) {
+	cfg := defaultConfig()
+	catalogSet := false
+	if path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("read config: %w", err)
+		}
+		var probe struct {
+			Sink struct {
+				Catalog map[string]any `yaml:"catalog"`
+			} `yaml:"sink"`
+		}
+		if err := yaml.Unmarshal(b, &probe); err != nil {
+			return cfg, fmt.Errorf("parse config %s: %w", path, err)
+		}
+		catalogSet = len(probe.Sink.Catalog) > 0
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cfg); err != nil {
+			return cfg, fmt.Errorf("parse config %s: %w", path, err)
+		}
+	}
+	if v := os.Getenv("DMS2ICEBERG_STREAM"); v != "" {
+		cfg.Stream = v
+	}
+	if v := os.Getenv("DMS2ICEBERG_DATA_DIR"); v != "" {
+		cfg.DataDir = v
+	}
+	if v := os.Getenv("DMS2ICEBERG_WORKER_ID"); v != "" {
+		cfg.WorkerID = v
+	}
+	if v := os.Getenv("AWS_REGION"); v != "" && cfg.Region == "us-east-1" {
+		cfg.Region = v
+	}
+	if cfg.Application == "" && cfg.Stream != "" {
+		cfg.Application = "dms2iceberg-" + cfg.Stream
+	}
+	if !catalogSet {
+		abs, err := filepath.Abs(cfg.DataDir)
+		if err != nil {
+			return cfg, fmt.Errorf("data_dir: %w", err)
+		}
+		cfg.Sink.Catalog = sink.DefaultCatalogConfig(abs)
+	}
+	cfg.Sink.Stream = cfg.Stream
+	return cfg, nil
+}
+
+// Validate reports the first invalid field by name.
+func (c Config) Validate() error {
+	if c.Stream == "" {
+		return fmt.Errorf("stream: required (set it in the config file or DMS2ICEBERG_STREAM)")
+	}
+	switch c.InitialPosition {
+	case "TRIM_HORIZON":
+	case "AT_TIMESTAMP":
+		if c.InitialTimestamp.IsZero() {
+			return fmt.Errorf("initial_timestamp: required with initial_position AT_TIMESTAMP")
+		}
+	case "LATEST":
+		return fmt.Errorf("initial_position: LATEST is refused: it skips records written to child shards before they are leased; use TRIM_HORIZON or AT_TIMESTAMP")
+	default:
+		return fmt.Errorf("initial_position: %q is not TRIM_HORIZON or AT_TIMESTAMP", c.InitialPosition)
+	}
+	if c.Region == "" {
+		return fmt.Errorf("region: required")
+	}
+	if c.WorkerID == "" {
+		return fmt.Errorf("worker_id: required")
+	}
+	if c.Consumer.ShardSync <= 0 || c.Consumer.Failover <= 0 || c.Consumer.IdleBetweenReads <= 0 {
+		return fmt.Errorf("consumer: shard_sync, failover and idle_between_reads must be positive")
+	}
+	if c.Consumer.MaxRecords <= 0 || c.Consumer.MaxRecords > 10000 {
+		return fmt.Errorf("consumer.max_records: must be 1..10000, got %d", c.Consumer.MaxRecords)
+	}
+	switch c.LogFormat {
+	case "console", "json":
+	default:
+		return fmt.Errorf("log_format: %q is not console or json", c.LogFormat)
+	}
+	return c.Sink.Validate()
+}

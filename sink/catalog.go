@@ -1,0 +1,118 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	// Catalog and FileIO implementations register themselves on import.
+	_ "github.com/apache/iceberg-go/catalog/glue"
+	_ "github.com/apache/iceberg-go/catalog/rest"
+	_ "github.com/apache/iceberg-go/catalog/sql"
+	_ "github.com/apache/iceberg-go/io/gocloud/s3"
+	// Pure-Go SQLite driver (registers "sqlite") for the embedded SQL catalog.
+	_ "modernc.org/sqlite"
+)
+
+// CatalogConfig selects and configures the Iceberg catalog and warehouse.
+type CatalogConfig struct {
+	// Type is "sql" (default), "glue" or "rest".
+	Type string `yaml:"type"`
+	// Name is the catalog name recorded in the SQL catalog's rows. Default "dms2iceberg".
+	Name string `yaml:"name"`
+	// URI is the catalog location: for "sql" a SQLite database URI (default
+	// "file:<DataDir>/catalog.db?..."), for "rest" the server URL, unused for "glue".
+	URI string `yaml:"uri"`
+	// Warehouse is where table files go: "file:///abs/path" (default "<DataDir>/warehouse") or
+	// "s3://bucket/prefix".
+	Warehouse string `yaml:"warehouse"`
+	// Properties are passed to iceberg-go as they are (s3.endpoint, s3.region, glue.endpoint,
+	// credential, ...). Empty by default.
+	Properties map[string]string `yaml:"properties"`
+}
+
+// DefaultCatalogConfig returns the embedded default: SQLite catalog and a local warehouse under
+// dataDir.
+func DefaultCatalogConfig(dataDir string) CatalogConfig {
+	return CatalogConfig{
+		Type:      "sql",
+		Name:      "dms2iceberg",
+		URI:       sqliteURI(filepath.Join(dataDir, "catalog.db")),
+		Warehouse: "file://" + filepath.Join(dataDir, "warehouse"),
+	}
+}
+
+func sqliteURI(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+}
+
+// Validate reports the first invalid field.
+func (c CatalogConfig) Validate() error {
+	switch c.Type {
+	case "sql", "glue", "rest":
+	default:
+		return fmt.Errorf("catalog.type: %q is not one of sql, glue, rest", c.Type)
+	}
+	if c.Name == "" {
+		return fmt.Errorf("catalog.name: must not be empty")
+	}
+	if c.Type != "glue" && c.URI == "" {
+		return fmt.Errorf("catalog.uri: required for a %s catalog", c.Type)
+	}
+	if c.Type != "rest" && c.Warehouse == "" {
+		return fmt.Errorf("catalog.warehouse: required for a %s catalog", c.Type)
+	}
+	if c.Warehouse != "" && !strings.HasPrefix(c.Warehouse, "file://") && !strings.HasPrefix(c.Warehouse, "s3://") &&
+		!strings.HasPrefix(c.Warehouse, "s3a://") && !strings.HasPrefix(c.Warehouse, "/") {
+		return fmt.Errorf("catalog.warehouse: %q must be a file:// or s3:// location", c.Warehouse)
+	}
+	return nil
+}
+
+// OpenCatalog opens the configured catalog. For a local warehouse it creates the directory, and
+// for the SQL catalog on SQLite it creates the database's directory.
+func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	props := iceberg.Properties{}
+	for k, v := range c.Properties {
+		props[k] = v
+	}
+	props["type"] = c.Type
+	if c.Warehouse != "" {
+		wh := c.Warehouse
+		if strings.HasPrefix(wh, "/") {
+			wh = "file://" + wh
+		}
+		if p, ok := strings.CutPrefix(wh, "file://"); ok {
+			if err := os.MkdirAll(p, 0o755); err != nil {
+				return nil, fmt.Errorf("create warehouse %s: %w", p, err)
+			}
+		}
+		props["warehouse"] = wh
+	}
+	if c.URI != "" {
+		props["uri"] = c.URI
+	}
+	if c.Type == "sql" {
+		if _, ok := props["sql.driver"]; !ok {
+			props["sql.driver"], props["sql.dialect"] = "sqlite", "sqlite"
+			if p, ok := strings.CutPrefix(c.URI, "file:"); ok {
+				p, _, _ = strings.Cut(p, "?")
+				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+					return nil, fmt.Errorf("create catalog directory: %w", err)
+				}
+			}
+		}
+	}
+	cat, err := catalog.Load(ctx, c.Name, props)
+	if err != nil {
+		return nil, fmt.Errorf("open %s catalog %s: %w", c.Type, c.Name, err)
+	}
+	return cat, nil
+}
