@@ -1,0 +1,127 @@
+package checkpoint
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Shard tracks the deliveries of one shard lease (one shard processor).
+type Shard struct {
+	id string
+
+	mu        sync.Mutex
+	pending   []*Delivery // registered, not yet fully acknowledged prefix and beyond, in order
+	committed string      // highest sequence number below which every delivery is finished
+	changed   chan struct{}
+}
+
+// NewShard returns a tracker for a shard. start is the sequence number the processor resumes
+// after (its checkpoint), or "" for none.
+func NewShard(id, start string) *Shard {
+	return &Shard{id: id, committed: start, changed: make(chan struct{})}
+}
+
+// ID returns the shard id.
+func (s *Shard) ID() string { return s.id }
+
+// Delivery is one batch of records of a shard. It implements change.Acker: every event of the
+// batch that was handed to a table writer must be acknowledged exactly once.
+type Delivery struct {
+	shard     *Shard
+	last      string
+	remaining atomic.Int64
+	finished  bool // guarded by shard.mu
+}
+
+var _ change.Acker = (*Delivery)(nil)
+
+// Begin registers a delivery whose highest sequence number is last and that fans out into n
+// events. Deliveries must be registered in sequence order. A delivery with n == 0 is finished at
+// once.
+func (s *Shard) Begin(last string, n int) *Delivery {
+	d := &Delivery{shard: s, last: last}
+	d.remaining.Store(int64(n))
+	s.mu.Lock()
+	s.pending = append(s.pending, d)
+	s.mu.Unlock()
+	if n == 0 {
+		s.finish(d)
+	}
+	return d
+}
+
+// Done acknowledges n events of the delivery.
+func (d *Delivery) Done(n int) {
+	left := d.remaining.Add(int64(-n))
+	if left < 0 {
+		panic("checkpoint: delivery acknowledged more events than it holds")
+	}
+	if left == 0 {
+		d.shard.finish(d)
+	}
+}
+
+func (s *Shard) finish(d *Delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	d.finished = true
+	advanced := false
+	i := 0
+	for ; i < len(s.pending) && s.pending[i].finished; i++ {
+		if change.CompareSeq(s.pending[i].last, s.committed) > 0 {
+			s.committed = s.pending[i].last
+			advanced = true
+		}
+	}
+	if i > 0 {
+		clear(s.pending[:i])
+		s.pending = s.pending[i:]
+	}
+	if advanced || len(s.pending) == 0 {
+		close(s.changed)
+		s.changed = make(chan struct{})
+	}
+}
+
+// Committed returns the highest sequence number below which every registered delivery is
+// finished. It never moves backwards.
+func (s *Shard) Committed() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.committed
+}
+
+// Pending returns how many registered deliveries are not finished yet.
+func (s *Shard) Pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.pending)
+}
+
+// Changed returns a channel that is closed the next time Committed advances or the last pending
+// delivery finishes.
+func (s *Shard) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// WaitIdle blocks until every registered delivery is finished or ctx is done.
+func (s *Shard) WaitIdle(ctx context.Context) error {
+	for {
+		s.mu.Lock()
+		n, ch := len(s.pending), s.changed
+		s.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package checkpoint
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestCommittedAdvancesOnlyOverFinishedPrefix(t *testing.T) {
+	s := NewShard("shardId-0", "5")
+	d1 := s.Begin("10", 2)
+	d2 := s.Begin("20", 1)
+	d3 := s.Begin("30", 1)
+
+	d2.Done(1)
+	if got := s.Committed(); got != "5" {
+		t.Fatalf("after later delivery finished: committed %q, want 5", got)
+	}
+	d1.Done(1)
+	if got := s.Committed(); got != "5" {
+		t.Fatalf("after partial ack: committed %q, want 5", got)
+	}
+	d1.Done(1)
+	if got := s.Committed(); got != "20" {
+		t.Fatalf("after prefix finished: committed %q, want 20", got)
+	}
+	if s.Pending() != 1 {
+		t.Fatalf("pending %d, want 1", s.Pending())
+	}
+	d3.Done(1)
+	if got := s.Committed(); got != "30" {
+		t.Fatalf("committed %q, want 30", got)
+	}
+	if err := s.WaitIdle(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEmptyDeliveryFinishesAtOnce(t *testing.T) {
+	s := NewShard("s", "")
+	s.Begin("7", 0)
+	if got := s.Committed(); got != "7" {
+		t.Fatalf("committed %q, want 7", got)
+	}
+}
+
+func TestSequenceNumbersCompareNumerically(t *testing.T) {
+	s := NewShard("s", "99")
+	s.Begin("100", 0)
+	if got := s.Committed(); got != "100" {
+		t.Fatalf("committed %q, want 100 (numeric, not lexical, order)", got)
+	}
+}
+
+func TestOverAckPanics(t *testing.T) {
+	s := NewShard("s", "")
+	d := s.Begin("1", 1)
+	d.Done(1)
+	defer func() {
+		if recover() == nil {
+			t.Fatal("expected panic on over-acknowledgement")
+		}
+	}()
+	d.Done(1)
+}
+
+func TestWaitIdleConcurrentAcks(t *testing.T) {
+	s := NewShard("s", "")
+	const deliveries, events = 50, 20
+	ds := make([]*Delivery, deliveries)
+	for i := range ds {
+		ds[i] = s.Begin(strconv.Itoa(1000+i), events)
+	}
+	var wg sync.WaitGroup
+	for _, d := range ds {
+		for range events {
+			wg.Go(func() { d.Done(1) })
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := s.WaitIdle(ctx); err != nil {
+		t.Fatalf("WaitIdle: %v (pending %d)", err, s.Pending())
+	}
+	wg.Wait()
+	if got := s.Committed(); got != strconv.Itoa(1000+deliveries-1) {
+		t.Fatalf("committed %q after all acks", got)
+	}
+}
+
+func TestWatermarks(t *testing.T) {
+	props := map[string]string{
+		WatermarkKey("st", "shardId-1"): "123",
+		WatermarkKey("other", "shardId-1"): "999",
+		"write.format.default":             "parquet",
+	}
+	wm := Watermarks(props, "st")
+	if len(wm) != 1 || wm["shardId-1"] != "123" {
+		t.Fatalf("Watermarks = %v", wm)
+	}
+	if !Covered("123", "122") || !Covered("123", "123") || Covered("123", "124") || Covered("", "1") {
+		t.Fatal("Covered misjudged")
+	}
+}
