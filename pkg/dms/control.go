@@ -1,0 +1,160 @@
+package dms
+
+import (
+	"strconv"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// decodeControl fills the control part of a control record. Control records are rare, so this
+// path favours clarity over allocations.
+func (d *Decoder) decodeControl(top *fastjson.Object, ev *change.Event) *DecodeError {
+	ctl := &change.Control{Op: ev.Meta.Operation}
+	if cv := top.Get("control"); cv != nil {
+		switch cv.Type() {
+		case fastjson.TypeNull:
+		case fastjson.TypeObject:
+			if tv := cv.Get("table-def"); tv != nil && tv.Type() != fastjson.TypeNull {
+				td, err := d.tableDef(tv)
+				if err != nil {
+					return err
+				}
+				ctl.TableDef = td
+			}
+		default:
+			return decodeErr(ErrBadField, -1, "control is "+typeName(cv)+", want object")
+		}
+	}
+	ev.Op = change.OpControl
+	ev.Control = ctl
+	return nil
+}
+
+func (d *Decoder) tableDef(tv *fastjson.Value) (*change.TableDef, *DecodeError) {
+	if tv.Type() != fastjson.TypeObject {
+		return nil, decodeErr(ErrBadField, -1, "control.table-def is "+typeName(tv)+", want object")
+	}
+	td := &change.TableDef{}
+	if cv := tv.Get("columns"); cv != nil && cv.Type() != fastjson.TypeNull {
+		co, err := cv.Object()
+		if err != nil {
+			return nil, decodeErr(ErrBadField, -1, "control.table-def.columns is "+typeName(cv)+", want object")
+		}
+		td.Columns = make([]change.ColumnDef, 0, co.Len())
+		var derr *DecodeError
+		co.Visit(func(key []byte, v *fastjson.Value) {
+			if derr != nil {
+				return
+			}
+			var c change.ColumnDef
+			c, derr = d.columnDef(key, v)
+			td.Columns = append(td.Columns, c)
+		})
+		if derr != nil {
+			return nil, derr
+		}
+	}
+	if pv := tv.Get("primary-key"); pv != nil {
+		switch pv.Type() {
+		case fastjson.TypeNull:
+		case fastjson.TypeString:
+			b, _ := pv.StringBytes()
+			td.PrimaryKey = []string{d.str(b)}
+		case fastjson.TypeArray:
+			items, _ := pv.Array()
+			td.PrimaryKey = make([]string, 0, len(items))
+			for i, it := range items {
+				b, err := it.StringBytes()
+				if err != nil {
+					return nil, decodeErr(ErrBadField, -1, "control.table-def.primary-key["+strconv.Itoa(i)+"] is "+typeName(it)+", want string")
+				}
+				td.PrimaryKey = append(td.PrimaryKey, d.str(b))
+			}
+		default:
+			return nil, decodeErr(ErrBadField, -1, "control.table-def.primary-key is "+typeName(pv)+", want array of strings")
+		}
+	}
+	return td, nil
+}
+
+func (d *Decoder) columnDef(key []byte, v *fastjson.Value) (change.ColumnDef, *DecodeError) {
+	c := change.ColumnDef{Name: d.str(key), Nullable: true}
+	o, err := v.Object()
+	if err != nil {
+		return c, decodeErr(ErrBadField, -1, "control.table-def.columns."+string(key)+" is "+typeName(v)+", want object")
+	}
+	var derr *DecodeError
+	o.Visit(func(k []byte, fv *fastjson.Value) {
+		if derr != nil || fv.Type() == fastjson.TypeNull {
+			return
+		}
+		field := string(k)
+		bad := func(want string) {
+			derr = decodeErr(ErrBadField, -1, "control.table-def.columns."+string(key)+"."+field+" is "+typeName(fv)+", want "+want)
+		}
+		switch field {
+		case "type":
+			b, err := fv.StringBytes()
+			if err != nil {
+				bad("string")
+				return
+			}
+			c.Type = d.str(b)
+		case "length", "precision", "scale":
+			n, ok := intField(fv)
+			if !ok {
+				bad("integer")
+				return
+			}
+			switch field {
+			case "length":
+				c.Length = n
+			case "precision":
+				c.Precision = n
+			default:
+				c.Scale = n
+			}
+		case "nullable":
+			switch fv.Type() {
+			case fastjson.TypeTrue:
+				c.Nullable = true
+			case fastjson.TypeFalse:
+				c.Nullable = false
+			case fastjson.TypeString:
+				b, _ := fv.StringBytes()
+				switch string(b) {
+				case "true", "TRUE", "True":
+					c.Nullable = true
+				case "false", "FALSE", "False":
+					c.Nullable = false
+				default:
+					bad("boolean")
+				}
+			default:
+				bad("boolean")
+			}
+		}
+	})
+	return c, derr
+}
+
+// intField reads a non-negative-or-negative integer written as a JSON number or numeric string.
+func intField(v *fastjson.Value) (int, bool) {
+	var s string
+	switch v.Type() {
+	case fastjson.TypeNumber:
+		s = string(v.MarshalTo(nil))
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		s = string(b)
+	default:
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, false
+	}
+	return n, true
+}

@@ -1,0 +1,577 @@
+package dms
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"unsafe"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Config configures a Decoder.
+type Config struct {
+	// BeforeImageField is the top-level key of the before-image object, i.e. the FieldName of
+	// the task's BeforeImageSettings. Default "before-image". Must not be empty or one of the
+	// envelope keys "data", "metadata", "control".
+	BeforeImageField string
+	// BIPrefix and BISuffix name the columns the add-before-image-columns transformation injects
+	// into data: <BIPrefix><column><BISuffix>. Defaults "BI_" and "". They are only recognised
+	// when BIEnabled is true.
+	BIPrefix, BISuffix string
+	// BIEnabled turns on recognition of add-before-image-columns columns. Default false. When on,
+	// every data column whose name starts with BIPrefix, ends with BISuffix and is longer than
+	// both is removed from Event.Columns; on update records it becomes Event.Before (with the
+	// prefix and suffix stripped) unless the record also carries a before-image object.
+	BIEnabled bool
+}
+
+// DefaultConfig returns the configuration for a task with BeforeImageSettings.FieldName
+// "before-image" and no add-before-image-columns transformation.
+func DefaultConfig() Config {
+	return Config{BeforeImageField: "before-image", BIPrefix: "BI_"}
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch c.BeforeImageField {
+	case "":
+		return errors.New("dms: Config.BeforeImageField must not be empty")
+	case "data", "metadata", "control":
+		return fmt.Errorf("dms: Config.BeforeImageField %q collides with an envelope key", c.BeforeImageField)
+	}
+	if c.BIEnabled && c.BIPrefix == "" && c.BISuffix == "" {
+		return errors.New("dms: Config.BIPrefix and Config.BISuffix must not both be empty when Config.BIEnabled is set")
+	}
+	return nil
+}
+
+// Decoder turns DMS JSON records into change.Events. It reuses one JSON parser and is not safe
+// for concurrent use; create one per goroutine.
+type Decoder struct {
+	cfg Config
+	p   fastjson.Parser
+
+	// Per-call state, cleared when Decode returns.
+	ev    *change.Event
+	arena []byte
+	buf   []change.Column
+	front int // next data column goes to buf[front]
+	back  int // next BI column goes to buf[back] (filled from the end of the data segment)
+	bi    int // next before-image column goes to buf[bi]
+	seen  uint16
+	err   *DecodeError
+
+	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
+	visitMetaFn   func(key []byte, v *fastjson.Value)
+	visitDataFn   func(key []byte, v *fastjson.Value)
+	visitBeforeFn func(key []byte, v *fastjson.Value)
+}
+
+// NewDecoder returns a Decoder for cfg. It does not validate cfg (call Config.Validate); an
+// empty BeforeImageField means no before-image object is recognised.
+func NewDecoder(cfg Config) *Decoder {
+	d := &Decoder{cfg: cfg}
+	d.visitMetaFn = d.visitMeta
+	d.visitDataFn = d.visitData
+	d.visitBeforeFn = d.visitBefore
+	return d
+}
+
+// Config returns the decoder's configuration.
+func (d *Decoder) Config() Config { return d.cfg }
+
+var kplMagic = []byte{0xF3, 0x89, 0x9A, 0xC2}
+
+// Bits of Decoder.seen: which metadata keys were present.
+const (
+	seenRecordType = 1 << iota
+	seenOperation
+	seenSchema
+	seenTable
+)
+
+// Decode decodes one DMS record into ev.
+//
+// It sets ev.Schema, ev.Table, ev.Op, ev.Columns, ev.Before, ev.Control and ev.Meta, and leaves
+// ev.Pos, ev.Raw and ev.Ack alone. All strings in ev are copied out of data into one byte arena
+// allocated for this event, so data may be reused as soon as Decode returns and ev may be handed
+// to another goroutine.
+//
+// Decode reuses the backing array of ev.Columns (ev.Columns[:0]) when it is large enough:
+// pass an Event whose Columns is nil when the previous event decoded into it is still in use
+// elsewhere. Columns and Before may share one backing array; treat both as read-only (never
+// append to ev.Columns).
+//
+// Details:
+//   - Columns is the data image in JSON object order. With object mapping
+//     map-record-to-document, data is {"_doc": {...}}; when data has that single key and its value
+//     is an object, the members of _doc are the columns.
+//   - Before comes from the configured before-image object (nil when absent or empty), or, with
+//     Config.BIEnabled, from the BI columns of an update record (see Config.BIEnabled).
+//   - Values keep the JSON kind: numbers as their literal text (never via float64), strings
+//     unescaped, booleans "true"/"false", objects and arrays as compact JSON text (KindJSON),
+//     null as KindNull. Besides the JSON number grammar, the NaN/Inf spellings fastjson accepts
+//     (nan, inf, -inf, +inf, any case) are passed through as KindNumber.
+//   - Control records get Op OpControl and Control.Op set to metadata.operation as written
+//     (unknown control operations pass through). Control.TableDef is parsed from
+//     control.table-def when present: columns in JSON order, nullable defaulting to true,
+//     length/precision/scale from numbers or numeric strings, primary-key from an array of
+//     strings.
+//   - Meta gets every known metadata field; numbers (transaction-id, ...) as their literal
+//     text, strings as is, null as absent.
+//
+// Errors are *DecodeError. On error, Op is OpUnknown, Columns, Before and Control are nil, and
+// Meta holds whatever metadata was decoded before the problem was found (useful for logs).
+func (d *Decoder) Decode(data []byte, ev *change.Event) error {
+	cols := ev.Columns[:0]
+	ev.Schema, ev.Table, ev.Op = "", "", change.OpUnknown
+	ev.Columns, ev.Before, ev.Control = nil, nil, nil
+	ev.Meta = change.Metadata{}
+
+	if err := d.decode(data, ev, cols); err != nil {
+		ev.Op = change.OpUnknown
+		ev.Columns, ev.Before, ev.Control = nil, nil, nil
+		d.reset()
+		return err
+	}
+	d.reset()
+	return nil
+}
+
+func (d *Decoder) reset() {
+	d.ev, d.arena, d.buf, d.err = nil, nil, nil, nil
+}
+
+func (d *Decoder) decode(data []byte, ev *change.Event, cols []change.Column) *DecodeError {
+	first := skipWS(data)
+	if first == len(data) {
+		return decodeErr(ErrEmpty, 0, "empty record")
+	}
+	if bytes.HasPrefix(data, kplMagic) {
+		return decodeErr(ErrAggregated, 0, "KPL aggregated record (magic F3 89 9A C2); de-aggregate before decoding")
+	}
+	v, err := d.p.ParseBytes(data)
+	if err != nil {
+		return syntaxErr(data, err.Error())
+	}
+	top, err := v.Object()
+	if err != nil {
+		return decodeErr(ErrNotObject, first, "top-level value is not a JSON object")
+	}
+	d.ev = ev
+	// One arena per event: everything copied out of the parser fits in len(data) bytes (compact
+	// JSON and unescaped strings are never longer than their source); str grows it if not.
+	d.arena = make([]byte, 0, len(data))
+
+	mv := top.Get("metadata")
+	if mv == nil {
+		return decodeErr(ErrMissingMetadata, -1, "no metadata object")
+	}
+	if mv.Type() != fastjson.TypeObject {
+		return decodeErr(ErrBadField, -1, "metadata is "+typeName(mv)+", want object")
+	}
+	mo, _ := mv.Object()
+	d.seen = 0
+	mo.Visit(d.visitMetaFn)
+	if d.err != nil {
+		return d.err
+	}
+	m := &ev.Meta
+	ev.Schema, ev.Table = m.SchemaName, m.TableName
+	if d.seen&seenRecordType == 0 {
+		return decodeErr(ErrMissingMetadata, -1, "metadata.record-type is missing")
+	}
+	if d.seen&seenOperation == 0 {
+		return decodeErr(ErrMissingMetadata, -1, "metadata.operation is missing")
+	}
+	switch m.RecordType {
+	case "data":
+		return d.decodeData(top, ev, cols)
+	case "control":
+		return d.decodeControl(top, ev)
+	default:
+		return decodeErr(ErrUnknownRecordType, -1, "metadata.record-type "+strconv.Quote(m.RecordType)+" is neither data nor control")
+	}
+}
+
+func (d *Decoder) decodeData(top *fastjson.Object, ev *change.Event, cols []change.Column) *DecodeError {
+	switch ev.Meta.Operation {
+	case "load":
+		ev.Op = change.OpLoad
+	case "insert":
+		ev.Op = change.OpInsert
+	case "update":
+		ev.Op = change.OpUpdate
+	case "delete":
+		ev.Op = change.OpDelete
+	default:
+		return decodeErr(ErrUnknownOperation, -1, "data operation "+strconv.Quote(ev.Meta.Operation)+" is not load, insert, update or delete")
+	}
+	if d.seen&seenSchema == 0 {
+		return decodeErr(ErrMissingMetadata, -1, "metadata.schema-name is missing on a data record")
+	}
+	if d.seen&seenTable == 0 {
+		return decodeErr(ErrMissingMetadata, -1, "metadata.table-name is missing on a data record")
+	}
+	if ev.Table == "" {
+		return decodeErr(ErrBadField, -1, "metadata.table-name is empty on a data record")
+	}
+
+	dv := top.Get("data")
+	if dv == nil || dv.Type() == fastjson.TypeNull {
+		return decodeErr(ErrMissingData, -1, "data record without a data object")
+	}
+	if dv.Type() != fastjson.TypeObject {
+		return decodeErr(ErrBadField, -1, "data is "+typeName(dv)+", want object")
+	}
+	do, _ := dv.Object()
+	if do.Len() == 1 {
+		if doc := do.Get("_doc"); doc != nil && doc.Type() == fastjson.TypeObject {
+			do, _ = doc.Object()
+		}
+	}
+
+	var bo *fastjson.Object
+	if f := d.cfg.BeforeImageField; f != "" {
+		if bv := top.Get(f); bv != nil {
+			switch bv.Type() {
+			case fastjson.TypeNull:
+			case fastjson.TypeObject:
+				bo, _ = bv.Object()
+				if bo.Len() == 0 {
+					bo = nil
+				}
+			default:
+				return decodeErr(ErrBadField, -1, f+" is "+typeName(bv)+", want object")
+			}
+		}
+	}
+
+	n := do.Len()
+	total := n
+	if bo != nil {
+		total += bo.Len()
+	}
+	if cap(cols) >= total {
+		d.buf = cols[:total]
+	} else {
+		d.buf = make([]change.Column, total)
+	}
+	d.front, d.back = 0, n-1
+	do.Visit(d.visitDataFn)
+	if d.err != nil {
+		return d.err
+	}
+	// BI columns were written backwards from the end of the data segment; restore JSON order.
+	for i, j := d.front, n-1; i < j; i, j = i+1, j-1 {
+		d.buf[i], d.buf[j] = d.buf[j], d.buf[i]
+	}
+	ev.Columns = d.buf[:d.front]
+	if bo != nil {
+		d.bi = n
+		bo.Visit(d.visitBeforeFn)
+		if d.err != nil {
+			return d.err
+		}
+		ev.Before = d.buf[n:total:total]
+	} else if d.front < n && ev.Op == change.OpUpdate {
+		ev.Before = d.buf[d.front:n:n]
+	}
+	return nil
+}
+
+func (d *Decoder) visitMeta(key []byte, v *fastjson.Value) {
+	if d.err != nil {
+		return
+	}
+	m := &d.ev.Meta
+	var dst *string
+	switch string(key) {
+	case "timestamp":
+		dst = &m.Timestamp
+	case "record-type":
+		dst = &m.RecordType
+		d.seen |= seenRecordType
+	case "operation":
+		dst = &m.Operation
+		d.seen |= seenOperation
+	case "partition-key-type":
+		dst = &m.PartitionKeyType
+	case "partition-key-value":
+		dst = &m.PartitionKeyValue
+	case "schema-name":
+		dst = &m.SchemaName
+		d.seen |= seenSchema
+	case "table-name":
+		dst = &m.TableName
+		d.seen |= seenTable
+	case "transaction-id":
+		dst = &m.TransactionID
+	case "transaction-record-id":
+		dst = &m.TransactionRecordID
+	case "prev-transaction-id":
+		dst = &m.PrevTransactionID
+	case "prev-transaction-record-id":
+		dst = &m.PrevTransactionRecordID
+	case "commit-timestamp":
+		dst = &m.CommitTimestamp
+	case "stream-position":
+		dst = &m.StreamPosition
+	default:
+		return
+	}
+	switch v.Type() {
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		*dst = d.str(b)
+	case fastjson.TypeNumber:
+		s := d.marshal(v)
+		if !validNumber(s) {
+			d.err = decodeErr(ErrSyntax, -1, "metadata."+string(key)+": malformed number "+quoteTrunc(s))
+			return
+		}
+		*dst = s
+	case fastjson.TypeNull:
+		// Treated as absent.
+		switch string(key) {
+		case "record-type":
+			d.seen &^= seenRecordType
+		case "operation":
+			d.seen &^= seenOperation
+		case "schema-name":
+			d.seen &^= seenSchema
+		case "table-name":
+			d.seen &^= seenTable
+		}
+	default:
+		d.err = decodeErr(ErrBadField, -1, "metadata."+string(key)+" is "+typeName(v)+", want string or number")
+	}
+}
+
+func (d *Decoder) visitData(key []byte, v *fastjson.Value) {
+	if d.err != nil {
+		return
+	}
+	val, ok := d.value(v)
+	if !ok {
+		d.err = decodeErr(ErrSyntax, -1, "data."+string(key)+": malformed number "+quoteTrunc(val.Text))
+		return
+	}
+	if d.cfg.BIEnabled {
+		if name, ok := d.stripBI(key); ok {
+			d.buf[d.back] = change.Column{Name: d.str(name), Value: val}
+			d.back--
+			return
+		}
+	}
+	d.buf[d.front] = change.Column{Name: d.str(key), Value: val}
+	d.front++
+}
+
+func (d *Decoder) visitBefore(key []byte, v *fastjson.Value) {
+	if d.err != nil {
+		return
+	}
+	val, ok := d.value(v)
+	if !ok {
+		d.err = decodeErr(ErrSyntax, -1, d.cfg.BeforeImageField+"."+string(key)+": malformed number "+quoteTrunc(val.Text))
+		return
+	}
+	d.buf[d.bi] = change.Column{Name: d.str(key), Value: val}
+	d.bi++
+}
+
+// stripBI reports whether name is a before-image column and returns the source column name.
+func (d *Decoder) stripBI(name []byte) ([]byte, bool) {
+	p, s := d.cfg.BIPrefix, d.cfg.BISuffix
+	if len(name) <= len(p)+len(s) || string(name[:len(p)]) != p || string(name[len(name)-len(s):]) != s {
+		return nil, false
+	}
+	return name[len(p) : len(name)-len(s)], true
+}
+
+// value converts a parsed JSON value. ok is false for a malformed number (Text holds it).
+func (d *Decoder) value(v *fastjson.Value) (change.Value, bool) {
+	switch v.Type() {
+	case fastjson.TypeString:
+		b, _ := v.StringBytes()
+		return change.Value{Kind: change.KindString, Text: d.str(b)}, true
+	case fastjson.TypeNumber:
+		s := d.marshal(v)
+		return change.Value{Kind: change.KindNumber, Text: s}, validNumber(s)
+	case fastjson.TypeTrue:
+		return change.Value{Kind: change.KindBool, Text: "true"}, true
+	case fastjson.TypeFalse:
+		return change.Value{Kind: change.KindBool, Text: "false"}, true
+	case fastjson.TypeNull:
+		return change.Value{Kind: change.KindNull}, true
+	default: // object, array
+		return change.Value{Kind: change.KindJSON, Text: d.marshal(v)}, true
+	}
+}
+
+// str copies b into the event arena and returns it as a string.
+func (d *Decoder) str(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if cap(d.arena)-len(d.arena) < len(b) {
+		d.grow(len(b))
+	}
+	start := len(d.arena)
+	d.arena = append(d.arena, b...)
+	return unsafe.String(&d.arena[start], len(b))
+}
+
+// marshal appends the compact JSON of v to the arena and returns it as a string. Values that
+// were never inspected keep their original string escapes, so the result is valid JSON.
+func (d *Decoder) marshal(v *fastjson.Value) string {
+	start := len(d.arena)
+	// If MarshalTo outgrows the arena, append moves the bytes to a new array; strings made
+	// earlier keep pointing at (and keep alive) the old one, which is never written again.
+	d.arena = v.MarshalTo(d.arena)
+	if len(d.arena) == start {
+		return ""
+	}
+	return unsafe.String(&d.arena[start], len(d.arena)-start)
+}
+
+// grow starts a new arena chunk; strings already handed out keep the old chunk alive.
+func (d *Decoder) grow(n int) {
+	c := 2 * cap(d.arena)
+	if c < 256 {
+		c = 256
+	}
+	if c < n {
+		c = n
+	}
+	d.arena = make([]byte, 0, c)
+}
+
+func skipWS(b []byte) int {
+	for i, c := range b {
+		if c != ' ' && c != '\t' && c != '\n' && c != '\r' {
+			return i
+		}
+	}
+	return len(b)
+}
+
+// validNumber checks the JSON number grammar, plus the NaN/Inf spellings fastjson accepts.
+func validNumber(s string) bool {
+	i := 0
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		i++
+	}
+	if rest := s[i:]; len(rest) == 3 && (equalFold3(rest, "nan") || equalFold3(rest, "inf")) {
+		return true
+	}
+	if s[0] == '+' {
+		return false
+	}
+	if i == len(s) {
+		return false
+	}
+	if s[i] == '0' {
+		i++
+	} else if s[i] >= '1' && s[i] <= '9' {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	} else {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return false
+		}
+	}
+	return i == len(s)
+}
+
+func equalFold3(s, lower string) bool {
+	for i := 0; i < 3; i++ {
+		c := s[i]
+		if c >= 'A' && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != lower[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func typeName(v *fastjson.Value) string {
+	switch v.Type() {
+	case fastjson.TypeObject:
+		return "an object"
+	case fastjson.TypeArray:
+		return "an array"
+	case fastjson.TypeString:
+		return "a string"
+	case fastjson.TypeNumber:
+		return "a number"
+	case fastjson.TypeTrue, fastjson.TypeFalse:
+		return "a boolean"
+	default:
+		return "null"
+	}
+}
+
+func quoteTrunc(s string) string {
+	if len(s) > 64 {
+		s = s[:64] + "..."
+	}
+	return strconv.Quote(s)
+}
+
+// syntaxErr builds an ErrSyntax error. It runs only for rejected input, so it can afford
+// encoding/json to find the byte offset that fastjson does not report.
+func syntaxErr(data []byte, reason string) *DecodeError {
+	off := -1
+	dec := json.NewDecoder(bytes.NewReader(data))
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		var se *json.SyntaxError
+		switch {
+		case errors.As(err, &se):
+			off = int(se.Offset) - 1 // Offset counts the bytes read, including the bad one
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+			off = len(data)
+		}
+	} else if end := int(dec.InputOffset()); end < len(data) {
+		if ws := skipWS(data[end:]); end+ws < len(data) {
+			off = end + ws
+			reason = "unexpected data after the JSON value"
+		}
+	}
+	if len(reason) > 200 {
+		reason = reason[:200] + "..."
+	}
+	return decodeErr(ErrSyntax, off, reason)
+}
