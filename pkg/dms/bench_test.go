@@ -3,6 +3,8 @@ package dms
 import (
 	"testing"
 
+	"github.com/apache/iceberg-go"
+
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
@@ -34,5 +36,35 @@ func BenchmarkDecodeFreshEvent(b *testing.B) {
 		if err := d.Decode(benchUpdate, &ev); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkConvert converts the values of a typical row, one sub-benchmark per type family.
+func BenchmarkConvert(b *testing.B) {
+	for _, bc := range []struct {
+		name string
+		t    iceberg.Type
+		v    change.Value
+	}{
+		{"long", iceberg.PrimitiveTypes.Int64, change.Value{Kind: change.KindNumber, Text: "1048576"}},
+		{"int", iceberg.PrimitiveTypes.Int32, change.Value{Kind: change.KindNumber, Text: "73421"}},
+		{"decimal", iceberg.DecimalTypeOf(12, 2), change.Value{Kind: change.KindNumber, Text: "1249.95"}},
+		{"decimal38", iceberg.DecimalTypeOf(38, 10), change.Value{Kind: change.KindNumber, Text: "-1234567890123456789012345678.1234567890"}},
+		{"double", iceberg.PrimitiveTypes.Float64, change.Value{Kind: change.KindNumber, Text: "2.718281828459045"}},
+		{"string", iceberg.PrimitiveTypes.String, change.Value{Kind: change.KindString, Text: "SHIPPED"}},
+		{"timestamp", iceberg.PrimitiveTypes.Timestamp, change.Value{Kind: change.KindString, Text: "2024-07-29T00:58:44.895275Z"}},
+		{"timestamptz", iceberg.PrimitiveTypes.TimestampTz, change.Value{Kind: change.KindString, Text: "2024-07-29T00:58:44.895275+02:00"}},
+		{"date", iceberg.PrimitiveTypes.Date, change.Value{Kind: change.KindString, Text: "2024-07-29"}},
+		{"bool", iceberg.PrimitiveTypes.Bool, change.Value{Kind: change.KindString, Text: "t"}},
+		{"binary", iceberg.PrimitiveTypes.Binary, change.Value{Kind: change.KindString, Text: "0x80057D942E"}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := Convert(bc.t, bc.v); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -103,7 +103,7 @@ col "created" string "2024-07-29T00:58:44.895275Z"
 	},
 	{
 		name: "insert one line with transaction details (json-unformatted)",
-		in: `{"metadata":{"timestamp":"2019-10-31T22:53:59.721201Z","record-type":"data","operation":"insert","partition-key-type":"schema-table","schema-name":"testdb","table-name":"t1","transaction-id":9324410911751,"transaction-record-id":1,"prev-transaction-id":9324410910341,"prev-transaction-record-id":10,"commit-timestamp":"2019-10-31T22:53:55.000000Z","stream-position":"mysql-bin-changelog.002171:36912271:0:36912333:9324410911751:mysql-bin-changelog.002171:36912181"},"data":{"id":1,"big":9007199254740993,"sci":1.2345678901234568E+18,"neg":-0.001}}` + "\n",
+		in:   `{"metadata":{"timestamp":"2019-10-31T22:53:59.721201Z","record-type":"data","operation":"insert","partition-key-type":"schema-table","schema-name":"testdb","table-name":"t1","transaction-id":9324410911751,"transaction-record-id":1,"prev-transaction-id":9324410910341,"prev-transaction-record-id":10,"commit-timestamp":"2019-10-31T22:53:55.000000Z","stream-position":"mysql-bin-changelog.002171:36912271:0:36912333:9324410911751:mysql-bin-changelog.002171:36912181"},"data":{"id":1,"big":9007199254740993,"sci":1.2345678901234568E+18,"neg":-0.001}}` + "\n",
 		want: `testdb.t1 insert
 meta timestamp="2019-10-31T22:53:59.721201Z"
 meta record-type="data"
