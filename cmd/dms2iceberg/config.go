@@ -9,6 +9,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
@@ -32,8 +33,13 @@ type Config struct {
 	// DataDir holds the embedded catalog, the local warehouse and the dead-letter file.
 	// Default ".data".
 	DataDir string `yaml:"data_dir"`
-	// HTTPAddr serves /metrics, /healthz and /readyz. Default "127.0.0.1:9464"; "" disables.
-	HTTPAddr string `yaml:"http_addr"`
+	// DeadLetterFile is where records that cannot be applied are written (JSON lines), with the
+	// reason. Default "<data_dir>/dead-letters.jsonl".
+	DeadLetterFile string `yaml:"dead_letter_file"`
+	// ShutdownTimeout bounds the graceful shutdown (flush, commit, checkpoint). Default 30s.
+	ShutdownTimeout time.Duration `yaml:"shutdown_timeout"`
+	// DMS configures the decoder (before-image field name, BI_ columns).
+	DMS dms.Config `yaml:"dms"`
 	// LogFormat is "console" (default) or "json".
 	LogFormat string `yaml:"log_format"`
 	// LogLevel is debug, info (default), warn or error.
@@ -64,7 +70,8 @@ func defaultConfig() Config {
 		WorkerID:        fmt.Sprintf("%s-%d", host, os.Getpid()),
 		InitialPosition: "TRIM_HORIZON",
 		DataDir:         ".data",
-		HTTPAddr:        "127.0.0.1:9464",
+		ShutdownTimeout: 30 * time.Second,
+		DMS:             dms.DefaultConfig(),
 		LogFormat:       "console",
 		LogLevel:        "info",
 		Sink:            sink.DefaultConfig(),
@@ -123,6 +130,9 @@ func loadConfig(path string) (Config, error) {
 		}
 		cfg.Sink.Catalog = sink.DefaultCatalogConfig(abs)
 	}
+	if cfg.DeadLetterFile == "" {
+		cfg.DeadLetterFile = filepath.Join(cfg.DataDir, "dead-letters.jsonl")
+	}
 	cfg.Sink.Stream = cfg.Stream
 	return cfg, nil
 }
@@ -159,6 +169,12 @@ func (c Config) Validate() error {
 	case "console", "json":
 	default:
 		return fmt.Errorf("log_format: %q is not console or json", c.LogFormat)
+	}
+	if c.ShutdownTimeout <= 0 {
+		return fmt.Errorf("shutdown_timeout: must be positive")
+	}
+	if err := c.DMS.Validate(); err != nil {
+		return fmt.Errorf("dms: %w", err)
 	}
 	return c.Sink.Validate()
 }

@@ -4,7 +4,10 @@
 // types are handed from one goroutine to the next and are not shared concurrently.
 package change
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+)
 
 // Op is the operation of a DMS record.
 type Op uint8
@@ -170,4 +173,21 @@ func CompareSeq(a, b string) int {
 		return 1
 	}
 	return 0
+}
+
+// DeadLetter is a record that could not be applied, with the reason. It is written durably before
+// the record is acknowledged, so bad input is never dropped silently (invariant 4).
+type DeadLetter struct {
+	Stream string
+	Shard  string
+	Seq    string
+	// Table is "schema.table" when known.
+	Table  string
+	Reason string
+	Raw    []byte
+}
+
+// DeadLetterer stores dead letters durably. Implementations are safe for concurrent use.
+type DeadLetterer interface {
+	DeadLetter(ctx context.Context, dl DeadLetter) error
 }

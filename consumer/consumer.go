@@ -1,0 +1,256 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
+	kclcfg "github.com/vmware/vmware-go-kcl-v2/clientlibrary/config"
+	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
+	kclworker "github.com/vmware/vmware-go-kcl-v2/clientlibrary/worker"
+	kclzap "github.com/vmware/vmware-go-kcl-v2/logger/zap"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+// Sink is what the consumer needs from the Iceberg side.
+type Sink interface {
+	// Submit hands over one event; it blocks while the event's table is backed up.
+	Submit(ctx context.Context, ev *change.Event) error
+	// Flush commits everything submitted so far.
+	Flush(ctx context.Context) error
+}
+
+// Config configures the consumer.
+type Config struct {
+	// Stream is the Kinesis stream name. Required.
+	Stream string
+	// Application names the KCL application; the lease table has the same name. Required.
+	Application string
+	// WorkerID identifies this worker in the lease table. Required.
+	WorkerID string
+	// Region is the AWS region. Required.
+	Region string
+	// AtTimestamp, when set, starts shards without a checkpoint at this time instead of at
+	// TRIM_HORIZON (the default). LATEST is never used.
+	AtTimestamp time.Time
+	// ShardSync is the KCL shard-sync interval. Default 5s.
+	ShardSync time.Duration
+	// Failover is the lease duration. Default 30s.
+	Failover time.Duration
+	// IdleBetweenReads is the pause between empty reads. Default 250ms.
+	IdleBetweenReads time.Duration
+	// MaxRecords is the GetRecords limit. Default 10000.
+	MaxRecords int
+	// ShutdownTimeout bounds the graceful shutdown (flush, commit, checkpoint). Default 30s.
+	ShutdownTimeout time.Duration
+	// Decoder configures the DMS decoder. Default dms.DefaultConfig().
+	Decoder dms.Config
+}
+
+// Metrics receives the consumer's measurements.
+type Metrics interface {
+	Records(shard string, n int, millisBehind int64)
+	DeadLettered(shard string)
+	Checkpointed(shard, seq string)
+}
+
+type nopMetrics struct{}
+
+func (nopMetrics) Records(string, int, int64)   {}
+func (nopMetrics) DeadLettered(string)          {}
+func (nopMetrics) Checkpointed(string, string) {}
+
+// Option configures optional collaborators.
+type Option func(*Consumer)
+
+// WithLogger sets the logger.
+func WithLogger(l *zap.Logger) Option { return func(c *Consumer) { c.log = l.Named("consumer") } }
+
+// WithMetrics sets the metrics receiver.
+func WithMetrics(m Metrics) Option { return func(c *Consumer) { c.metrics = m } }
+
+// Consumer runs the KCL worker.
+type Consumer struct {
+	cfg     Config
+	aws     aws.Config
+	sink    Sink
+	dlq     change.DeadLetterer
+	log     *zap.Logger
+	metrics Metrics
+
+	mu    sync.Mutex
+	fatal error
+	fail  context.CancelCauseFunc
+	gen   map[string]*processor // newest processor per shard
+}
+
+// New returns a consumer. awsCfg supplies credentials and endpoints (AWS_ENDPOINT_URL_KINESIS,
+// AWS_ENDPOINT_URL_DYNAMODB are honoured by the SDK).
+func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ...Option) (*Consumer, error) {
+	if cfg.ShardSync == 0 {
+		cfg.ShardSync = 5 * time.Second
+	}
+	if cfg.Failover == 0 {
+		cfg.Failover = 30 * time.Second
+	}
+	if cfg.IdleBetweenReads == 0 {
+		cfg.IdleBetweenReads = 250 * time.Millisecond
+	}
+	if cfg.MaxRecords == 0 {
+		cfg.MaxRecords = 10000
+	}
+	if cfg.ShutdownTimeout == 0 {
+		cfg.ShutdownTimeout = 30 * time.Second
+	}
+	if cfg.Decoder == (dms.Config{}) {
+		cfg.Decoder = dms.DefaultConfig()
+	}
+	switch {
+	case cfg.Stream == "":
+		return nil, errors.New("consumer: stream is required")
+	case cfg.Application == "":
+		return nil, errors.New("consumer: application is required")
+	case cfg.WorkerID == "":
+		return nil, errors.New("consumer: worker id is required")
+	case cfg.Region == "":
+		return nil, errors.New("consumer: region is required")
+	}
+	if err := cfg.Decoder.Validate(); err != nil {
+		return nil, fmt.Errorf("consumer: %w", err)
+	}
+	c := &Consumer{cfg: cfg, aws: awsCfg, sink: s, dlq: dlq, log: zap.NewNop(), metrics: nopMetrics{}, gen: make(map[string]*processor)}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// Run consumes until ctx is cancelled, then shuts the worker down gracefully: every processor
+// flushes, waits for its commits and writes its final checkpoint, within ShutdownTimeout. It
+// returns the first fatal error (a sink or dead-letter failure), or nil after a clean shutdown.
+func (c *Consumer) Run(ctx context.Context) error {
+	runCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	c.mu.Lock()
+	c.fail = fail
+	c.mu.Unlock()
+
+	ddb := dynamodb.NewFromConfig(c.aws)
+	if err := ensureLeaseTable(runCtx, ddb, c.cfg.Application); err != nil {
+		return err
+	}
+	kc := kinesis.NewFromConfig(c.aws)
+	kcfg := kclcfg.NewKinesisClientLibConfig(c.cfg.Application, c.cfg.Stream, c.cfg.Region, c.cfg.WorkerID).
+		WithTableName(c.cfg.Application).
+		WithShardSyncIntervalMillis(int(c.cfg.ShardSync.Milliseconds())).
+		WithFailoverTimeMillis(int(c.cfg.Failover.Milliseconds())).
+		WithLeaseRefreshWaitTime(int(c.cfg.Failover.Milliseconds() / 4)).
+		WithIdleTimeBetweenReadsInMillis(int(c.cfg.IdleBetweenReads.Milliseconds())).
+		WithMaxRecords(c.cfg.MaxRecords).
+		WithCallProcessRecordsEvenForEmptyRecordList(true).
+		WithLeaseStealing(false).
+		WithLogger(kclzap.NewZapLogger(c.log.Named("kcl").Sugar()))
+	if c.cfg.AtTimestamp.IsZero() {
+		kcfg = kcfg.WithInitialPositionInStream(kclcfg.TRIM_HORIZON)
+	} else {
+		ts := c.cfg.AtTimestamp
+		kcfg = kcfg.WithTimestampAtInitialPositionInStream(&ts)
+	}
+	// The KCL never sees LATEST: it would skip what DMS wrote to child shards before their lease.
+	if kcfg.InitialPositionInStream == kclcfg.LATEST {
+		return errors.New("consumer: refusing to start at LATEST")
+	}
+	checkpointer := chk.NewDynamoCheckpoint(kcfg).WithDynamoDB(ddb)
+	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(checkpointer)
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start KCL worker: %w", err)
+	}
+	c.log.Info("consuming", zap.String("stream", c.cfg.Stream), zap.String("worker", c.cfg.WorkerID))
+	<-runCtx.Done()
+
+	c.log.Info("shutting down: flushing, committing and checkpointing")
+	done := make(chan struct{})
+	go func() { // the KCL's Shutdown can hang (blocked parent waits); it is bounded below
+		defer close(done)
+		w.Shutdown()
+	}()
+	select {
+	case <-done:
+		c.log.Info("worker stopped")
+	case <-time.After(c.cfg.ShutdownTimeout + 5*time.Second):
+		c.log.Error("worker did not stop within the shutdown timeout; leases will expire")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.fatal
+}
+
+// stop records a fatal error and starts shutdown.
+func (c *Consumer) stop(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fatal == nil {
+		c.fatal = err
+		c.log.Error("stopping after a fatal error", zap.Error(err))
+	}
+	if c.fail != nil {
+		c.fail(err)
+	}
+}
+
+// register makes p the newest processor of its shard and invalidates older ones.
+func (c *Consumer) register(p *processor) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.gen[p.shard]; old != nil {
+		old.stale.Store(true)
+	}
+	c.gen[p.shard] = p
+}
+
+type factory struct {
+	c   *Consumer
+	ctx context.Context
+}
+
+func (f *factory) CreateProcessor() kcl.IRecordProcessor {
+	return &processor{c: f.c, ctx: f.ctx, dec: dms.NewDecoder(f.c.cfg.Decoder)}
+}
+
+// ensureLeaseTable creates the lease table on demand (on-demand capacity) and waits until it is
+// active; the KCL itself would create a provisioned table and not wait.
+func ensureLeaseTable(ctx context.Context, ddb *dynamodb.Client, name string) error {
+	_, err := ddb.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+	if err == nil {
+		return nil
+	}
+	var nf *ddbtypes.ResourceNotFoundException
+	if !errors.As(err, &nf) {
+		return fmt.Errorf("describe lease table %s: %w", name, err)
+	}
+	_, err = ddb.CreateTable(ctx, &dynamodb.CreateTableInput{
+		TableName:            aws.String(name),
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("ShardID"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("ShardID"), KeyType: ddbtypes.KeyTypeHash}},
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+	})
+	var inUse *ddbtypes.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return fmt.Errorf("create lease table %s: %w", name, err)
+	}
+	waiter := dynamodb.NewTableExistsWaiter(ddb)
+	if err := waiter.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 2*time.Minute); err != nil {
+		return fmt.Errorf("wait for lease table %s: %w", name, err)
+	}
+	return nil
+}

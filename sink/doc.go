@@ -1,0 +1,12 @@
+// Package sink owns everything on the Iceberg side: opening the catalog, creating tables from
+// DMS table definitions, configuration or inferred values, and the table writers that buffer,
+// deduplicate and commit each table's changes as one snapshot per batch (data files for new row
+// images, equality-delete files for replaced and deleted keys, and the per-shard watermarks as
+// table properties in the same commit). It also owns the dead-letter file.
+//
+// Concurrency: Iceberg.Run owns one goroutine per table writer and waits for all of them.
+// Submit and Flush may be called from any number of goroutines; each table writer is the only
+// goroutine that touches its table's buffer and catalog state, and hands results back only
+// through change.Acker. Every intake queue is bounded (Config.QueueLength), so a slow commit
+// applies backpressure to the shard processors.
+package sink

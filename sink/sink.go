@@ -1,0 +1,243 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// ErrClosed is returned by Submit and Flush after Close.
+var ErrClosed = errors.New("sink: closed")
+
+// Option configures optional collaborators.
+type Option func(*Iceberg)
+
+// WithLogger sets the logger (default: no logging).
+func WithLogger(l *zap.Logger) Option { return func(s *Iceberg) { s.log = l.Named("sink") } }
+
+// WithMetrics sets the metrics receiver (default: none).
+func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
+
+// Iceberg routes events to one writer per target table and runs those writers.
+type Iceberg struct {
+	cfg     Config
+	cat     catalog.Catalog
+	dlq     change.DeadLetterer
+	log     *zap.Logger
+	metrics Metrics
+
+	mu      sync.Mutex
+	writers map[string]*writer          // by source "schema.table"
+	defs    map[string]*change.TableDef // create-table definitions seen, by source
+	closed  bool
+	stop    chan struct{}
+	started chan struct{}
+	// intake is held shared while a queue send is in progress and exclusively by Close, so no
+	// send ever races with closing a queue.
+	intake sync.RWMutex
+	group  *errgroup.Group
+	gctx   context.Context
+}
+
+// New returns a sink. Call Run before Submit.
+func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Option) (*Iceberg, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: nopMetrics{},
+		writers: make(map[string]*writer), defs: make(map[string]*change.TableDef), started: make(chan struct{})}
+	for _, o := range opts {
+		o(s)
+	}
+	return s, nil
+}
+
+// Run runs the table writers until Close has drained them (it then returns nil) or ctx is done
+// (it then abandons the buffers: nothing unacknowledged was checkpointed, so nothing is lost).
+// A writer that fails ends Run with its error.
+func (s *Iceberg) Run(ctx context.Context) error {
+	g, gctx := errgroup.WithContext(ctx)
+	stop := make(chan struct{})
+	s.mu.Lock()
+	s.group, s.gctx, s.stop = g, gctx, stop
+	s.mu.Unlock()
+	// The group keeps one member until Close or cancellation, so writers may join at any time.
+	g.Go(func() error {
+		select {
+		case <-gctx.Done():
+		case <-stop:
+		}
+		return nil
+	})
+	close(s.started)
+	return g.Wait()
+}
+
+// Submit hands an event to its table's writer, blocking while that writer's queue is full.
+func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {
+	if ignored(ev) {
+		if ev.Ack != nil {
+			ev.Ack.Done(1)
+		}
+		return nil
+	}
+	s.intake.RLock()
+	defer s.intake.RUnlock()
+	w, err := s.writer(ctx, ev.Schema+"."+ev.Table)
+	if err != nil {
+		return err
+	}
+	select {
+	case w.in <- item{ev: ev}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.gctx.Done():
+		return fmt.Errorf("submit to %s: %w", w.name, context.Cause(s.gctx))
+	}
+}
+
+// ignored reports events that belong to no table: DMS's own awsdms_* tables and task-level
+// control records.
+func ignored(ev *change.Event) bool {
+	return ev.Table == "" || strings.HasPrefix(strings.ToLower(ev.Table), "awsdms_")
+}
+
+func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, ErrClosed
+	}
+	if w, ok := s.writers[src]; ok {
+		return w, nil
+	}
+	schema, name, _ := strings.Cut(src, ".")
+	tc := s.cfg.Tables[src]
+	ns := schema
+	if s.cfg.Namespace != "" {
+		ns = s.cfg.Namespace
+	}
+	if tc.Namespace != "" {
+		ns = tc.Namespace
+	}
+	if tc.Name != "" {
+		name = tc.Name
+	}
+	w := newWriter(s, src, table.Identifier{ns, name}, tc)
+	s.writers[src] = w
+	s.group.Go(func() error { return w.run(s.gctx) })
+	return w, nil
+}
+
+func (s *Iceberg) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Iceberg) setDef(src string, def *change.TableDef) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.defs[src] = def
+}
+
+func (s *Iceberg) def(src string) *change.TableDef {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.defs[src]
+}
+
+func (s *Iceberg) snapshotWriters() []*writer {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*writer, 0, len(s.writers))
+	for _, w := range s.writers {
+		out = append(out, w)
+	}
+	return out
+}
+
+// Flush commits everything every writer has received so far and waits for those commits.
+func (s *Iceberg) Flush(ctx context.Context) error {
+	select {
+	case <-s.started:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.intake.RLock()
+	defer s.intake.RUnlock()
+	if s.isClosed() {
+		return ErrClosed
+	}
+	ws := s.snapshotWriters()
+	replies := make([]chan error, len(ws))
+	for i, w := range ws {
+		replies[i] = make(chan error, 1)
+		select {
+		case w.in <- item{flush: replies[i]}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.gctx.Done():
+			return context.Cause(s.gctx)
+		}
+	}
+	var errs []error
+	for i, ch := range replies {
+		select {
+		case err := <-ch:
+			if err != nil {
+				errs = append(errs, fmt.Errorf("flush %s: %w", ws[i].name, err))
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.gctx.Done():
+			return context.Cause(s.gctx)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops intake, lets every writer commit what it holds, and waits for Run's writers to
+// finish or ctx to end.
+func (s *Iceberg) Close(ctx context.Context) error {
+	select {
+	case <-s.started:
+	default:
+		return nil
+	}
+	s.intake.Lock()
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		s.intake.Unlock()
+		return nil
+	}
+	s.closed = true
+	for _, w := range s.writers {
+		close(w.in)
+	}
+	stop := s.stop
+	s.mu.Unlock()
+	s.intake.Unlock()
+	close(stop)
+	select {
+	case <-s.gctx.Done():
+	case <-ctx.Done():
+	}
+	return nil
+}

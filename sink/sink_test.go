@@ -1,0 +1,293 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) Done(n int) { c.n.Add(int64(n)) }
+
+type memDLQ struct {
+	mu  sync.Mutex
+	dls []change.DeadLetter
+}
+
+func (m *memDLQ) DeadLetter(_ context.Context, dl change.DeadLetter) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dls = append(m.dls, dl)
+	return nil
+}
+
+type harness struct {
+	t    *testing.T
+	cat  catalog.Catalog
+	s    *Iceberg
+	dlq  *memDLQ
+	ack  *counter
+	done chan error
+	stop context.CancelFunc
+}
+
+func newHarness(t *testing.T, dir string, tables map[string]TableConfig) *harness {
+	t.Helper()
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Catalog = DefaultCatalogConfig(dir)
+	cfg.Stream = "st"
+	cfg.FlushInterval = time.Hour // tests flush explicitly
+	cfg.Tables = tables
+	cat, err := OpenCatalog(ctx, cfg.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, cat: cat, dlq: &memDLQ{}, ack: &counter{}, done: make(chan error, 1)}
+	h.s, err = New(cfg, cat, h.dlq)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	h.stop = cancel
+	go func() { h.done <- h.s.Run(rctx) }()
+	t.Cleanup(func() { cancel(); <-h.done })
+	return h
+}
+
+func (h *harness) close() {
+	h.t.Helper()
+	if err := h.s.Close(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := <-h.done; err != nil {
+		h.t.Fatalf("Run: %v", err)
+	}
+	h.done <- nil
+}
+
+func col(name, text string) change.Column {
+	k := change.KindNumber
+	if text == "null" {
+		return change.Column{Name: name, Value: change.Value{Kind: change.KindNull}}
+	}
+	if strings.HasPrefix(text, "'") {
+		k, text = change.KindString, strings.Trim(text, "'")
+	}
+	return change.Column{Name: name, Value: change.Value{Kind: k, Text: text}}
+}
+
+var seqN atomic.Int64
+
+func (h *harness) submit(shard string, seq int, op change.Op, table string, cols []change.Column, before []change.Column) {
+	h.t.Helper()
+	ev := &change.Event{Schema: "shop", Table: table, Op: op, Columns: cols, Before: before,
+		Pos: change.Position{Stream: "st", Shard: shard, Seq: fmt.Sprint(seq)}, Raw: []byte(`{"raw":true}`), Ack: h.ack}
+	if err := h.s.Submit(context.Background(), ev); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func (h *harness) flush() {
+	h.t.Helper()
+	if err := h.s.Flush(context.Background()); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// rows scans a table through iceberg-go and renders each row as "c1=v1,c2=v2" sorted.
+func scanRows(t *testing.T, cat catalog.Catalog, name string) ([]string, *table.Table) {
+	t.Helper()
+	ctx := context.Background()
+	tbl, err := cat.LoadTable(ctx, table.Identifier{"shop", name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fields := tbl.Schema().Fields()
+	var out []string
+	_, it, err := tbl.Scan().ToArrowRecords(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rec, err := range it {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			var parts []string
+			for ci, f := range fields {
+				idx := rec.Schema().FieldIndices(f.Name)
+				if len(idx) == 0 {
+					continue
+				}
+				v, ok := dms.RenderArrow(rec.Column(idx[0]), i, f.Type)
+				if !ok {
+					v = "null"
+				}
+				_ = ci
+				parts = append(parts, f.Name+"="+v)
+			}
+			out = append(out, strings.Join(parts, ","))
+		}
+		rec.Release()
+	}
+	sort.Strings(out)
+	return out, tbl
+}
+
+func eq(t *testing.T, got []string, want ...string) {
+	t.Helper()
+	sort.Strings(want)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+var usersDef = TableConfig{PrimaryKey: []string{"id"}, Columns: []ColumnSpec{
+	{Name: "id", Type: "INT4"}, {Name: "name", Type: "WSTRING", Length: 20}, {Name: "amount", Type: "NUMERIC", Precision: 10, Scale: 2}}}
+
+func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	for i := 1; i <= 5; i++ {
+		h.submit("s0", i, change.OpLoad, "users", []change.Column{col("id", fmt.Sprint(i)), col("name", "'u"+fmt.Sprint(i)+"'"), col("amount", "1.5")}, nil)
+	}
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "users")
+	if len(rows) != 5 {
+		t.Fatalf("after load: %d rows, want 5: %v", len(rows), rows)
+	}
+	// One batch: update 1 twice (last wins), delete 2, change key 3 -> 30, insert 6 then delete it,
+	// delete 4 then insert it again.
+	h.submit("s0", 10, change.OpUpdate, "users", []change.Column{col("id", "1"), col("name", "'first'"), col("amount", "2")}, nil)
+	h.submit("s0", 11, change.OpUpdate, "users", []change.Column{col("id", "1"), col("name", "'second'"), col("amount", "3.25")}, []change.Column{})
+	h.submit("s0", 12, change.OpDelete, "users", []change.Column{col("id", "2")}, nil)
+	h.submit("s0", 13, change.OpUpdate, "users", []change.Column{col("id", "30"), col("name", "'moved'"), col("amount", "null")}, []change.Column{col("id", "3")})
+	h.submit("s0", 14, change.OpInsert, "users", []change.Column{col("id", "6"), col("name", "'tmp'")}, nil)
+	h.submit("s0", 15, change.OpDelete, "users", []change.Column{col("id", "6")}, nil)
+	h.submit("s0", 16, change.OpDelete, "users", []change.Column{col("id", "4")}, nil)
+	h.submit("s0", 17, change.OpInsert, "users", []change.Column{col("id", "4"), col("name", "'again'"), col("amount", "0.01")}, nil)
+	h.flush()
+	rows, tbl := scanRows(t, h.cat, "users")
+	eq(t, rows,
+		"id=1,name=second,amount=3.25",
+		"id=30,name=moved,amount=null",
+		"id=4,name=again,amount=0.01",
+		"id=5,name=u5,amount=1.50")
+	if got := tbl.Properties()[checkpoint.WatermarkKey("st", "s0")]; got != "17" {
+		t.Fatalf("watermark = %q, want 17", got)
+	}
+	if n := len(tbl.Metadata().Snapshots()); n != 2 {
+		t.Fatalf("%d snapshots, want one per batch (2)", n)
+	}
+	if got := h.ack.n.Load(); got != 13 {
+		t.Fatalf("acknowledged %d events, want 13", got)
+	}
+	h.close()
+}
+
+func TestReplayIsSkippedAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	events := func(h *harness) {
+		h.submit("s0", 1, change.OpInsert, "log", []change.Column{col("msg", "'a'")}, nil)
+		h.submit("s1", 5, change.OpInsert, "log", []change.Column{col("msg", "'b'")}, nil)
+		h.submit("s0", 2, change.OpInsert, "log", []change.Column{col("msg", "'c'")}, nil)
+	}
+	keyless := map[string]TableConfig{"shop.log": {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}}}
+	h := newHarness(t, dir, keyless)
+	events(h)
+	events(h) // a replay while still buffered must not duplicate either
+	h.flush()
+	h.close()
+	rows, _ := scanRows(t, h.cat, "log")
+	eq(t, rows, "msg=a", "msg=b", "msg=c")
+	if got := h.ack.n.Load(); got != 6 {
+		t.Fatalf("acknowledged %d, want 6", got)
+	}
+
+	// A restarted sink over the same catalog skips everything the table already has.
+	h2 := newHarness(t, dir, keyless)
+	events(h2)
+	h2.submit("s0", 3, change.OpInsert, "log", []change.Column{col("msg", "'d'")}, nil)
+	h2.flush()
+	h2.close()
+	rows, _ = scanRows(t, h2.cat, "log")
+	eq(t, rows, "msg=a", "msg=b", "msg=c", "msg=d")
+	if got := h2.ack.n.Load(); got != 4 {
+		t.Fatalf("acknowledged %d, want 4", got)
+	}
+}
+
+func TestBadInputGoesToDeadLetters(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir, map[string]TableConfig{
+		"shop.users": usersDef,
+		"shop.log":   {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}},
+	})
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1.5"), col("name", "'x'")}, nil)     // not an int
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("amount", "1.234")}, nil)  // inexact decimal
+	h.submit("s0", 3, change.OpInsert, "users", []change.Column{col("name", "'no key'")}, nil)                  // key missing
+	h.submit("s0", 4, change.OpDelete, "log", []change.Column{col("msg", "'a'")}, nil)                          // delete on keyless
+	h.submit("s0", 5, change.OpInsert, "users", []change.Column{col("id", "3"), col("name", "'ok'")}, nil)
+	h.flush()
+	h.close()
+	if len(h.dlq.dls) != 4 {
+		t.Fatalf("%d dead letters, want 4: %+v", len(h.dlq.dls), h.dlq.dls)
+	}
+	for _, dl := range h.dlq.dls {
+		if dl.Reason == "" || string(dl.Raw) != `{"raw":true}` || dl.Shard != "s0" || dl.Seq == "" {
+			t.Fatalf("incomplete dead letter %+v", dl)
+		}
+	}
+	rows, _ := scanRows(t, h.cat, "users")
+	eq(t, rows, "id=3,name=ok,amount=null")
+	if got := h.ack.n.Load(); got != 5 {
+		t.Fatalf("acknowledged %d, want 5", got)
+	}
+}
+
+func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.flush()
+	// A second sink (another worker) commits to the same table behind the first one's back.
+	other := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	other.submit("s1", 7, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	other.flush()
+	other.close()
+	// The first sink's table is now stale; its next commit conflicts, reloads and succeeds.
+	h.submit("s0", 2, change.OpUpdate, "users", []change.Column{col("id", "1"), col("name", "'a2'")}, nil)
+	h.flush()
+	h.close()
+	rows, tbl := scanRows(t, h.cat, "users")
+	eq(t, rows, "id=1,name=a2,amount=null", "id=2,name=b,amount=null")
+	wm := checkpoint.Watermarks(tbl.Properties(), "st")
+	if wm["s0"] != "2" || wm["s1"] != "7" {
+		t.Fatalf("watermarks %v, want s0=2 s1=7", wm)
+	}
+}
+
+func TestColumnAppearingInDataIsAdded(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'"), col("extra", "'new'")}, nil)
+	h.flush()
+	h.close()
+	rows, _ := scanRows(t, h.cat, "users")
+	eq(t, rows, "id=1,name=a,amount=null,extra=null", "id=2,name=b,amount=null,extra=new")
+}
