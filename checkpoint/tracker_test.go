@@ -92,7 +92,7 @@ func TestWaitIdleConcurrentAcks(t *testing.T) {
 
 func TestWatermarks(t *testing.T) {
 	props := map[string]string{
-		WatermarkKey("st", "shardId-1"): "123",
+		WatermarkKey("st", "shardId-1"):    "123",
 		WatermarkKey("other", "shardId-1"): "999",
 		"write.format.default":             "parquet",
 	}

@@ -66,8 +66,8 @@ type Metrics interface {
 
 type nopMetrics struct{}
 
-func (nopMetrics) Records(string, int, int64)   {}
-func (nopMetrics) DeadLettered(string)          {}
+func (nopMetrics) Records(string, int, int64)  {}
+func (nopMetrics) DeadLettered(string)         {}
 func (nopMetrics) Checkpointed(string, string) {}
 
 // Option configures optional collaborators.

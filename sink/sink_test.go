@@ -237,10 +237,10 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 		"shop.users": usersDef,
 		"shop.log":   {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}},
 	})
-	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1.5"), col("name", "'x'")}, nil)     // not an int
-	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("amount", "1.234")}, nil)  // inexact decimal
-	h.submit("s0", 3, change.OpInsert, "users", []change.Column{col("name", "'no key'")}, nil)                  // key missing
-	h.submit("s0", 4, change.OpDelete, "log", []change.Column{col("msg", "'a'")}, nil)                          // delete on keyless
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1.5"), col("name", "'x'")}, nil)   // not an int
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("amount", "1.234")}, nil) // inexact decimal
+	h.submit("s0", 3, change.OpInsert, "users", []change.Column{col("name", "'no key'")}, nil)                // key missing
+	h.submit("s0", 4, change.OpDelete, "log", []change.Column{col("msg", "'a'")}, nil)                        // delete on keyless
 	h.submit("s0", 5, change.OpInsert, "users", []change.Column{col("id", "3"), col("name", "'ok'")}, nil)
 	h.flush()
 	h.close()
