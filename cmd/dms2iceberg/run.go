@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
@@ -124,5 +123,3 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	return err
 }
 
-// shutdownGrace is how long the demo waits for the service after Ctrl-C.
-const shutdownGrace = 45 * time.Second
