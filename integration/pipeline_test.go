@@ -293,4 +293,3 @@ func TestPipelineSurvivesKills(t *testing.T) {
 	lat := commitLatencies(t, logs...)
 	t.Logf("MEASURED: survived 2 SIGKILLs; %d commits over 3 runs, commit latency p50 %s p99 %s", len(lat), pct(lat, 0.5), pct(lat, 0.99))
 }
-

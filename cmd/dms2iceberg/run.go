@@ -122,4 +122,3 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	return err
 }
-
