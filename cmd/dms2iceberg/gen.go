@@ -1,0 +1,538 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"iter"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	"github.com/aws/smithy-go"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
+)
+
+func init() { commands["gen"] = runGen }
+
+const genUsage = `usage: dms2iceberg gen --stream NAME --expected FILE [flags]
+
+Writes a generated DMS workload (create-table control records, a full load, then CDC inserts,
+updates, deletes and primary-key changes on the tables shop.customers, shop.order_items,
+shop.events and shop.types) to a Kinesis stream, and the state the Iceberg tables must end in
+to FILE. The stream is created if it does not exist. Endpoints come from the standard AWS
+environment (AWS_ENDPOINT_URL_KINESIS, AWS_REGION, credentials).
+
+flags:
+`
+
+// PutRecords limits.
+const (
+	maxBatchRecords = 500
+	maxBatchBytes   = 5 << 20
+	maxRecordBytes  = 1 << 20
+)
+
+type genOptions struct {
+	stream       string
+	shards       int
+	changes      int
+	loadRows     int
+	seed         int64
+	expected     string
+	tablesConfig string
+	rate         float64
+	region       string
+	timestampTZ  bool
+}
+
+func runGen(ctx context.Context, args []string) error {
+	var o genOptions
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), genUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.stream, "stream", "", "Kinesis stream name (required)")
+	fs.IntVar(&o.shards, "shards", 4, "shard count used when the stream has to be created")
+	fs.IntVar(&o.changes, "changes", 20000, "number of CDC records after the full load")
+	fs.IntVar(&o.loadRows, "load-rows", 1000, "rows of each table's full load")
+	fs.Int64Var(&o.seed, "seed", 1, "workload seed (equal seeds give identical records)")
+	fs.StringVar(&o.expected, "expected", "", "write the expected final state (JSON) to this file (required)")
+	fs.StringVar(&o.tablesConfig, "tables-config", "", "write a service config fragment (YAML, sink.tables) with the tables' keys and column types to this file")
+	fs.Float64Var(&o.rate, "rate", 0, "records per second; 0 sends as fast as the stream accepts")
+	fs.StringVar(&o.region, "region", "", "AWS region (default: $AWS_REGION, else us-east-1)")
+	fs.BoolVar(&o.timestampTZ, "timestamptz", false, "render DATETIME columns as timestamptz in the expected state (must match sink.timestamptz)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	switch {
+	case o.stream == "":
+		return errors.New("--stream is required")
+	case o.expected == "":
+		return errors.New("--expected is required")
+	case o.shards < 1:
+		return fmt.Errorf("--shards must be at least 1, got %d", o.shards)
+	case o.changes < 0:
+		return fmt.Errorf("--changes must not be negative, got %d", o.changes)
+	case o.loadRows < 0:
+		return fmt.Errorf("--load-rows must not be negative, got %d", o.loadRows)
+	case o.rate < 0:
+		return fmt.Errorf("--rate must not be negative, got %g", o.rate)
+	}
+
+	gen := workload.New(workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ})
+	// The expected state is written first: it also proves that every generated value converts.
+	exp, err := gen.Expected()
+	if err != nil {
+		return err
+	}
+	if err := writeExpected(o.expected, exp); err != nil {
+		return err
+	}
+	if o.tablesConfig != "" {
+		if err := writeTablesConfig(o.tablesConfig, o.timestampTZ); err != nil {
+			return err
+		}
+	}
+
+	client, err := kinesisClient(ctx, o.region)
+	if err != nil {
+		return err
+	}
+	if err := ensureStream(ctx, client, o.stream, int32(o.shards), os.Stderr); err != nil {
+		return err
+	}
+	total := 5 + 4*o.loadRows + o.changes
+	s := &sender{api: client, stream: o.stream, rate: o.rate, out: os.Stderr, total: total}
+	err = s.send(ctx, gen.Messages())
+	s.summary()
+	if err != nil {
+		return fmt.Errorf("stream %s: %w", o.stream, err)
+	}
+	fmt.Fprintf(os.Stderr, "gen: expected state written to %s\n", o.expected)
+	return nil
+}
+
+func kinesisClient(ctx context.Context, region string) (*kinesis.Client, error) {
+	var opts []func(*awsconfig.LoadOptions) error
+	if region != "" {
+		opts = append(opts, awsconfig.WithRegion(region))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("load AWS configuration: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	return kinesis.NewFromConfig(cfg), nil
+}
+
+// writeFileAtomic writes data to a temporary file next to path and renames it into place.
+func writeFileAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	_, werr := f.Write(data)
+	cerr := f.Close()
+	if werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Chmod(f.Name(), 0o644)
+	}
+	if werr == nil {
+		werr = os.Rename(f.Name(), path)
+	}
+	if werr != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write %s: %w", path, werr)
+	}
+	return nil
+}
+
+func writeExpected(path string, exp workload.Expected) error {
+	var b bytes.Buffer
+	if err := exp.Encode(&b); err != nil {
+		return fmt.Errorf("encode expected state: %w", err)
+	}
+	return writeFileAtomic(path, b.Bytes())
+}
+
+// tablesFragment is the part of the service configuration that gen writes: sink.tables (and
+// sink.timestamptz when it is on), in the YAML shape loadConfig reads.
+type tablesFragment struct {
+	Sink struct {
+		TimestampTZ bool                            `yaml:"timestamptz,omitempty"`
+		Tables      map[string]workload.TableConfig `yaml:"tables"`
+	} `yaml:"sink"`
+}
+
+func tablesConfigYAML(timestampTZ bool) ([]byte, error) {
+	var f tablesFragment
+	f.Sink.TimestampTZ = timestampTZ
+	f.Sink.Tables = workload.TableConfigs()
+	var b bytes.Buffer
+	b.WriteString("# Written by 'dms2iceberg gen': keys and column types of the generated tables, equal to\n" +
+		"# their DMS create-table records. Merge the sink section into the service configuration.\n")
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(&f); err != nil {
+		return nil, fmt.Errorf("encode tables config: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode tables config: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+func writeTablesConfig(path string, timestampTZ bool) error {
+	b, err := tablesConfigYAML(timestampTZ)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(path, b)
+}
+
+// kinesisAPI is the part of the Kinesis client gen uses.
+type kinesisAPI interface {
+	putRecordsAPI
+	kinesis.DescribeStreamAPIClient
+	DescribeStreamSummary(ctx context.Context, in *kinesis.DescribeStreamSummaryInput, optFns ...func(*kinesis.Options)) (*kinesis.DescribeStreamSummaryOutput, error)
+	CreateStream(ctx context.Context, in *kinesis.CreateStreamInput, optFns ...func(*kinesis.Options)) (*kinesis.CreateStreamOutput, error)
+}
+
+type putRecordsAPI interface {
+	PutRecords(ctx context.Context, in *kinesis.PutRecordsInput, optFns ...func(*kinesis.Options)) (*kinesis.PutRecordsOutput, error)
+}
+
+// ensureStream creates the stream with shards shards unless it exists, and waits until it is
+// ACTIVE.
+func ensureStream(ctx context.Context, api kinesisAPI, name string, shards int32, out io.Writer) error {
+	sum, err := api.DescribeStreamSummary(ctx, &kinesis.DescribeStreamSummaryInput{StreamName: aws.String(name)})
+	var notFound *ktypes.ResourceNotFoundException
+	switch {
+	case err == nil:
+		d := sum.StreamDescriptionSummary
+		fmt.Fprintf(out, "gen: stream %s exists (%s, %d open shards)\n", name, d.StreamStatus, aws.ToInt32(d.OpenShardCount))
+		if d.StreamStatus == ktypes.StreamStatusActive {
+			return nil
+		}
+	case errors.As(err, &notFound):
+		_, err := api.CreateStream(ctx, &kinesis.CreateStreamInput{StreamName: aws.String(name), ShardCount: aws.Int32(shards)})
+		var inUse *ktypes.ResourceInUseException
+		if err != nil && !errors.As(err, &inUse) {
+			return fmt.Errorf("create stream %s: %w", name, err)
+		}
+		fmt.Fprintf(out, "gen: created stream %s with %d shards\n", name, shards)
+	default:
+		return fmt.Errorf("describe stream %s: %w", name, err)
+	}
+	w := kinesis.NewStreamExistsWaiter(api, func(o *kinesis.StreamExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 200*time.Millisecond, 2*time.Second
+	})
+	if err := w.Wait(ctx, &kinesis.DescribeStreamInput{StreamName: aws.String(name)}, 5*time.Minute); err != nil {
+		return fmt.Errorf("wait for stream %s to become ACTIVE: %w", name, err)
+	}
+	return nil
+}
+
+// sender writes messages with PutRecords, one request at a time, in order.
+//
+// Records that fail inside a successful request are sent again at the head of the next request,
+// in their original order, ahead of every record not yet sent; a record that succeeded is never
+// sent again (a duplicate would be a duplicate row in a keyless table). If a record failed while
+// a later record with the same partition key succeeded in the same request, re-sending it would
+// put it behind its successor on the shard, so the sender stops with an error instead.
+type sender struct {
+	api    putRecordsAPI
+	stream string
+	// rate limits records per second taken from the source (0: unlimited).
+	rate float64
+	out  io.Writer
+	// total is the number of records expected, for progress lines (0: unknown).
+	total int
+	// sleep waits for d or until ctx is done; tests replace it.
+	sleep func(ctx context.Context, d time.Duration) error
+	// now returns the current time; tests replace it.
+	now func() time.Time
+	// maxStalls bounds consecutive requests in which nothing succeeded. Default 40.
+	maxStalls int
+
+	start    time.Time
+	taken    int // records pulled from the source
+	sent     int // records accepted by Kinesis
+	requests int
+	retried  int // records sent again after a failure
+	counts   map[string]map[string]int
+	lastLog  time.Time
+}
+
+func defaultSleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+func recordSize(m workload.Message) int { return len(m.Data) + len(m.PartitionKey) }
+
+// send writes every message of src to the stream.
+func (s *sender) send(ctx context.Context, src iter.Seq[workload.Message]) error {
+	if s.sleep == nil {
+		s.sleep = defaultSleep
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.maxStalls == 0 {
+		s.maxStalls = 40
+	}
+	s.counts = map[string]map[string]int{}
+	s.start = s.now()
+	s.lastLog = s.start
+	next, stop := iter.Pull(src)
+	defer stop()
+
+	var pending []workload.Message // failed records, in order, to go first
+	var peeked *workload.Message   // taken from the source but not fitting the last batch
+	exhausted := false
+	stalls := 0
+	backoff := 100 * time.Millisecond
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		// Assemble a batch: failed records first, then new ones within the rate budget.
+		batch := make([]workload.Message, 0, maxBatchRecords)
+		size := 0
+		for len(pending) > 0 && len(batch) < maxBatchRecords && size+recordSize(pending[0]) <= maxBatchBytes {
+			size += recordSize(pending[0])
+			batch = append(batch, pending[0])
+			pending = pending[1:]
+		}
+		budget := maxBatchRecords
+		if s.rate > 0 && len(pending) == 0 {
+			budget = s.rateBudget()
+			if budget == 0 && len(batch) == 0 && (peeked != nil || !exhausted) {
+				wait := time.Duration(float64(time.Second) / s.rate)
+				if err := s.sleep(ctx, min(wait, time.Second)); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		for added := 0; len(pending) == 0 && len(batch) < maxBatchRecords && added < budget; added++ {
+			var m workload.Message
+			if peeked != nil {
+				m, peeked = *peeked, nil
+			} else {
+				if exhausted {
+					break
+				}
+				var ok bool
+				if m, ok = next(); !ok {
+					exhausted = true
+					break
+				}
+				s.taken++
+				if recordSize(m) > maxRecordBytes {
+					return fmt.Errorf("record for %s is %d bytes, above the Kinesis limit of %d", m.Table, recordSize(m), maxRecordBytes)
+				}
+			}
+			if size+recordSize(m) > maxBatchBytes {
+				peeked = &m
+				break
+			}
+			size += recordSize(m)
+			batch = append(batch, m)
+		}
+		if len(batch) == 0 {
+			if exhausted && peeked == nil && len(pending) == 0 {
+				return nil
+			}
+			continue
+		}
+
+		failed, err := s.put(ctx, batch)
+		if err != nil {
+			return err
+		}
+		s.progress(false)
+		if len(failed) == 0 {
+			stalls, backoff = 0, 100*time.Millisecond
+			continue
+		}
+		if len(failed) == len(batch) {
+			if stalls++; stalls >= s.maxStalls {
+				return fmt.Errorf("no record accepted in %d consecutive PutRecords requests; giving up with %d records sent", stalls, s.sent)
+			}
+		} else {
+			stalls = 0
+		}
+		s.retried += len(failed)
+		pending = append(failed, pending...)
+		if err := s.sleep(ctx, backoff); err != nil {
+			return err
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+// rateBudget returns how many new records may be taken now to stay at s.rate on average.
+func (s *sender) rateBudget() int {
+	allowed := int(s.rate*s.now().Sub(s.start).Seconds()) + 1 - s.taken
+	if allowed < 0 {
+		return 0
+	}
+	// Smooth the flow: at most a tenth of a second's worth (at least one record) per request.
+	return min(allowed, max(1, int(s.rate/10)))
+}
+
+// put sends one PutRecords request and returns the records that must be sent again. Whole-request
+// failures are retried (all records returned) only when the request certainly wrote nothing;
+// otherwise it is unknown which records were written and the error is returned.
+func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.Message, error) {
+	entries := make([]ktypes.PutRecordsRequestEntry, len(batch))
+	for i, m := range batch {
+		entries[i] = ktypes.PutRecordsRequestEntry{Data: m.Data, PartitionKey: aws.String(m.PartitionKey)}
+	}
+	s.requests++
+	// The SDK's own retries are off: a retried request whose first attempt was in fact
+	// written would duplicate records.
+	out, err := s.api.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(s.stream), Records: entries},
+		func(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} })
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if nothingWritten(err) {
+			return batch, nil
+		}
+		return nil, fmt.Errorf("PutRecords of %d records failed and it is unknown which were written (re-sending could duplicate them): %w", len(batch), err)
+	}
+	if len(out.Records) != len(batch) {
+		return nil, fmt.Errorf("PutRecords answered %d results for %d records", len(out.Records), len(batch))
+	}
+	// A failed record must not be re-sent behind a later record with the same key that
+	// succeeded.
+	lastOK := map[string]int{}
+	for i, r := range out.Records {
+		if r.ErrorCode == nil {
+			lastOK[batch[i].PartitionKey] = i
+		}
+	}
+	var failed []workload.Message
+	for i, r := range out.Records {
+		m := batch[i]
+		if r.ErrorCode != nil {
+			if j, ok := lastOK[m.PartitionKey]; ok && j > i {
+				return nil, fmt.Errorf("record %d of a PutRecords request (partition key %s) failed with %s (%s) while record %d with the same partition key succeeded; "+
+					"re-sending it would place it after its successor on the shard and break per-key order, so generation stops",
+					i, m.PartitionKey, aws.ToString(r.ErrorCode), aws.ToString(r.ErrorMessage), j)
+			}
+			failed = append(failed, m)
+			continue
+		}
+		s.sent++
+		op := m.Op
+		if m.KeyChange {
+			op = "pk-change"
+		}
+		if s.counts[m.Table] == nil {
+			s.counts[m.Table] = map[string]int{}
+		}
+		s.counts[m.Table][op]++
+	}
+	return failed, nil
+}
+
+// nothingWritten reports whether a failed PutRecords request certainly wrote no record: the
+// service rejected it as a whole (throttling, limits, validation), or it was never sent.
+func nothingWritten(err error) bool {
+	var apiErr smithy.APIError
+	if errors.As(err, &apiErr) {
+		switch apiErr.ErrorCode() {
+		case "ProvisionedThroughputExceededException", "LimitExceededException", "ThrottlingException",
+			"KMSThrottlingException", "RequestLimitExceeded", "SlowDown":
+			return true
+		}
+		return false
+	}
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	var dnsErr *net.DNSError
+	return errors.As(err, &dnsErr)
+}
+
+func (s *sender) progress(force bool) {
+	now := s.now()
+	if !force && now.Sub(s.lastLog) < 2*time.Second {
+		return
+	}
+	s.lastLog = now
+	el := now.Sub(s.start).Seconds()
+	of := ""
+	if s.total > 0 {
+		of = fmt.Sprintf("/%d", s.total)
+	}
+	fmt.Fprintf(s.out, "gen: %d%s records sent, %.0f records/s, %d requests, %d records re-sent\n",
+		s.sent, of, float64(s.sent)/max(el, 1e-9), s.requests, s.retried)
+}
+
+func (s *sender) summary() {
+	if s.counts == nil {
+		return
+	}
+	el := s.now().Sub(s.start)
+	fmt.Fprintf(s.out, "gen: stream %s: %d records in %s (%.0f records/s), %d PutRecords requests, %d records re-sent after a failure\n",
+		s.stream, s.sent, el.Round(time.Millisecond), float64(s.sent)/max(el.Seconds(), 1e-9), s.requests, s.retried)
+	tables := make([]string, 0, len(s.counts))
+	for t := range s.counts {
+		tables = append(tables, t)
+	}
+	sort.Strings(tables)
+	order := []string{"create-table", "load", "insert", "update", "pk-change", "delete"}
+	for _, t := range tables {
+		var b strings.Builder
+		n := 0
+		for _, op := range order {
+			if c := s.counts[t][op]; c > 0 {
+				fmt.Fprintf(&b, " %s=%d", op, c)
+				n += c
+			}
+		}
+		name := t
+		if strings.HasPrefix(t, ".") {
+			name = t[1:] + " (DMS control table)"
+		}
+		fmt.Fprintf(s.out, "  %-45s total=%d%s\n", name, n, b.String())
+	}
+}

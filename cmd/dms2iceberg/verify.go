@@ -1,0 +1,427 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+func init() { commands["verify"] = runVerify }
+
+const verifyUsage = `usage: dms2iceberg verify --config FILE --expected FILE [flags]
+
+Compares the Iceberg tables of the service's catalog with an expected-state file written by
+'dms2iceberg gen'. Keyed tables compare by key (missing, unexpected and duplicate keys,
+differing columns), keyless tables as multisets of rows. Exits 1 on any difference.
+
+flags:
+`
+
+func runVerify(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), verifyUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", "", "service configuration file (its catalog is read; environment overrides apply)")
+	expPath := fs.String("expected", "", "expected-state file written by gen (required)")
+	maxDiffs := fs.Int("max-diffs", 10, "differences printed per table")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if *expPath == "" {
+		return errors.New("--expected is required")
+	}
+	return verify(ctx, *cfgPath, *expPath, *maxDiffs, os.Stdout)
+}
+
+func readExpected(path string) (workload.Expected, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return workload.Expected{}, fmt.Errorf("read expected state: %w", err)
+	}
+	defer f.Close()
+	exp, err := workload.DecodeExpected(f)
+	if err != nil {
+		return exp, fmt.Errorf("%s: %w", path, err)
+	}
+	return exp, nil
+}
+
+// verify compares every expected table and writes a report to out. It returns exitCode(1) when
+// anything differs and an error when the comparison itself could not be done.
+func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.Writer) error {
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		return err
+	}
+	exp, err := readExpected(expPath)
+	if err != nil {
+		return err
+	}
+	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
+	if err != nil {
+		return err
+	}
+	if c, ok := cat.(io.Closer); ok {
+		defer c.Close()
+	}
+	differing := 0
+	for _, et := range exp.Tables {
+		et.Namespace, et.Name = targetTable(cfg.Sink, et)
+		res, err := verifyTable(ctx, cat, et)
+		if err != nil {
+			return fmt.Errorf("verify %s.%s: %w", et.Namespace, et.Name, err)
+		}
+		res.print(out, et, maxDiffs)
+		if !res.ok() {
+			differing++
+		}
+	}
+	if differing > 0 {
+		fmt.Fprintf(out, "verify: %d of %d tables differ\n", differing, len(exp.Tables))
+		return exitCode(1)
+	}
+	fmt.Fprintf(out, "verify: all %d tables match\n", len(exp.Tables))
+	return nil
+}
+
+// targetTable resolves where the service writes a source table, as the sink does: a per-table
+// namespace and name from sink.tables win over sink.namespace, which wins over the expected
+// file's namespace and name (the source schema and table).
+func targetTable(sc sink.Config, et workload.ExpectedTable) (string, string) {
+	ns, name := et.Namespace, et.Name
+	if sc.Namespace != "" {
+		ns = sc.Namespace
+	}
+	if tc, ok := sc.Tables[et.Source]; ok {
+		if tc.Namespace != "" {
+			ns = tc.Namespace
+		}
+		if tc.Name != "" {
+			name = tc.Name
+		}
+	}
+	return ns, name
+}
+
+// tableResult is the outcome of comparing one table.
+type tableResult struct {
+	missing bool // the table does not exist
+	rows    int  // rows in the table
+	// diffs lists every difference; the counters classify the row differences.
+	diffs                                       []string
+	missingKeys, unexpected, duplicates, differ int
+	schemaDiffs                                 int
+}
+
+func (r *tableResult) ok() bool { return len(r.diffs) == 0 }
+
+func (r *tableResult) print(out io.Writer, et workload.ExpectedTable, maxDiffs int) {
+	name := et.Namespace + "." + et.Name
+	if r.ok() {
+		fmt.Fprintf(out, "table %s: rows=%d expected=%d ok\n", name, r.rows, len(et.Rows))
+		return
+	}
+	var why []string
+	if r.missing {
+		why = append(why, "table does not exist")
+	}
+	for _, c := range []struct {
+		n    int
+		what string
+	}{
+		{r.schemaDiffs, "column differences"}, {r.missingKeys, "missing keys"}, {r.unexpected, "unexpected keys"},
+		{r.duplicates, "duplicate keys"}, {r.differ, "differing rows"},
+	} {
+		if c.n > 0 {
+			why = append(why, fmt.Sprintf("%d %s", c.n, c.what))
+		}
+	}
+	if len(et.Key) == 0 && !r.missing && r.differ > 0 {
+		why[len(why)-1] = fmt.Sprintf("%d distinct rows with a different count", r.differ)
+	}
+	fmt.Fprintf(out, "table %s: rows=%d expected=%d DIFF (%s)\n", name, r.rows, len(et.Rows), strings.Join(why, ", "))
+	for i, d := range r.diffs {
+		if i == maxDiffs {
+			fmt.Fprintf(out, "  ... %d more\n", len(r.diffs)-maxDiffs)
+			break
+		}
+		fmt.Fprintf(out, "  %s\n", d)
+	}
+}
+
+// verifyTable loads, scans and compares one table.
+func verifyTable(ctx context.Context, cat catalog.Catalog, et workload.ExpectedTable) (*tableResult, error) {
+	tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
+	if errors.Is(err, catalog.ErrNoSuchTable) || errors.Is(err, catalog.ErrNoSuchNamespace) {
+		return &tableResult{missing: true, diffs: []string{"table does not exist"}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load table: %w", err)
+	}
+	res := &tableResult{}
+	schema := tbl.Schema()
+	types := make([]iceberg.Type, len(et.Columns))
+	var selected []string
+	for i, c := range et.Columns {
+		f, ok := schema.FindFieldByName(c.Name)
+		if !ok {
+			res.schemaDiffs++
+			res.diffs = append(res.diffs, fmt.Sprintf("column %s (%s) does not exist", c.Name, c.Type))
+			continue
+		}
+		if got := f.Type.String(); got != c.Type {
+			res.schemaDiffs++
+			res.diffs = append(res.diffs, fmt.Sprintf("column %s has type %s, want %s", c.Name, got, c.Type))
+		}
+		types[i] = f.Type
+		selected = append(selected, c.Name)
+	}
+	var rows [][]*string
+	if len(selected) > 0 {
+		rows, err = scanRendered(ctx, tbl, et, types, selected)
+		if err != nil {
+			return nil, err
+		}
+	}
+	res.rows = len(rows)
+	present := make([]bool, len(types))
+	for i, t := range types {
+		present[i] = t != nil
+	}
+	compareRows(res, et, rows, present)
+	return res, nil
+}
+
+// scanRendered reads the selected columns of the table's current snapshot and renders every
+// value with dms.RenderArrow; rows are aligned with et.Columns (nil where a column is absent).
+func scanRendered(ctx context.Context, tbl *table.Table, et workload.ExpectedTable, types []iceberg.Type, selected []string) ([][]*string, error) {
+	if tbl.CurrentSnapshot() == nil {
+		return nil, nil // created but never written
+	}
+	_, recs, err := tbl.Scan(table.WithSelectedFields(selected...)).ToArrowRecords(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plan scan: %w", err)
+	}
+	var rows [][]*string
+	var iterErr error
+	for rec, err := range recs {
+		if err != nil {
+			iterErr = err
+			break
+		}
+		idx := make([]int, len(et.Columns))
+		for i, c := range et.Columns {
+			idx[i] = -1
+			if types[i] != nil {
+				if f := rec.Schema().FieldIndices(c.Name); len(f) > 0 {
+					idx[i] = f[0]
+				}
+			}
+		}
+		for r := 0; r < int(rec.NumRows()); r++ {
+			row := make([]*string, len(et.Columns))
+			for i, ci := range idx {
+				if ci < 0 {
+					continue
+				}
+				if s, ok := dms.RenderArrow(rec.Column(ci), r, types[i]); ok {
+					row[i] = &s
+				}
+			}
+			rows = append(rows, row)
+		}
+		rec.Release()
+	}
+	if iterErr != nil {
+		return nil, fmt.Errorf("scan: %w", iterErr)
+	}
+	return rows, nil
+}
+
+// compareRows compares scanned rows with the expected ones, considering only the columns marked
+// present, and records the differences in res.
+func compareRows(res *tableResult, et workload.ExpectedTable, got [][]*string, present []bool) {
+	keyIdx := et.KeyIndexes()
+	for _, k := range keyIdx {
+		if !present[k] {
+			res.diffs = append(res.diffs, "key column "+et.Columns[k].Name+" is missing: rows not compared")
+			return
+		}
+	}
+	if len(keyIdx) == 0 {
+		compareMultiset(res, et, got, present)
+		return
+	}
+	keyText := func(row []*string) string {
+		parts := make([]string, len(keyIdx))
+		for i, k := range keyIdx {
+			parts[i] = et.Columns[k].Name + "=" + showValue(row[k])
+		}
+		return strings.Join(parts, ",")
+	}
+	want := make(map[string][]*string, len(et.Rows))
+	var wantOrder []string
+	for _, row := range et.Rows {
+		k := keyText(row)
+		if _, dup := want[k]; !dup {
+			wantOrder = append(wantOrder, k)
+		}
+		want[k] = row
+	}
+	have := make(map[string][][]*string, len(got))
+	var haveOrder []string
+	for _, row := range got {
+		k := keyText(row)
+		if _, seen := have[k]; !seen {
+			haveOrder = append(haveOrder, k)
+		}
+		have[k] = append(have[k], row)
+	}
+	sort.Strings(haveOrder) // scan order is not deterministic
+
+	for _, k := range haveOrder {
+		if n := len(have[k]); n > 1 {
+			res.duplicates++
+			res.diffs = append(res.diffs, fmt.Sprintf("duplicate key %s: %d rows", k, n))
+		}
+	}
+	for _, k := range wantOrder {
+		if _, ok := have[k]; !ok {
+			res.missingKeys++
+			res.diffs = append(res.diffs, fmt.Sprintf("missing key %s", k))
+		}
+	}
+	for _, k := range haveOrder {
+		if _, ok := want[k]; !ok {
+			res.unexpected++
+			res.diffs = append(res.diffs, fmt.Sprintf("unexpected key %s: %s", k, showRow(et, have[k][0], present)))
+		}
+	}
+	for _, k := range wantOrder {
+		rows, ok := have[k]
+		if !ok {
+			continue
+		}
+		w := want[k]
+		for _, g := range rows {
+			var cols []string
+			for i := range et.Columns {
+				if present[i] && !equalValue(g[i], w[i]) {
+					cols = append(cols, fmt.Sprintf("%s got %s want %s", et.Columns[i].Name, showValue(g[i]), showValue(w[i])))
+				}
+			}
+			if len(cols) > 0 {
+				res.differ++
+				res.diffs = append(res.diffs, fmt.Sprintf("key %s: %s", k, strings.Join(cols, "; ")))
+				break
+			}
+		}
+	}
+}
+
+// compareMultiset compares a keyless table: every distinct row must occur as often as expected.
+func compareMultiset(res *tableResult, et workload.ExpectedTable, got [][]*string, present []bool) {
+	rowKey := func(row []*string) string {
+		var b strings.Builder
+		for i, v := range row {
+			if !present[i] {
+				continue
+			}
+			if v == nil {
+				b.WriteString("\x00N")
+			} else {
+				b.WriteString("\x00S")
+				b.WriteString(*v)
+			}
+		}
+		return b.String()
+	}
+	type entry struct {
+		row        []*string
+		want, have int
+	}
+	counts := map[string]*entry{}
+	var order []string
+	add := func(row []*string, isWant bool) {
+		k := rowKey(row)
+		e := counts[k]
+		if e == nil {
+			e = &entry{row: row}
+			counts[k] = e
+			order = append(order, k)
+		}
+		if isWant {
+			e.want++
+		} else {
+			e.have++
+		}
+	}
+	for _, row := range et.Rows {
+		add(row, true)
+	}
+	for _, row := range got {
+		add(row, false)
+	}
+	sort.Strings(order)
+	for _, k := range order {
+		e := counts[k]
+		if e.want != e.have {
+			res.differ++
+			res.diffs = append(res.diffs, fmt.Sprintf("row %s: %d in table, %d expected", showRow(et, e.row, present), e.have, e.want))
+		}
+	}
+}
+
+func equalValue(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func showValue(v *string) string {
+	if v == nil {
+		return "null"
+	}
+	s := *v
+	if len(s) > 60 {
+		n := 60
+		for n > 0 && s[n]&0xC0 == 0x80 {
+			n--
+		}
+		return strconv.Quote(s[:n]) + "…"
+	}
+	return strconv.Quote(s)
+}
+
+func showRow(et workload.ExpectedTable, row []*string, present []bool) string {
+	parts := make([]string, 0, len(row))
+	for i, v := range row {
+		if present[i] {
+			parts = append(parts, et.Columns[i].Name+"="+showValue(v))
+		}
+	}
+	return "{" + strings.Join(parts, ", ") + "}"
+}

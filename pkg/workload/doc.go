@@ -1,0 +1,72 @@
+// Package workload owns the model of a source database whose changes AWS DMS writes to Kinesis:
+// it generates the DMS records of a reproducible workload (deterministic from a seed) and the
+// state every target table must end in. It does no I/O; `dms2iceberg gen` writes its messages to
+// a stream and `dms2iceberg verify` compares the Iceberg tables with its expected state.
+//
+// # The source database (schema shop)
+//
+//   - customers (id INT4 pk, name WSTRING(64), email WSTRING(128), balance NUMERIC(12,2),
+//     active BOOLEAN, created_at DATETIME): load, insert, update, delete and primary-key changes.
+//     Load and CDC records use partition-key-type schema-table (Kinesis partition key
+//     "shop.customers"): an object-mapping rule that keeps every version of a key on one shard,
+//     which is what makes primary-key changes safe. Deletes carry the key and nulls, as
+//     PostgreSQL with the default replica identity and IncludeNullAndEmpty=true does.
+//   - order_items (order_id INT8, line_no INT4 composite pk, sku WSTRING(32), qty INT4,
+//     price NUMERIC(10,2), note NCLOB): load, insert, update, delete, never a key change (the key
+//     would move between shards). Partition-key-type primary-key for load and CDC (ParallelApply
+//     style); partition-key-value and Kinesis partition key "shop.order_items.<order_id>.<line_no>".
+//     A note that is and stays NULL is sometimes left out of an update image.
+//   - events (event_time DATETIME with 6 fractional digits, kind WSTRING(32), payload NCLOB with
+//     JSON text): no primary key (the table-def has none), load and insert only; partition key
+//     "shop.events".
+//   - types (id INT8 pk plus one column per DMS type family: INT1/2/4/8, UINT1/2/4/8 with UINT8
+//     values above 2^63, REAL4/REAL8 holding exact multiples of 0.25, NUMERIC(38,10) and
+//     NUMERIC(5,0) with negatives, DATE, TIME, DATETIME with 0/3/6 fractional digits, BLOB as
+//     0x-prefixed upper-case hex, BOOLEAN as JSON true/false or "t"/"f", WSTRING with non-ASCII
+//     and control characters, NCLOB JSON): load, insert, update, delete; partition key
+//     "shop.types".
+//
+// # The records
+//
+// Messages come in the order a DMS task with these endpoint settings writes them:
+// IncludeControlDetails, IncludePartitionValue, PartitionIncludeSchemaTable, IncludeNullAndEmpty
+// (NULL is an explicit null), UseLargeIntegerValue, BeforeImageSettings{FieldName: before-image,
+// ColumnFilter: pk-only}. First create-table control records (partition-key-type task-id,
+// partition-key-value = the task id, Kinesis partition key "<task>.shop.<table>") for DMS's own
+// awsdms_apply_exceptions table (schema-name "", Kinesis partition key "<task>") and for the four
+// tables; then the full load (operation load, no transaction fields), interleaved between
+// tables; then CDC records grouped in transactions of one to four records, each with a
+// transaction-id, and for about half of the transactions the IncludeTransactionDetails fields
+// (transaction-record-id, prev-transaction-id, prev-transaction-record-id, commit-timestamp,
+// stream-position). Every update carries a before-image: {} when the key did not change,
+// {"id": <old>} when it did. Each record is printed at random as MessageFormat json (DMS's
+// cJSON formatting: tabs) or json-unformatted (one line plus a newline). NUMERIC values appear
+// with all scale digits, with trailing zeros trimmed, or padded to six fractional digits.
+//
+// # The expected-state file
+//
+// Expected.Encode writes JSON with one line per table header and one line per row
+// (DecodeExpected reads any JSON layout):
+//
+//	{"version":1,"seed":1,"load_rows":1000,"changes":20000,"timestamptz":false,"tables":[
+//	{"source":"shop.customers","namespace":"shop","name":"customers","key":["id"],
+//	 "columns":[{"name":"id","type":"int"},...,{"name":"balance","type":"decimal(12, 2)"},...],"rows":[
+//	["1","Fatima 田中","user1.507@example.org","7.05","true","2011-05-13T21:10:44.399074"],
+//	["7","Zoë Rossi",null,null,"false",null]]},
+//	{"source":"shop.events",...,"key":[],...}]}
+//
+// (The table header is a single line; it is wrapped above.) version is 1. Per table: source is
+// the DMS "schema.table"; namespace and name the Iceberg table under the sink's default naming
+// (verify applies sink.namespace and sink.tables overrides of the service configuration); key
+// the primary-key columns, empty for a keyless table; columns in table-def order with
+// iceberg.Type.String() of dms.IcebergType for the table-def column; rows one array per row,
+// aligned with columns, holding dms.Render(t, dms.Convert(t, v)) of the value last written for
+// each column, or null. Keyed tables are sorted by key and compare by key; keyless tables are
+// sorted by their text and compare as a multiset. timestamptz records the DATETIME mapping the
+// file was rendered for (sink.timestamptz must match).
+//
+// # Concurrency
+//
+// A Generator is immutable and safe for concurrent use; every Messages, Stream or Expected call
+// runs its own model, and the sequences it yields are not safe for concurrent iteration.
+package workload

@@ -1,0 +1,787 @@
+package workload
+
+import (
+	"context"
+	"encoding/base32"
+	"encoding/binary"
+	"fmt"
+	"iter"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Config configures a Generator. The zero value is valid: no load, no changes.
+type Config struct {
+	// Seed makes the workload reproducible: equal configs produce byte-identical messages.
+	Seed int64
+	// Changes is the number of CDC data records written after the full load. Default 0.
+	Changes int
+	// LoadRows is the number of rows of each table's full load. Default 0.
+	LoadRows int
+	// TaskID is the DMS task id written to control records. Default: 26 base32 characters
+	// derived from Seed.
+	TaskID string
+	// Start is the time of the first record (metadata.timestamp). Default 2025-06-01T00:00:00Z.
+	Start time.Time
+	// TimestampTZ must equal the sink's timestamptz setting: it selects the Iceberg type of
+	// DATETIME columns in the expected state. Default false (timestamp).
+	TimestampTZ bool
+}
+
+func (c Config) withDefaults() Config {
+	if c.TaskID == "" {
+		var b [16]byte
+		binary.BigEndian.PutUint64(b[:8], uint64(c.Seed)*0x9E3779B97F4A7C15)
+		binary.BigEndian.PutUint64(b[8:], uint64(c.Seed)^0xD1B54A32D192ED03)
+		c.TaskID = base32.StdEncoding.WithPadding(base32.NoPadding).EncodeToString(b[:])[:26]
+	}
+	if c.Start.IsZero() {
+		c.Start = time.Date(2025, 6, 1, 0, 0, 0, 0, time.UTC)
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	if c.Changes < 0 {
+		return fmt.Errorf("workload: Changes must not be negative, got %d", c.Changes)
+	}
+	if c.LoadRows < 0 {
+		return fmt.Errorf("workload: LoadRows must not be negative, got %d", c.LoadRows)
+	}
+	return nil
+}
+
+// Message is one Kinesis record as DMS would put it.
+type Message struct {
+	// PartitionKey is the Kinesis partition key.
+	PartitionKey string
+	// Data is the DMS JSON document.
+	Data []byte
+	// Table is "schema.table" of the record ("." + awsdms_apply_exceptions for DMS's own
+	// table); informational, not part of the Kinesis record.
+	Table string
+	// Op is metadata.operation (create-table, load, insert, update, delete).
+	Op string
+	// KeyChange marks an update that changes the primary key.
+	KeyChange bool
+}
+
+// Generator produces the workload of a Config. Its methods are safe for concurrent use; each
+// iteration runs its own model.
+type Generator struct {
+	cfg Config
+}
+
+// New returns a Generator for cfg. It panics if cfg is invalid (see Config.Validate).
+func New(cfg Config) *Generator {
+	if err := cfg.Validate(); err != nil {
+		panic(err)
+	}
+	return &Generator{cfg: cfg.withDefaults()}
+}
+
+// Config returns the configuration with defaults applied.
+func (g *Generator) Config() Config { return g.cfg }
+
+// Messages returns the finite workload in the order it must be written: create-table control
+// records, the full load of every table (interleaved between tables), then cfg.Changes CDC
+// records. Every iteration yields the same sequence.
+func (g *Generator) Messages() iter.Seq[Message] {
+	return func(yield func(Message) bool) {
+		r := newRun(g.cfg, false)
+		r.produce(context.Background(), yield)
+	}
+}
+
+// Stream returns an endless workload for demos: the same start as Messages, then CDC records
+// until ctx is cancelled or the caller stops iterating. It is pull-based, so the caller sets the
+// pace. Table sizes stay bounded; the rows of the keyless table are not kept.
+func (g *Generator) Stream(ctx context.Context) iter.Seq[Message] {
+	return func(yield func(Message) bool) {
+		r := newRun(g.cfg, true)
+		r.produce(ctx, yield)
+	}
+}
+
+// Expected returns the final state of the finite workload (what Messages produces). It runs the
+// model to the end; the error reports a value that pkg/dms cannot convert, which would be a bug
+// in this generator or in the type mapping.
+func (g *Generator) Expected() (Expected, error) {
+	r := newRun(g.cfg, false)
+	r.produce(context.Background(), func(Message) bool { return true })
+	return r.expected()
+}
+
+// FinalRows returns the final rows of every modelled table of the finite workload, keyed by
+// "schema.table": values exactly as last written to the stream, in table-def column order. Rows
+// of keyed tables are in no particular order; keyless rows are in emission order.
+func (g *Generator) FinalRows() map[string][][]change.Value {
+	r := newRun(g.cfg, false)
+	r.produce(context.Background(), func(Message) bool { return true })
+	out := map[string][][]change.Value{}
+	for _, t := range r.tables {
+		out[t.def.source()] = t.finalRows()
+	}
+	return out
+}
+
+// tableState is the model of one table: its live rows, plus what the generator needs to choose
+// keys.
+type tableState struct {
+	def *tableDef
+	// rows holds the live rows of a keyed table by key text; keys lists the same keys for
+	// random choice, pos is each key's index in keys.
+	rows map[string][]change.Value
+	keys []string
+	pos  map[string]int
+	// keyless holds the rows of a keyless table in emission order (when kept).
+	keyless [][]change.Value
+	// deleted remembers recently deleted keys (bounded) so that some inserts reuse them.
+	deleted [][]change.Value
+	nextID  int64
+	// orders tracks order_items per order id.
+	orders map[int64]*orderInfo
+}
+
+type orderInfo struct {
+	live    int
+	maxLine int64
+}
+
+func (t *tableState) keyOf(row []change.Value) string {
+	if len(t.def.keyIdx) == 1 {
+		return row[t.def.keyIdx[0]].Text
+	}
+	parts := make([]string, len(t.def.keyIdx))
+	for i, k := range t.def.keyIdx {
+		parts[i] = row[k].Text
+	}
+	return strings.Join(parts, "|")
+}
+
+func (t *tableState) put(row []change.Value) {
+	k := t.keyOf(row)
+	if _, ok := t.rows[k]; !ok {
+		t.pos[k] = len(t.keys)
+		t.keys = append(t.keys, k)
+		if t.orders != nil {
+			t.order(row).live++
+		}
+	}
+	t.rows[k] = row
+}
+
+func (t *tableState) order(row []change.Value) *orderInfo {
+	id, _ := strconv.ParseInt(row[oOrderID].Text, 10, 64)
+	line, _ := strconv.ParseInt(row[oLineNo].Text, 10, 64)
+	o := t.orders[id]
+	if o == nil {
+		o = &orderInfo{}
+		t.orders[id] = o
+	}
+	o.maxLine = max(o.maxLine, line)
+	return o
+}
+
+func (t *tableState) remove(row []change.Value) {
+	k := t.keyOf(row)
+	i, ok := t.pos[k]
+	if !ok {
+		panic("workload: removing a key that is not live: " + k)
+	}
+	last := t.keys[len(t.keys)-1]
+	t.keys[i] = last
+	t.pos[last] = i
+	t.keys = t.keys[:len(t.keys)-1]
+	delete(t.pos, k)
+	delete(t.rows, k)
+	if t.orders != nil {
+		id, _ := strconv.ParseInt(row[oOrderID].Text, 10, 64)
+		if o := t.orders[id]; o != nil {
+			if o.live--; o.live <= 0 {
+				delete(t.orders, id)
+			}
+		}
+	}
+	keyVals := make([]change.Value, len(t.def.keyIdx))
+	for i, ki := range t.def.keyIdx {
+		keyVals[i] = row[ki]
+	}
+	if len(t.deleted) >= 256 {
+		t.deleted = t.deleted[1:]
+	}
+	t.deleted = append(t.deleted, keyVals)
+}
+
+func (t *tableState) live(k string) bool { _, ok := t.rows[k]; return ok }
+
+func (t *tableState) size() int {
+	if t.def.key == nil {
+		return len(t.keyless)
+	}
+	return len(t.keys)
+}
+
+// run is one pass of the model.
+type run struct {
+	cfg     Config
+	rng     *rand.Rand
+	endless bool
+	now     int64 // µs since the epoch
+	tables  []*tableState
+	buf     []byte
+
+	txID      int64
+	prevTxID  int64
+	prevTxRec int64
+	lsn       uint64
+}
+
+func newRun(cfg Config, endless bool) *run {
+	r := &run{
+		cfg:     cfg,
+		rng:     rand.New(rand.NewPCG(uint64(cfg.Seed), 0x6d73326963656265)),
+		endless: endless,
+		now:     cfg.Start.UnixMicro(),
+	}
+	for _, d := range tableDefs() {
+		t := &tableState{def: d, nextID: 1}
+		if d.key != nil {
+			t.rows, t.pos = map[string][]change.Value{}, map[string]int{}
+		}
+		if d.name == OrderItems {
+			t.orders = map[int64]*orderInfo{}
+			t.nextID = 1_000_000_000_000 // order ids beyond int32
+		}
+		r.tables = append(r.tables, t)
+	}
+	r.txID = 1000 + r.rng.Int64N(1_000_000)
+	r.lsn = uint64(0x2_0000_0000) + uint64(r.rng.Int64N(1<<30))
+	return r
+}
+
+// tick advances the model clock and returns metadata.timestamp for the next record: the clock
+// plus jitter, since DMS builds messages on several threads and the field is not monotonic.
+func (r *run) tick() string {
+	r.now += 50 + r.rng.Int64N(1500)
+	ts := r.now + r.rng.Int64N(600) - 300
+	t := time.UnixMicro(ts).UTC()
+	return t.Format("2006-01-02T15:04:05.000000Z")
+}
+
+func (r *run) produce(ctx context.Context, yield func(Message) bool) {
+	emit := func(m Message) bool {
+		if ctx.Err() != nil {
+			return false
+		}
+		return yield(m)
+	}
+	// Control records: DMS's own table first, then the modelled tables.
+	if !emit(r.createTable(applyExceptionsDef(), "")) {
+		return
+	}
+	for _, t := range r.tables {
+		if !emit(r.createTable(t.def, Schema)) {
+			return
+		}
+	}
+	if !r.load(emit) {
+		return
+	}
+	for n := 0; r.endless || n < r.cfg.Changes; {
+		limit := 1 + r.rng.IntN(4)
+		if !r.endless {
+			limit = min(limit, r.cfg.Changes-n)
+		}
+		if !r.transaction(limit, emit) {
+			return
+		}
+		n += limit
+	}
+}
+
+func (r *run) createTable(d *tableDef, schema string) Message {
+	cols := &object{}
+	for _, c := range d.columns {
+		o := &object{}
+		o.set("type", c.Type)
+		if c.Length > 0 {
+			o.set("length", c.Length)
+		}
+		if c.Precision > 0 {
+			o.set("precision", c.Precision)
+			o.set("scale", c.Scale)
+		}
+		o.set("nullable", c.Nullable)
+		cols.set(c.Name, o)
+	}
+	td := &object{}
+	td.set("columns", cols)
+	if d.key != nil {
+		td.set("primary-key", d.key)
+	}
+	meta := &object{}
+	meta.set("timestamp", r.tick())
+	meta.set("record-type", "control")
+	meta.set("operation", "create-table")
+	meta.set("partition-key-type", pkTaskID)
+	meta.set("partition-key-value", r.cfg.TaskID)
+	meta.set("schema-name", schema)
+	meta.set("table-name", d.name)
+	doc := &object{}
+	doc.set("control", (&object{}).set("table-def", td))
+	doc.set("metadata", meta)
+	// Kinesis partition key of a table-level control record: TaskId.schema.table (observed);
+	// DMS's own table has no schema, so it gets the task-level key.
+	pk := r.cfg.TaskID
+	if schema != "" {
+		pk += "." + schema + "." + d.name
+	}
+	return Message{PartitionKey: pk, Data: r.encode(doc), Table: schema + "." + d.name, Op: "create-table"}
+}
+
+func (r *run) encode(doc *object) []byte {
+	pretty := r.rng.IntN(2) == 0
+	r.buf = encode(r.buf[:0], doc, pretty)
+	return append([]byte(nil), r.buf...)
+}
+
+// load emits the full load: every table's rows, interleaved at random as parallel load
+// threads would.
+func (r *run) load(emit func(Message) bool) bool {
+	remaining := make([]int, len(r.tables))
+	total := 0
+	for i := range r.tables {
+		remaining[i] = r.cfg.LoadRows
+		total += r.cfg.LoadRows
+	}
+	for ; total > 0; total-- {
+		pick := r.rng.IntN(total)
+		i := 0
+		for pick >= remaining[i] {
+			pick -= remaining[i]
+			i++
+		}
+		remaining[i]--
+		t := r.tables[i]
+		row := r.newRow(t)
+		r.upsert(t, row)
+		if !emit(r.dataMessage(t, "load", row, nil, -1, nil, false)) {
+			return false
+		}
+	}
+	return true
+}
+
+// tx is the transaction a CDC record belongs to.
+type tx struct {
+	id       int64
+	details  bool
+	commitTS string
+	lsn      uint64
+	record   int64
+}
+
+// Table choice weights for CDC records: customers, order_items, events, types.
+var tableWeights = []int{30, 35, 20, 15}
+
+func (r *run) transaction(n int, emit func(Message) bool) bool {
+	r.txID += 1 + r.rng.Int64N(40)
+	r.lsn += uint64(0x100 + r.rng.IntN(0x4000))
+	x := &tx{
+		id: r.txID,
+		// IncludeTransactionDetails is modelled per transaction so that records with and
+		// without the details both occur.
+		details:  r.rng.IntN(2) == 0,
+		commitTS: time.UnixMicro(r.now).UTC().Truncate(time.Second).Format("2006-01-02T15:04:05.000000Z"),
+		lsn:      r.lsn,
+	}
+	for range n {
+		x.record++
+		w := r.rng.IntN(100)
+		i := 0
+		for w >= tableWeights[i] {
+			w -= tableWeights[i]
+			i++
+		}
+		if !emit(r.change(r.tables[i], x)) {
+			return false
+		}
+		r.prevTxID, r.prevTxRec = x.id, x.record
+	}
+	return true
+}
+
+// chooseOp picks an operation for a keyed table, steering its size towards the load size.
+func (r *run) chooseOp(t *tableState, pkChanges bool) string {
+	n, target := t.size(), max(r.cfg.LoadRows, 50)
+	if n == 0 {
+		return "insert"
+	}
+	ins, upd, pkc, del := 25, 45, 0, 20
+	if pkChanges {
+		pkc = 10
+	}
+	switch {
+	case n > 2*target:
+		ins, del = 10, 35
+	case n < target/2:
+		ins, del = 40, 5
+	}
+	w := r.rng.IntN(ins + upd + pkc + del)
+	switch {
+	case w < ins:
+		return "insert"
+	case w < ins+upd:
+		return "update"
+	case w < ins+upd+pkc:
+		return "pk-change"
+	}
+	return "delete"
+}
+
+func (r *run) randomRow(t *tableState) []change.Value {
+	return t.rows[t.keys[r.rng.IntN(len(t.keys))]]
+}
+
+// change produces one CDC record for table t and applies it to the model.
+func (r *run) change(t *tableState, x *tx) Message {
+	if t.def.key == nil {
+		row := r.newRow(t)
+		r.upsert(t, row)
+		return r.dataMessage(t, "insert", row, nil, -1, x, false)
+	}
+	switch op := r.chooseOp(t, t.def.name == Customers); op {
+	case "insert":
+		row := r.newRow(t)
+		r.upsert(t, row)
+		return r.dataMessage(t, "insert", row, nil, -1, x, false)
+	case "update":
+		old := r.randomRow(t)
+		row := r.updated(t, old)
+		omit := -1
+		// An NCLOB that stays NULL is sometimes left out of the image: absent and null then
+		// mean the same whether the consumer reads absence as NULL or as "unchanged".
+		if t.def.name == OrderItems && old[oNote].Kind == change.KindNull && row[oNote].Kind == change.KindNull && r.rng.IntN(2) == 0 {
+			omit = oNote
+		}
+		r.upsert(t, row)
+		return r.dataMessage(t, "update", row, &object{}, omit, x, false)
+	case "pk-change":
+		old := r.randomRow(t)
+		row := r.updated(t, old)
+		copy(row[:1], r.newKey(t)) // customers: the key is the first column
+		r.remove(t, old)
+		r.upsert(t, row)
+		before := (&object{}).set(t.def.columns[cID].Name, old[cID])
+		return r.dataMessage(t, "update", row, before, -1, x, true)
+	default: // delete
+		old := r.randomRow(t)
+		r.remove(t, old)
+		img := old
+		if t.def.name == Customers {
+			// PostgreSQL-style delete (default replica identity, IncludeNullAndEmpty=true):
+			// the key plus nulls.
+			img = make([]change.Value, len(old))
+			for i := range img {
+				img[i] = null
+			}
+			img[cID] = old[cID]
+		}
+		return r.dataMessage(t, "delete", img, nil, -1, x, false)
+	}
+}
+
+func (r *run) upsert(t *tableState, row []change.Value) {
+	if t.def.key == nil {
+		if !r.endless {
+			t.keyless = append(t.keyless, row)
+		} else {
+			t.nextID++ // count only
+		}
+		return
+	}
+	t.put(row)
+}
+
+func (r *run) remove(t *tableState, row []change.Value) { t.remove(row) }
+
+// dataMessage builds a data record. before is the before-image object (updates), omit a column
+// left out of data (-1 for none), x the transaction (nil for load).
+func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *object, omit int, x *tx, keyChange bool) Message {
+	data := &object{}
+	for i, c := range t.def.columns {
+		if i != omit {
+			data.set(c.Name, row[i])
+		}
+	}
+	meta := &object{}
+	meta.set("timestamp", r.tick())
+	meta.set("record-type", "data")
+	meta.set("operation", op)
+	meta.set("partition-key-type", t.def.partitionType)
+	pk := t.def.source()
+	if t.def.partitionType == pkPrimaryKey {
+		// IncludePartitionValue + PartitionIncludeSchemaTable; key parts joined with '.'.
+		parts := []string{Schema, t.def.name}
+		for _, k := range t.def.keyIdx {
+			parts = append(parts, row[k].Text)
+		}
+		pk = strings.Join(parts, ".")
+		meta.set("partition-key-value", pk)
+	}
+	meta.set("schema-name", Schema)
+	meta.set("table-name", t.def.name)
+	if x != nil {
+		meta.set("transaction-id", x.id)
+		if x.details {
+			meta.set("transaction-record-id", x.record)
+			if r.prevTxID != 0 {
+				meta.set("prev-transaction-id", r.prevTxID)
+				meta.set("prev-transaction-record-id", r.prevTxRec)
+			}
+			meta.set("commit-timestamp", x.commitTS)
+			meta.set("stream-position", lsnText(x.lsn)+"."+strconv.FormatInt(x.record, 10)+"."+lsnText(x.lsn))
+		}
+	}
+	doc := &object{}
+	doc.set("data", data)
+	if before != nil {
+		doc.set("before-image", before)
+	}
+	doc.set("metadata", meta)
+	return Message{PartitionKey: pk, Data: r.encode(doc), Table: t.def.source(), Op: op, KeyChange: keyChange}
+}
+
+// lsnText renders a PostgreSQL LSN the way DMS's stream-position shows it: 00000002/7C007178.
+func lsnText(l uint64) string {
+	return fmt.Sprintf("%08X/%08X", l>>32, l&0xFFFFFFFF)
+}
+
+// newKey returns key values for a new row of t that are not live: usually fresh, sometimes a
+// recently deleted key (re-insert after delete).
+func (r *run) newKey(t *tableState) []change.Value {
+	if len(t.deleted) > 0 && r.rng.IntN(10) == 0 {
+		k := t.deleted[r.rng.IntN(len(t.deleted))]
+		parts := make([]string, len(k))
+		for i, v := range k {
+			parts[i] = v.Text
+		}
+		if !t.live(strings.Join(parts, "|")) {
+			return append([]change.Value(nil), k...)
+		}
+	}
+	if t.def.name == OrderItems {
+		if len(t.keys) > 0 && r.rng.IntN(3) == 0 {
+			// another line of an existing order
+			row := r.randomRow(t)
+			id, _ := strconv.ParseInt(row[oOrderID].Text, 10, 64)
+			line := t.orders[id].maxLine + 1
+			for t.live(strconv.FormatInt(id, 10) + "|" + strconv.FormatInt(line, 10)) {
+				line++
+			}
+			return []change.Value{num(id), num(line)}
+		}
+		id := t.nextID
+		t.nextID++
+		return []change.Value{num(id), num(1)}
+	}
+	id := t.nextID
+	t.nextID++
+	return []change.Value{num(id)}
+}
+
+// newRow returns a complete new row of t with a fresh key.
+func (r *run) newRow(t *tableState) []change.Value {
+	row := make([]change.Value, len(t.def.columns))
+	if t.def.key != nil {
+		for i, v := range r.newKey(t) {
+			row[t.def.keyIdx[i]] = v
+		}
+	}
+	for i := range row {
+		if !t.isKey(i) {
+			row[i] = r.value(t, i, row)
+		}
+	}
+	return row
+}
+
+func (t *tableState) isKey(i int) bool {
+	for _, k := range t.def.keyIdx {
+		if k == i {
+			return true
+		}
+	}
+	return false
+}
+
+// updated returns a copy of old with one to three non-key columns given new values (or, rarely,
+// none: an UPDATE that changed nothing still produces a record).
+func (r *run) updated(t *tableState, old []change.Value) []change.Value {
+	row := append([]change.Value(nil), old...)
+	if r.rng.IntN(20) == 0 {
+		return row
+	}
+	for range 1 + r.rng.IntN(3) {
+		i := r.rng.IntN(len(row))
+		if !t.isKey(i) {
+			row[i] = r.value(t, i, row)
+		}
+	}
+	return row
+}
+
+// value returns a random value for column i of t (row holds the key columns already).
+func (r *run) value(t *tableState, i int, row []change.Value) change.Value {
+	rng := r.rng
+	switch t.def.name {
+	case Customers:
+		switch i {
+		case cName:
+			return str(personName(rng))
+		case cEmail:
+			if rng.IntN(10) == 0 {
+				return null
+			}
+			id, _ := strconv.ParseInt(row[cID].Text, 10, 64)
+			return str(email(rng, id))
+		case cBalance:
+			if rng.IntN(20) == 0 {
+				return null
+			}
+			return decimal(rng, 7, 2, true)
+		case cActive:
+			if rng.IntN(20) == 0 {
+				return null
+			}
+			return boolean(rng, rng.IntN(4) != 0)
+		case cCreatedAt:
+			if rng.IntN(20) == 0 {
+				return null
+			}
+			// 2010 to just before the workload starts
+			from := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+			us := from + rng.Int64N(max(r.cfg.Start.UnixMicro()-from, 1))
+			if rng.IntN(2) == 0 {
+				return str(datetime(us, 0))
+			}
+			return str(datetime(us, 6))
+		}
+	case OrderItems:
+		switch i {
+		case oSKU:
+			return str(sku(rng))
+		case oQty:
+			return num(int64(1 + rng.IntN(100)))
+		case oPrice:
+			return decimal(rng, 5, 2, false)
+		case oNote:
+			if rng.IntN(3) == 0 {
+				return null
+			}
+			return str(note(rng))
+		}
+	case Events:
+		switch i {
+		case eEventTime:
+			return str(datetime(r.now-r.rng.Int64N(3_600_000_000), 6))
+		case eKind:
+			return str(eventKinds[rng.IntN(len(eventKinds))])
+		case ePayload:
+			kind := eventKinds[0]
+			if row[eKind].Kind == change.KindString {
+				kind = row[eKind].Text
+			}
+			return str(jsonText(rng, kind))
+		}
+	case Types:
+		if rng.IntN(12) == 0 {
+			return null
+		}
+		return typesValue(rng, i)
+	}
+	panic(fmt.Sprintf("workload: no value for %s column %d", t.def.name, i))
+}
+
+func typesValue(rng *rand.Rand, i int) change.Value {
+	edge := rng.IntN(10) == 0
+	pickEdge := func(vs ...int64) change.Value { return num(vs[rng.IntN(len(vs))]) }
+	switch i {
+	case tInt1:
+		if edge {
+			return pickEdge(-128, 127, 0)
+		}
+		return num(int64(rng.IntN(256) - 128))
+	case tInt2:
+		if edge {
+			return pickEdge(-32768, 32767)
+		}
+		return num(int64(rng.IntN(65536) - 32768))
+	case tInt4:
+		if edge {
+			return pickEdge(-2147483648, 2147483647)
+		}
+		return num(int64(int32(rng.Uint32())))
+	case tInt8:
+		if edge {
+			return pickEdge(-9223372036854775808, 9223372036854775807, 9007199254740993)
+		}
+		return num(int64(rng.Uint64()))
+	case tUint1:
+		return num(int64(rng.IntN(256)))
+	case tUint2:
+		return num(int64(rng.IntN(65536)))
+	case tUint4:
+		if edge {
+			return num(4294967295)
+		}
+		return num(int64(rng.Uint32()))
+	case tUint8:
+		if edge {
+			return unum(18446744073709551615)
+		}
+		if rng.IntN(4) == 0 {
+			return unum(rng.Uint64N(1 << 63))
+		}
+		return unum(1<<63 + rng.Uint64N(1<<63))
+	case tReal4:
+		return numText(quarter(rng.Int64N(800_001) - 400_000))
+	case tReal8:
+		return numText(quarter(rng.Int64N(1<<42) - 1<<41))
+	case tNum38:
+		if edge {
+			return numText(decimalText(rng, rng.IntN(2) == 0, strings.Repeat("9", 28), strings.Repeat("9", 10)))
+		}
+		return decimal(rng, 28, 10, true)
+	case tNum5:
+		if edge {
+			return pickEdge(-99999, 99999, 0)
+		}
+		return num(rng.Int64N(199999) - 99999)
+	case tDate:
+		return str(randDate(rng))
+	case tTime:
+		return str(randTime(rng))
+	case tDT0:
+		return str(datetime(randDatetime(rng), 0))
+	case tDT3:
+		return str(datetime(randDatetime(rng), 3))
+	case tDT6:
+		return str(datetime(randDatetime(rng), 6))
+	case tBlob:
+		return str(blob(rng))
+	case tBool:
+		return boolean(rng, rng.IntN(2) == 0)
+	case tWstr:
+		return str(wideString(rng))
+	case tJSON:
+		return str(jsonText(rng, eventKinds[rng.IntN(len(eventKinds))]))
+	}
+	panic(fmt.Sprintf("workload: no value for types column %d", i))
+}
