@@ -202,6 +202,9 @@ func Convert(t iceberg.Type, v change.Value) (Datum, error) {
 		}
 		if _, tz := t.(iceberg.TimestampTzType); tz {
 			us -= offset
+			if us < minTimestamp || us > maxTimestamp {
+				return Datum{}, convErr(t, s, "outside years 0000-9999 in UTC")
+			}
 		}
 		return Datum{I: us}, nil
 	case iceberg.BinaryType:
@@ -441,6 +444,13 @@ func parseBool(s string) (bool, bool) {
 const (
 	usPerSecond = int64(1_000_000)
 	usPerDay    = 86400 * usPerSecond
+)
+
+// The timestamp range Convert produces: years 0000 to 9999, so that Render's four-digit year
+// parses back.
+var (
+	minTimestamp = daysFromCivil(0, 1, 1) * usPerDay
+	maxTimestamp = daysFromCivil(10000, 1, 1)*usPerDay - 1
 )
 
 func floorDiv(a, b int64) int64 {

@@ -215,6 +215,9 @@ var convertCases = []convertCase{
 	{t: tTSTZ, v: str("2024-02-29 13:45:12.5+05"), want: "2024-02-29T08:45:12.500000Z"},
 	{t: tTSTZ, v: str("2024-03-01T00:30:00+01:00"), want: "2024-02-29T23:30:00.000000Z"},
 	{t: tTSTZ, v: str("1970-01-01T00:00:00+00:01"), want: "1969-12-31T23:59:00.000000Z"},
+	{t: tTSTZ, v: str("0000-01-01T00:00:00+00:01"), err: "outside years"},
+	{t: tTSTZ, v: str("9999-12-31T23:59:59-00:01"), err: "outside years"},
+	{t: tTSTZ, v: str("0000-01-01T00:00:00-00:01"), want: "0000-01-01T00:01:00.000000Z"},
 	// binary
 	{t: tBin, v: str("0x80057D942E"), want: "80057d942e"},
 	{t: tBin, v: str("80057D942E"), want: "80057d942e"},

@@ -86,6 +86,9 @@ func NewDecoder(cfg Config) *Decoder {
 // Config returns the decoder's configuration.
 func (d *Decoder) Config() Config { return d.cfg }
 
+// noColumns is the zero-capacity, non-nil Columns of a data record with an empty image.
+var noColumns = make([]change.Column, 0)
+
 var kplMagic = []byte{0xF3, 0x89, 0x9A, 0xC2}
 
 // Bits of Decoder.seen: which metadata keys were present.
@@ -109,7 +112,8 @@ const (
 // append to ev.Columns).
 //
 // Details:
-//   - Columns is the data image in JSON object order. With object mapping
+//   - Columns is the data image in JSON object order (non-nil for data records, nil for
+//     control records). Duplicate names are passed through as they appear. With object mapping
 //     map-record-to-document, data is {"_doc": {...}}; when data has that single key and its value
 //     is an object, the members of _doc are the columns.
 //   - Before comes from the configured before-image object (nil when absent or empty), or, with
@@ -258,9 +262,12 @@ func (d *Decoder) decodeData(top *fastjson.Object, ev *change.Event, cols []chan
 	if bo != nil {
 		total += bo.Len()
 	}
-	if cap(cols) >= total {
+	switch {
+	case total == 0 && cols == nil:
+		d.buf = noColumns // non-nil and empty: data records always have Columns
+	case cap(cols) >= total:
 		d.buf = cols[:total]
-	} else {
+	default:
 		d.buf = make([]change.Column, total)
 	}
 	d.front, d.back = 0, n-1
