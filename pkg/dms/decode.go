@@ -127,6 +127,10 @@ const (
 //     control.table-def when present: columns in JSON order, nullable defaulting to true,
 //     length/precision/scale from numbers or numeric strings, primary-key from an array of
 //     strings.
+//   - The JSON is parsed with fastjson: string escapes are decoded best effort (an invalid
+//     escape is kept literally, raw control characters and invalid UTF-8 pass through), and
+//     for a duplicated envelope key the first occurrence wins. Number literals are checked
+//     against the JSON grammar (ErrSyntax otherwise).
 //   - Meta gets every known metadata field; numbers (transaction-id, ...) as their literal
 //     text, strings as is, null as absent.
 //
