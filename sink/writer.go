@@ -520,7 +520,13 @@ func (w *writer) flush(ctx context.Context) error {
 	}
 	took := time.Since(start)
 	if len(b.upserts) > 0 || len(b.deletes) > 0 {
-		w.s.metrics.Committed(w.name, len(b.upserts), len(b.deletes), attempt+1, took)
+		wm := make(map[string]string, len(w.lay.watermark))
+		for k, v := range w.lay.watermark {
+			wm[k] = v
+		}
+		w.s.metrics.Committed(CommitInfo{Table: w.name, Source: w.src, SnapshotID: snapshotID(w.tbl),
+			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempt + 1,
+			Took: took, Oldest: w.first, Watermarks: wm})
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
 			zap.Int("trimmed", b.trimmed), zap.Int64("snapshot", snapshotID(w.tbl)), zap.Int("attempts", attempt+1),
 			zap.Duration("took", took))
