@@ -18,6 +18,7 @@ import (
 	kclzap "github.com/vmware/vmware-go-kcl-v2/logger/zap"
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
@@ -57,18 +58,31 @@ type Config struct {
 	Decoder dms.Config
 }
 
-// Metrics receives the consumer's measurements.
+// Metrics receives the consumer's measurements. Implementations are safe for concurrent use.
 type Metrics interface {
+	// Records counts records read from a shard and its lag.
 	Records(shard string, n int, millisBehind int64)
+	// DeadLettered counts undecodable records of a shard.
 	DeadLettered(shard string)
+	// Checkpointed reports a written checkpoint.
 	Checkpointed(shard, seq string)
+	// Fenced counts checkpoints refused because the lease moved on.
+	Fenced(shard string)
+	// TrimmedPast reports a checkpoint older than the stream's retention: records after it may
+	// have been trimmed before they were read.
+	TrimmedPast(shard string)
+	// WaitingForParents reports whether a child shard is held back until its parents finish.
+	WaitingForParents(shard string, waiting bool)
 }
 
 type nopMetrics struct{}
 
-func (nopMetrics) Records(string, int, int64)  {}
-func (nopMetrics) DeadLettered(string)         {}
-func (nopMetrics) Checkpointed(string, string) {}
+func (nopMetrics) Records(string, int, int64)     {}
+func (nopMetrics) DeadLettered(string)            {}
+func (nopMetrics) Checkpointed(string, string)    {}
+func (nopMetrics) Fenced(string)                  {}
+func (nopMetrics) TrimmedPast(string)             {}
+func (nopMetrics) WaitingForParents(string, bool) {}
 
 // Option configures optional collaborators.
 type Option func(*Consumer)
@@ -87,6 +101,10 @@ type Consumer struct {
 	dlq     change.DeadLetterer
 	log     *zap.Logger
 	metrics Metrics
+
+	leases *checkpoint.Leases
+	kc     KinesisAPI
+	shards *shardMap
 
 	mu    sync.Mutex
 	fatal error
@@ -170,8 +188,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if kcfg.InitialPositionInStream == kclcfg.LATEST {
 		return errors.New("consumer: refusing to start at LATEST")
 	}
-	checkpointer := chk.NewDynamoCheckpoint(kcfg).WithDynamoDB(ddb)
-	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(checkpointer)
+	c.leases = checkpoint.NewLeases(chk.NewDynamoCheckpoint(kcfg).WithDynamoDB(ddb), ddb, c.cfg.Application, c.cfg.WorkerID, c.cfg.Failover)
+	c.kc = kc
+	c.shards = newShardMap(kc, c.cfg.Stream)
+	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(c.leases)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)
 	}

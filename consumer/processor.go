@@ -24,31 +24,72 @@ type processor struct {
 	shard string
 	log   *zap.Logger
 	track *checkpoint.Shard
+	// epoch is the lease epoch this processor was started under; its checkpoints are
+	// conditional on it.
+	epoch int64
 	// saved is the last checkpoint this processor wrote (or started from).
 	saved string
-	// stale is set when a newer processor took over the same shard in this worker; a stale
-	// processor never writes a checkpoint again.
+	// parents are the shards that must be finished before this one's records are handed on.
+	parents []string
+	gated   bool
+	// halted is set when a delivery was not handed on (shutdown while gated, or a fatal error):
+	// nothing after it may be handed on or checkpointed by this processor.
+	halted bool
+	// stale is set when a newer processor took over the same shard in this worker, or a
+	// checkpoint was fenced; a stale processor never writes a checkpoint again.
 	stale atomic.Bool
 }
 
 func (p *processor) Initialize(in *kcl.InitializationInput) {
 	p.shard = in.ShardId
+	p.log = p.c.log.With(zap.String("shard", p.shard))
 	start := ""
 	if in.ExtendedSequenceNumber != nil && in.ExtendedSequenceNumber.SequenceNumber != nil {
 		start = aws.ToString(in.ExtendedSequenceNumber.SequenceNumber)
 	}
-	if start == "TRIM_HORIZON" || start == "LATEST" || start == "AT_TIMESTAMP" || start == "SHARD_END" {
+	if start == "TRIM_HORIZON" || start == "LATEST" || start == "AT_TIMESTAMP" || start == checkpoint.ShardEnd {
 		start = ""
 	}
 	p.saved = start
 	p.track = checkpoint.NewShard(p.shard, start)
-	p.log = p.c.log.With(zap.String("shard", p.shard))
+	p.epoch = p.c.leases.Epoch(p.shard)
 	p.c.register(p)
-	p.log.Info("shard processor started", zap.String("from", start))
+
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	info, _, err := p.c.shards.lookup(ctx, p.shard, false)
+	if err != nil {
+		p.log.Warn("could not read the shard's parents; will retry before the first delivery", zap.Error(err))
+		p.gated = true // checked again in ProcessRecords
+	}
+	p.parents = info.parents
+	p.gated = p.gated || len(p.parents) > 0
+	if start != "" {
+		gap, err := trimmedPast(ctx, p.c.kc, p.c.cfg.Stream, p.shard, start)
+		switch {
+		case err != nil:
+			p.log.Warn("could not check the checkpoint against the stream's retention", zap.Error(err))
+		case gap:
+			p.c.metrics.TrimmedPast(p.shard)
+			p.log.Error("the checkpointed record is no longer in the stream: records after it may have been trimmed by the retention period before they were read (data loss upstream of dms2iceberg); continuing from the oldest record still available",
+				zap.String("checkpoint", start))
+		}
+	}
+	p.log.Info("shard processor started", zap.String("from", start), zap.Int64("epoch", p.epoch), zap.Strings("parents", p.parents))
 }
 
 func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
-	p.checkpoint(in.Checkpointer)
+	if p.halted {
+		return
+	}
+	if p.gated {
+		if err := p.waitForParents(); err != nil {
+			p.halted = true
+			p.log.Info("not handing on records while parents are unfinished", zap.Error(err))
+			return
+		}
+	}
+	p.checkpoint()
 	if len(in.Records) == 0 {
 		return
 	}
@@ -61,7 +102,10 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		ev := &events[len(events)-1]
 		if err := p.dec.Decode(r.Data, ev); err != nil {
 			events = events[:len(events)-1]
-			p.deadLetter(seq, r.Data, err)
+			if !p.deadLetter(seq, r.Data, err) {
+				p.halted = true
+				return
+			}
 			continue
 		}
 		ev.Pos = change.Position{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq}
@@ -76,39 +120,107 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 			if p.ctx.Err() == nil {
 				p.c.stop(fmt.Errorf("shard %s: hand over record %s: %w", p.shard, ev.Pos.Seq, err))
 			}
-			return // unacknowledged: never checkpointed, read again after restart
+			p.halted = true // unacknowledged: never checkpointed, read again after a restart
+			return
 		}
 	}
-	p.checkpoint(in.Checkpointer)
+	p.checkpoint()
 }
 
-// deadLetter stores an undecodable record. A failure to store it is fatal: the record must not
-// be checkpointed past without a trace.
-func (p *processor) deadLetter(seq string, raw []byte, cause error) {
-	reason := cause.Error()
-	var de *dms.DecodeError
-	if errors.As(cause, &de) {
-		reason = "decode: " + de.Error()
+// waitForParents blocks until every parent shard is finished (SHARD_END in the lease table) or
+// has left the stream. The KCL keeps renewing this shard's lease meanwhile (polling mode renews
+// on its own goroutine), so the lease is not lost while waiting.
+func (p *processor) waitForParents() error {
+	p.c.metrics.WaitingForParents(p.shard, true)
+	defer p.c.metrics.WaitingForParents(p.shard, false)
+	logged := false
+	for {
+		done, err := p.parentsFinished()
+		if err == nil && done {
+			p.gated = false
+			if logged {
+				p.log.Info("parents finished; handing on records")
+			}
+			return nil
+		}
+		if err != nil {
+			p.log.Warn("checking parent shards", zap.Error(err))
+		} else if !logged {
+			p.log.Info("waiting for parent shards to finish before handing on records", zap.Strings("parents", p.parents))
+			logged = true
+		}
+		select {
+		case <-p.ctx.Done():
+			return p.ctx.Err()
+		case <-time.After(time.Second):
+		}
 	}
-	err := p.c.dlq.DeadLetter(p.ctx, change.DeadLetter{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq, Reason: reason, Raw: raw})
+}
+
+func (p *processor) parentsFinished() (bool, error) {
+	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
+	defer cancel()
+	if p.parents == nil {
+		info, ok, err := p.c.shards.lookup(ctx, p.shard, true)
+		if err != nil {
+			return false, err
+		}
+		if !ok {
+			return false, fmt.Errorf("shard %s is not in the stream", p.shard)
+		}
+		p.parents = info.parents
+	}
+	for _, parent := range p.parents {
+		fin, err := p.c.leases.ShardFinished(ctx, parent)
+		if err != nil {
+			return false, err
+		}
+		if fin {
+			continue
+		}
+		_, exists, err := p.c.shards.lookup(ctx, parent, true)
+		if err != nil {
+			return false, err
+		}
+		if exists {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// deadLetter stores an undecodable record. It returns false if that failed, which is fatal: the
+// record must not be checkpointed past without a trace.
+func (p *processor) deadLetter(seq string, raw []byte, cause error) bool {
+	err := p.c.dlq.DeadLetter(p.ctx, change.DeadLetter{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq, Reason: cause.Error(), Raw: raw})
 	if err != nil {
 		p.c.stop(fmt.Errorf("shard %s: dead-letter record %s: %w", p.shard, seq, err))
-		return
+		return false
 	}
 	p.c.metrics.DeadLettered(p.shard)
-	p.log.Warn("dead-lettered undecodable record", zap.String("seq", seq), zap.String("reason", reason))
+	p.log.Warn("dead-lettered undecodable record", zap.String("seq", seq), zap.Error(cause))
+	return true
 }
 
-// checkpoint writes the shard checkpoint up to the committed prefix, if it moved.
-func (p *processor) checkpoint(cp kcl.IRecordProcessorCheckpointer) {
-	if cp == nil || p.stale.Load() {
+// checkpoint writes the shard checkpoint up to the committed prefix, if it moved. The write is
+// conditional on this processor's lease epoch, so a processor whose lease moved on cannot write.
+func (p *processor) checkpoint() {
+	if p.stale.Load() {
 		return
 	}
 	seq := p.track.Committed()
 	if seq == "" || change.CompareSeq(seq, p.saved) <= 0 {
 		return
 	}
-	if err := cp.Checkpoint(aws.String(seq)); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := p.c.leases.Checkpoint(ctx, p.shard, p.epoch, seq); err != nil {
+		if errors.Is(err, checkpoint.ErrFenced) {
+			p.stale.Store(true)
+			p.c.metrics.Fenced(p.shard)
+			p.log.Warn("lease moved on; this processor stops checkpointing", zap.Error(err))
+			return
+		}
 		p.log.Warn("checkpoint failed; will retry", zap.String("seq", seq), zap.Error(err))
 		return
 	}
@@ -124,20 +236,36 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 		p.log.Error("shutdown: pending changes not committed; they will be read again", zap.String("reason", reason), zap.Error(err))
 		return
 	}
-	if in.ShutdownReason == kcl.TERMINATE {
-		// The shard is finished and everything read from it is committed.
-		if p.stale.Load() {
-			return
-		}
-		if err := in.Checkpointer.Checkpoint(nil); err != nil {
-			p.log.Error("shutdown: SHARD_END checkpoint failed", zap.Error(err))
-			return
-		}
-		p.log.Info("shard finished (SHARD_END)")
+	p.checkpoint()
+	if in.ShutdownReason == kcl.TERMINATE && !p.halted && !p.stale.Load() {
+		p.finishShard(ctx)
 		return
 	}
-	p.checkpoint(in.Checkpointer)
 	p.log.Info("shard processor stopped", zap.String("reason", reason), zap.String("checkpoint", p.saved))
+}
+
+// finishShard writes SHARD_END once everything read from the shard is committed, and reads it
+// back: children wait for it.
+func (p *processor) finishShard(ctx context.Context) {
+	for attempt := 1; ; attempt++ {
+		err := p.c.leases.Checkpoint(ctx, p.shard, p.epoch, checkpoint.ShardEnd)
+		if err == nil {
+			fin, rerr := p.c.leases.ShardFinished(ctx, p.shard)
+			if rerr == nil && fin {
+				p.log.Info("shard finished (SHARD_END)")
+				return
+			}
+			err = rerr
+			if err == nil {
+				err = errors.New("SHARD_END did not stick")
+			}
+		}
+		if errors.Is(err, checkpoint.ErrFenced) || attempt >= 5 || ctx.Err() != nil {
+			p.log.Error("shutdown: could not write SHARD_END; the shard will be read again by its next owner (no duplicates: the tables' watermarks skip it)", zap.Error(err))
+			return
+		}
+		time.Sleep(time.Duration(attempt) * 200 * time.Millisecond)
+	}
 }
 
 // drain flushes the sink until every delivery of this processor is committed.

@@ -1,0 +1,110 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+)
+
+// KinesisAPI is the part of the Kinesis client the consumer uses directly (the KCL has its own).
+type KinesisAPI interface {
+	ListShards(ctx context.Context, in *kinesis.ListShardsInput, optFns ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error)
+	GetShardIterator(ctx context.Context, in *kinesis.GetShardIteratorInput, optFns ...func(*kinesis.Options)) (*kinesis.GetShardIteratorOutput, error)
+	GetRecords(ctx context.Context, in *kinesis.GetRecordsInput, optFns ...func(*kinesis.Options)) (*kinesis.GetRecordsOutput, error)
+}
+
+// shardInfo is what the consumer needs to know about a shard's lineage.
+type shardInfo struct {
+	parents []string // ParentShardId and AdjacentParentShardId, when set
+}
+
+// shardMap caches the stream's shards (ListShards), refreshed when a shard is unknown or the
+// cache is older than maxAge.
+type shardMap struct {
+	api    KinesisAPI
+	stream string
+	maxAge time.Duration
+
+	mu      sync.Mutex
+	shards  map[string]shardInfo
+	fetched time.Time
+}
+
+func newShardMap(api KinesisAPI, stream string) *shardMap {
+	return &shardMap{api: api, stream: stream, maxAge: 10 * time.Second}
+}
+
+func (m *shardMap) refresh(ctx context.Context) error {
+	shards := make(map[string]shardInfo)
+	in := &kinesis.ListShardsInput{StreamName: aws.String(m.stream)}
+	for {
+		out, err := m.api.ListShards(ctx, in)
+		if err != nil {
+			return fmt.Errorf("list shards of %s: %w", m.stream, err)
+		}
+		for _, s := range out.Shards {
+			var info shardInfo
+			for _, p := range []*string{s.ParentShardId, s.AdjacentParentShardId} {
+				if aws.ToString(p) != "" {
+					info.parents = append(info.parents, aws.ToString(p))
+				}
+			}
+			shards[aws.ToString(s.ShardId)] = info
+		}
+		if out.NextToken == nil {
+			break
+		}
+		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
+	}
+	m.mu.Lock()
+	m.shards, m.fetched = shards, time.Now()
+	m.mu.Unlock()
+	return nil
+}
+
+// lookup returns the shard's info and whether the stream still has it.
+func (m *shardMap) lookup(ctx context.Context, shard string, fresh bool) (shardInfo, bool, error) {
+	m.mu.Lock()
+	info, ok := m.shards[shard]
+	stale := m.shards == nil || time.Since(m.fetched) > m.maxAge
+	m.mu.Unlock()
+	if ok && !fresh && !stale {
+		return info, true, nil
+	}
+	if err := m.refresh(ctx); err != nil {
+		return shardInfo{}, false, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	info, ok = m.shards[shard]
+	return info, ok, nil
+}
+
+// trimmedPast reports whether records after the checkpoint seq may have been trimmed away by
+// the stream's retention: the checkpointed record itself is no longer readable.
+func trimmedPast(ctx context.Context, api KinesisAPI, stream, shard, seq string) (bool, error) {
+	it, err := api.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(stream),
+		ShardId: aws.String(shard), ShardIteratorType: ktypes.ShardIteratorTypeAtSequenceNumber,
+		StartingSequenceNumber: aws.String(seq)})
+	if err != nil {
+		var bad *ktypes.InvalidArgumentException
+		if errors.As(err, &bad) {
+			return true, nil
+		}
+		return false, fmt.Errorf("iterator at checkpoint %s of %s: %w", seq, shard, err)
+	}
+	out, err := api.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: it.ShardIterator, Limit: aws.Int32(1)})
+	if err != nil {
+		return false, fmt.Errorf("read checkpoint record %s of %s: %w", seq, shard, err)
+	}
+	if len(out.Records) == 0 {
+		return true, nil
+	}
+	return aws.ToString(out.Records[0].SequenceNumber) != seq, nil
+}
