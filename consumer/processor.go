@@ -14,6 +14,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 )
 
 // processor handles one lease of one shard. The KCL calls it from one goroutine.
@@ -111,6 +112,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		ev.Pos = change.Position{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq}
 		ev.Raw = r.Data
 	}
+	fault.Hit(fault.AfterDecode)
 	last := aws.ToString(in.Records[len(in.Records)-1].SequenceNumber)
 	d := p.track.Begin(last, len(events))
 	for i := range events {
@@ -214,7 +216,10 @@ func (p *processor) checkpoint() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := p.c.leases.Checkpoint(ctx, p.shard, p.epoch, seq); err != nil {
+	fault.Hit(fault.BeforeCheckpoint)
+	err := p.c.leases.Checkpoint(ctx, p.shard, p.epoch, seq)
+	fault.Hit(fault.AfterCheckpoint)
+	if err != nil {
 		if errors.Is(err, checkpoint.ErrFenced) {
 			p.stale.Store(true)
 			p.c.metrics.Fenced(p.shard)
@@ -230,6 +235,7 @@ func (p *processor) checkpoint() {
 
 func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 	reason := aws.ToString(kcl.ShutdownReasonMessage(in.ShutdownReason))
+	fault.Hit(fault.DuringShutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.ShutdownTimeout)
 	defer cancel()
 	if err := p.drain(ctx); err != nil {

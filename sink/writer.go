@@ -20,6 +20,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 )
 
 // item is what a table writer's queue carries: an event, or a flush request.
@@ -494,6 +495,7 @@ func (w *writer) flush(ctx context.Context) error {
 					return err
 				}
 				files = f
+				fault.Hit(fault.AfterDataFiles)
 			}
 			return w.commit(ctx, b, files)
 		}()
@@ -534,6 +536,7 @@ func (w *writer) flush(ctx context.Context) error {
 	if b.trimmed > 0 {
 		w.s.metrics.Skipped(w.name, b.trimmed)
 	}
+	fault.Hit(fault.AfterCommit)
 	w.release()
 	return nil
 }

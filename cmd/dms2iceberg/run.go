@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dms2iceberg/dms2iceberg/consumer"
+	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
@@ -27,6 +28,10 @@ func runService(ctx context.Context, args []string) error {
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
 		return err
+	}
+	// Crash-anywhere tests only: kill the process at named points (pkg/fault).
+	if err := fault.Configure(os.Getenv("DMS2ICEBERG_FAULTS")); err != nil {
+		return fmt.Errorf("DMS2ICEBERG_FAULTS: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
