@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Every test from a fresh clone: what `make test` and CI (.ci/run) run.
+#   1. install the emulators and the pinned tools (idempotent; cold about 5 min, warm < 1 s)
+#   2. start the emulators, unless they are already running (then they are reused and left
+#      running); the ones started here are stopped on exit
+#   3. go vet, unit tests (-race), integration tests (-race, -tags integration), golangci-lint
+# Every step in 3 runs even if an earlier one failed; the exit status is non-zero if any failed.
+# Environment: DMS2ICEBERG_RACE (default 1: the e2e tests run a -race binary),
+#   INTEGRATION_TIMEOUT (default 40m), TEST_ARGS (extra go test flags, e.g. "-run Foo").
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
+cd "$ROOT"
+
+t() { date +%s; }
+T0=$(t)
+LOGS="$EMU_DIR/logs"; mkdir -p "$LOGS"
+section() { printf '\n=== %s\n' "$*"; }
+
+section "install emulators and tools"
+.ci/emulators.sh install
+.ci/tools.sh install
+
+section "start emulators"
+if .ci/emulators.sh status >/dev/null 2>&1; then
+  echo "emulators already running: reusing them and leaving them running"
+  .ci/emulators.sh status
+else
+  trap '.ci/emulators.sh stop >/dev/null 2>&1 || true' EXIT
+  trap 'exit 130' INT TERM
+  .ci/emulators.sh start
+fi
+eval "$(.ci/emulators.sh env)"
+export DMS2ICEBERG_RACE=${DMS2ICEBERG_RACE:-1}
+
+failed=()
+step() { # name command...
+  local name=$1 s; shift; s=$(t)
+  section "$name"
+  if "$@"; then echo "--- $name: ok ($(( $(t) - s ))s)"
+  else echo "--- $name: FAILED ($(( $(t) - s ))s)"; failed+=("$name"); fi
+}
+
+UNIT_JSON="$LOGS/test-unit.json"; IT_JSON="$LOGS/test-integration.json"
+rm -f "$UNIT_JSON" "$IT_JSON"
+# shellcheck disable=SC2086 # TEST_ARGS is a list of flags
+step "go vet" go vet ./...
+step "go vet (integration)" go vet -tags integration ./integration/...
+step "unit tests" gotestsum --format pkgname-and-test-fails --jsonfile "$UNIT_JSON" -- \
+  -race -count=1 ${TEST_ARGS:-} ./...
+step "integration tests" gotestsum --format standard-verbose --jsonfile "$IT_JSON" -- \
+  -race -count=1 -tags integration -timeout "${INTEGRATION_TIMEOUT:-40m}" ${TEST_ARGS:-} ./integration/...
+step "golangci-lint" golangci-lint run -c .ci/golangci.yml ./...
+
+# Count tests (subtests included) from go test's JSON events.
+count() { cat "$UNIT_JSON" "$IT_JSON" 2>/dev/null | grep -c "\"Action\":\"$1\",\"Package\":\"[^\"]*\",\"Test\":" || true; }
+section "summary ($(( $(t) - T0 ))s)"
+if [ ${#failed[@]} -gt 0 ]; then echo "failed steps: ${failed[*]}"; else echo "all steps passed"; fi
+echo "tests: $(count pass) passed, $(count fail) failed, $(count skip) skipped"
+[ ${#failed[@]} -eq 0 ]

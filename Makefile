@@ -1,0 +1,69 @@
+# dms2iceberg developer targets. `make help` lists them. Everything runs from a fresh clone: the
+# .ci scripts install the pinned emulators and tools into .emu/ on first use.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+EMU_DIR ?= $(CURDIR)/.emu
+export EMU_DIR
+# Pinned tools (.ci/tools.sh) first; /usr/local/go/bin as a fallback for Go.
+export PATH := $(EMU_DIR)/bin:$(PATH):/usr/local/go/bin
+export GOTOOLCHAIN ?= local
+
+FUZZTIME ?= 60s
+BENCHTIME ?= 1s
+DEMO_ARGS ?=
+EMU_ENV = eval "$$(.ci/emulators.sh env)"
+
+.PHONY: help build test test-unit test-integration lint fmt fuzz bench tools \
+	emulators-up emulators-down emulators-status demo clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+build: ## build bin/dms2iceberg
+	go build -o bin/dms2iceberg ./cmd/dms2iceberg
+
+test: ## THE test command: install+start emulators and tools, vet, unit + integration tests (-race), lint
+	.ci/test.sh
+
+test-unit: ## unit tests with -race (no emulators needed)
+	go test -race -count=1 ./...
+
+test-integration: ## end-to-end tests; needs the emulators up (make emulators-up), fails otherwise
+	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
+	  echo "test-integration: the emulators are not (all) running: run 'make emulators-up' first (or 'make test')" >&2; exit 1; }
+	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} \
+	  go test -race -count=1 -tags integration -timeout 40m ./integration/...
+
+lint: tools ## golangci-lint (pinned v2) with .ci/golangci.yml
+	golangci-lint run -c .ci/golangci.yml ./...
+
+fmt: tools ## rewrite files with the linters' formatters (gofmt, goimports)
+	golangci-lint fmt -c .ci/golangci.yml ./...
+
+fuzz: ## fuzz FuzzDecode and FuzzConvert in ./pkg/dms for FUZZTIME each (default 60s)
+	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/dms
+	go test -run '^$$' -fuzz '^FuzzConvert$$' -fuzztime=$(FUZZTIME) ./pkg/dms
+
+bench: ## run every benchmark once with allocations (BENCHTIME, default 1s)
+	go test -run '^$$' -bench . -benchmem -benchtime=$(BENCHTIME) ./...
+
+tools: ## install the pinned dev tools into .emu/bin
+	@.ci/tools.sh install
+
+emulators-up: ## install (first time) and start Kinesis/DynamoDB/S3 emulators; prints the env to export
+	.ci/emulators.sh up
+	@echo; echo '# for your shell:  eval "$$(.ci/emulators.sh env)"'; .ci/emulators.sh env
+
+emulators-down: ## stop the emulators
+	.ci/emulators.sh stop
+
+emulators-status: ## show whether the emulators are running and answering
+	.ci/emulators.sh status
+
+demo: ## run the service on the embedded default with demo traffic until Ctrl-C (data in .data/)
+	.ci/demo.sh $(DEMO_ARGS)
+
+clean: ## remove build output and local demo data (bin/, .data/); .emu/ stays (rm -rf .emu to reinstall)
+	rm -rf bin .data dist coverage.out
