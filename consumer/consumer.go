@@ -14,6 +14,7 @@ import (
 	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	kclcfg "github.com/vmware/vmware-go-kcl-v2/clientlibrary/config"
 	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
+	kclmetrics "github.com/vmware/vmware-go-kcl-v2/clientlibrary/metrics"
 	kclworker "github.com/vmware/vmware-go-kcl-v2/clientlibrary/worker"
 	kclzap "github.com/vmware/vmware-go-kcl-v2/logger/zap"
 	"go.uber.org/zap"
@@ -93,6 +94,11 @@ func WithLogger(l *zap.Logger) Option { return func(c *Consumer) { c.log = l.Nam
 // WithMetrics sets the metrics receiver.
 func WithMetrics(m Metrics) Option { return func(c *Consumer) { c.metrics = m } }
 
+// WithKCLMonitoring plugs a KCL MonitoringService into the worker (lease events, lag, timings).
+func WithKCLMonitoring(m kclmetrics.MonitoringService) Option {
+	return func(c *Consumer) { c.kclMon = m }
+}
+
 // Consumer runs the KCL worker.
 type Consumer struct {
 	cfg     Config
@@ -101,6 +107,7 @@ type Consumer struct {
 	dlq     change.DeadLetterer
 	log     *zap.Logger
 	metrics Metrics
+	kclMon  kclmetrics.MonitoringService
 
 	leases *checkpoint.Leases
 	kc     KinesisAPI
@@ -177,7 +184,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		WithMaxRecords(c.cfg.MaxRecords).
 		WithCallProcessRecordsEvenForEmptyRecordList(true).
 		WithLeaseStealing(false).
-		WithLogger(kclzap.NewZapLogger(c.log.Named("kcl").Sugar()))
+		WithLogger(kclzap.NewZapLogger(c.log.Named("kcl").Sugar())).
+		WithMonitoringService(c.kclMon) // nil: the KCL's no-op
 	if c.cfg.AtTimestamp.IsZero() {
 		kcfg = kcfg.WithInitialPositionInStream(kclcfg.TRIM_HORIZON)
 	} else {

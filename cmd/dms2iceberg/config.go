@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +50,44 @@ type Config struct {
 	Sink sink.Config `yaml:"sink"`
 	// Consumer configures the KCL worker.
 	Consumer ConsumerConfig `yaml:"consumer"`
+	// HTTPAddr is where /metrics, /healthz and /readyz are served. Default "127.0.0.1:9464";
+	// "" disables the server; port 0 picks a free port (logged). When the default address is
+	// taken the service logs an error and runs without the server; an address set in the file
+	// that cannot be bound stops the service.
+	HTTPAddr string `yaml:"http_addr"`
+	// PostCommit configures the optional command or HTTP call after each table commit.
+	// Default: none.
+	PostCommit PostCommitConfig `yaml:"post_commit"`
+
+	// httpAddrSet records that http_addr came from the file (binding it must then succeed).
+	httpAddrSet bool
 }
+
+// PostCommitConfig configures the post-commit hook: after each commit of a table, a command
+// and/or an HTTP POST is run with the table and snapshot id (for example to run Snowflake's
+// ALTER ICEBERG TABLE ... REFRESH). Runs are asynchronous, one at a time, and never block
+// ingestion: when the queue is full, the oldest pending notification of the same table (else the
+// oldest of any table) is dropped and counted. Failures are logged and counted, never fatal.
+type PostCommitConfig struct {
+	// Command is the argv to execute (no shell), with the environment of the service plus
+	// DMS2ICEBERG_TABLE, DMS2ICEBERG_SOURCE, DMS2ICEBERG_SNAPSHOT_ID, DMS2ICEBERG_ROWS,
+	// DMS2ICEBERG_DELETES and DMS2ICEBERG_COMMITTED_AT. A non-zero exit is a failure. Default none.
+	Command []string `yaml:"command"`
+	// URL receives a JSON POST {"table","source","snapshot_id","rows","deletes","committed_at"}
+	// (snapshot_id as a decimal string: it does not fit a JSON double). A non-2xx answer is a
+	// failure. Default none.
+	URL string `yaml:"url"`
+	// Headers are added to the POST (for example Authorization). Default none.
+	Headers map[string]string `yaml:"headers"`
+	// Timeout bounds one run (command and POST each); the command's process group is killed
+	// then. Default 10s.
+	Timeout time.Duration `yaml:"timeout"`
+	// QueueLength bounds the notifications waiting for the hook. Default 1000.
+	QueueLength int `yaml:"queue_length"`
+}
+
+// Enabled reports whether a command or URL is configured.
+func (p PostCommitConfig) Enabled() bool { return len(p.Command) > 0 || p.URL != "" }
 
 // ConsumerConfig holds the KCL settings we expose.
 type ConsumerConfig struct {
@@ -63,6 +102,9 @@ type ConsumerConfig struct {
 	MaxRecords int `yaml:"max_records"`
 }
 
+// defaultHTTPAddr is the default of http_addr: loopback only, until configured otherwise.
+const defaultHTTPAddr = "127.0.0.1:9464"
+
 func defaultConfig() Config {
 	host, _ := os.Hostname()
 	return Config{
@@ -75,6 +117,8 @@ func defaultConfig() Config {
 		LogFormat:       "console",
 		LogLevel:        "info",
 		Sink:            sink.DefaultConfig(),
+		HTTPAddr:        defaultHTTPAddr,
+		PostCommit:      PostCommitConfig{Timeout: 10 * time.Second, QueueLength: 1000},
 		Consumer: ConsumerConfig{
 			ShardSync:        5 * time.Second,
 			Failover:         30 * time.Second,
@@ -97,11 +141,13 @@ func loadConfig(path string) (Config, error) {
 			Sink struct {
 				Catalog map[string]any `yaml:"catalog"`
 			} `yaml:"sink"`
+			HTTPAddr *string `yaml:"http_addr"`
 		}
 		if err := yaml.Unmarshal(b, &probe); err != nil {
 			return cfg, fmt.Errorf("parse config %s: %w", path, err)
 		}
 		catalogSet = len(probe.Sink.Catalog) > 0
+		cfg.httpAddrSet = probe.HTTPAddr != nil
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
@@ -173,8 +219,36 @@ func (c Config) Validate() error {
 	if c.ShutdownTimeout <= 0 {
 		return fmt.Errorf("shutdown_timeout: must be positive")
 	}
+	if c.HTTPAddr != "" {
+		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
+			return fmt.Errorf("http_addr: %q is not host:port: %w", c.HTTPAddr, err)
+		}
+	}
+	if err := c.PostCommit.Validate(); err != nil {
+		return err
+	}
 	if err := c.DMS.Validate(); err != nil {
 		return fmt.Errorf("dms: %w", err)
 	}
 	return c.Sink.Validate()
+}
+
+// Validate reports the first invalid post_commit field.
+func (p PostCommitConfig) Validate() error {
+	if len(p.Command) > 0 && p.Command[0] == "" {
+		return fmt.Errorf("post_commit.command: the program (first element) must not be empty")
+	}
+	if p.URL != "" {
+		u, err := url.Parse(p.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("post_commit.url: %q is not an http:// or https:// URL", p.URL)
+		}
+	}
+	if p.Timeout <= 0 {
+		return fmt.Errorf("post_commit.timeout: must be positive, got %s", p.Timeout)
+	}
+	if p.QueueLength <= 0 {
+		return fmt.Errorf("post_commit.queue_length: must be positive, got %d", p.QueueLength)
+	}
+	return nil
 }

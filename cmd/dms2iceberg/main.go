@@ -6,6 +6,8 @@
 //	demo     start local emulators' endpoints from the environment, generate traffic and run
 //	gen      write a generated DMS workload to a stream and its expected final state to a file
 //	verify   compare Iceberg tables with an expected-state file
+//	status   print per shard (owner, checkpoint, committed watermark, lag) and per table
+//	         (last commit, rows, files, deletes) what the service has done
 //	decode   print the normalised change events of DMS JSON read from stdin
 //
 // This package is the only place that reads the environment, wires components together and
@@ -28,6 +30,7 @@ commands:
   demo     run the service with generated demo traffic against local emulators
   gen      write a generated DMS workload to a stream and the expected final state to a file
   verify   compare Iceberg tables with an expected-state file (exit 1 on any difference)
+  status   per shard: owner, checkpoint, committed watermark, lag; per table: last commit, rows, deletes
   decode   read DMS JSON from stdin and print the normalised change events
 
 Run 'dms2iceberg <command> -h' for the flags of a command.

@@ -6,10 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dms2iceberg/dms2iceberg/consumer"
@@ -44,28 +44,29 @@ func runService(ctx context.Context, args []string) error {
 	return serve(ctx, cfg, log)
 }
 
-func newLogger(cfg Config) (*zap.Logger, error) {
-	var zc zap.Config
-	if cfg.LogFormat == "json" {
-		zc = zap.NewProductionConfig()
-	} else {
-		zc = zap.NewDevelopmentConfig()
-		zc.DisableStacktrace = true
-	}
-	lvl, err := zapcore.ParseLevel(cfg.LogLevel)
-	if err != nil {
-		return nil, fmt.Errorf("log_level: %w", err)
-	}
-	zc.Level = zap.NewAtomicLevelAt(lvl)
-	zc.OutputPaths = []string{"stderr"}
-	return zc.Build()
-}
-
 // serve runs the sink and the consumer until ctx ends, then shuts down in two phases: the
 // consumer stops intake and each shard processor flushes, commits and checkpoints; then the sink
-// commits anything left and its writers exit.
+// commits anything left and its writers exit. Alongside run the operations surface (/metrics,
+// /healthz, /readyz on http_addr) and the post-commit hook's worker; both stop after the
+// pipeline (the hook first runs what is queued, within shutdown_timeout).
 func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
+	defer routeLibraryLogs(log)()
+	metrics := newPromMetrics()
+	hc := &health{onChange: metrics.SetReady}
+	var ops *opsServer
+	if cfg.HTTPAddr != "" {
+		var err error
+		ops, err = listenOps(cfg.HTTPAddr, metrics.reg, hc, log)
+		switch {
+		case err != nil && cfg.httpAddrSet:
+			return fmt.Errorf("http_addr: %w", err)
+		case err != nil:
+			log.Error("cannot serve /metrics on the default http_addr; running without it (set http_addr, or \"\" to disable)",
+				zap.String("http_addr", cfg.HTTPAddr), zap.Error(err))
+		}
+	}
+
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region), awsconfig.WithLogger(awsLogger(log)))
 	if err != nil {
 		return fmt.Errorf("load AWS configuration: %w", err)
 	}
@@ -73,12 +74,19 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
+	hc.CatalogOpened()
 	dlq, err := sink.OpenFileDeadLetters(cfg.DeadLetterFile)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = dlq.Close() }()
-	snk, err := sink.New(cfg.Sink, cat, dlq, sink.WithLogger(log))
+	var hook *postCommitHook
+	var sinkMetrics sink.Metrics = metrics
+	if cfg.PostCommit.Enabled() {
+		hook = newPostCommitHook(cfg.PostCommit, log, metrics)
+		sinkMetrics = commitFanout{Metrics: metrics, hook: hook}
+	}
+	snk, err := sink.New(cfg.Sink, cat, dlq, sink.WithLogger(log), sink.WithMetrics(sinkMetrics))
 	if err != nil {
 		return err
 	}
@@ -87,7 +95,8 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		AtTimestamp: cfg.InitialTimestamp, ShardSync: cfg.Consumer.ShardSync, Failover: cfg.Consumer.Failover,
 		IdleBetweenReads: cfg.Consumer.IdleBetweenReads, MaxRecords: cfg.Consumer.MaxRecords,
 		ShutdownTimeout: cfg.ShutdownTimeout, Decoder: cfg.DMS,
-	}, awsCfg, snk, dlq, consumer.WithLogger(log))
+	}, awsCfg, snk, dlq, consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
 		return err
 	}
@@ -99,28 +108,57 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer cancelSink()
 	consCtx, cancelCons := context.WithCancel(ctx)
 	defer cancelCons()
+	// Not ready from the first signal on.
+	stopReadyWatch := context.AfterFunc(ctx, hc.ShuttingDown)
+	defer stopReadyWatch()
+	// The operations surface and the hook outlive the pipeline: the end of the pipeline stops
+	// the server and closes the hook's intake; the hook then runs what is queued, within the
+	// shutdown timeout.
+	opsCtx, stopOps := context.WithCancel(context.Background())
+	defer stopOps()
+	hookCtx, stopHook := context.WithCancel(context.Background())
+	defer stopHook()
 	var g errgroup.Group
 	g.Go(func() error {
-		err := snk.Run(sinkCtx)
-		cancelCons() // a failed writer stops intake
-		if err != nil && !errors.Is(err, context.Canceled) {
-			return fmt.Errorf("sink: %w", err)
-		}
-		return nil
+		defer func() {
+			stopOps()
+			if hook != nil {
+				hook.Close()
+				time.AfterFunc(cfg.ShutdownTimeout, stopHook)
+			}
+		}()
+		var pipe errgroup.Group
+		pipe.Go(func() error {
+			err := snk.Run(sinkCtx)
+			cancelCons() // a failed writer stops intake
+			if err != nil && !errors.Is(err, context.Canceled) {
+				hc.Failed(err)
+				return fmt.Errorf("sink: %w", err)
+			}
+			return nil
+		})
+		pipe.Go(func() error {
+			err := cons.Run(consCtx)
+			closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+			defer cancel()
+			_ = snk.Close(closeCtx)
+			if closeCtx.Err() != nil {
+				cancelSink()
+			}
+			if err != nil {
+				hc.Failed(err)
+				return fmt.Errorf("consumer: %w", err)
+			}
+			return nil
+		})
+		return pipe.Wait()
 	})
-	g.Go(func() error {
-		err := cons.Run(consCtx)
-		closeCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-		defer cancel()
-		_ = snk.Close(closeCtx)
-		if closeCtx.Err() != nil {
-			cancelSink()
-		}
-		if err != nil {
-			return fmt.Errorf("consumer: %w", err)
-		}
-		return nil
-	})
+	if ops != nil {
+		g.Go(func() error { return ops.Run(opsCtx) })
+	}
+	if hook != nil {
+		g.Go(func() error { return hook.Run(hookCtx) })
+	}
 	err = g.Wait()
 	if err == nil {
 		log.Info("stopped cleanly")

@@ -1,0 +1,301 @@
+package main
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	kclmetrics "github.com/vmware/vmware-go-kcl-v2/clientlibrary/metrics"
+
+	"github.com/dms2iceberg/dms2iceberg/consumer"
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+// metricsNamespace prefixes every metric name: dms2iceberg_<subsystem>_<name>.
+const metricsNamespace = "dms2iceberg"
+
+// promMetrics is the Prometheus side of every component's small metrics interface: the sink's
+// (per table), the consumer's and the KCL worker's (per shard), the post-commit hook's and the
+// process's readiness. It owns its registry, so tests and several services in one process never
+// share state. All methods are safe for concurrent use and never block.
+type promMetrics struct {
+	reg *prometheus.Registry
+
+	// Per shard (consumer and KCL).
+	shardRecords      *prometheus.CounterVec
+	shardBytes        *prometheus.CounterVec
+	shardBehind       *prometheus.GaugeVec
+	shardCheckpoint   *prometheus.GaugeVec
+	shardCheckpoints  *prometheus.CounterVec
+	shardUndecodable  *prometheus.CounterVec
+	shardLease        *prometheus.GaugeVec
+	shardLeaseEvents  *prometheus.CounterVec
+	shardFenced       *prometheus.CounterVec
+	shardTrimmedPast  *prometheus.CounterVec
+	shardWaiting      *prometheus.GaugeVec
+	shardGetRecords   *prometheus.HistogramVec
+	shardProcessBatch *prometheus.HistogramVec
+
+	// Per table (sink).
+	tableCommits        *prometheus.CounterVec
+	tableRows           *prometheus.CounterVec
+	tableDeletes        *prometheus.CounterVec
+	tableTrimmed        *prometheus.CounterVec
+	tableSkipped        *prometheus.CounterVec
+	tableCommitFailures *prometheus.CounterVec
+	tableCommitLatency  *prometheus.HistogramVec
+	tableAttempts       *prometheus.HistogramVec
+	tableFreshness      *prometheus.GaugeVec
+	tableLastCommit     *prometheus.GaugeVec
+	tableDeadLetters    *prometheus.CounterVec
+
+	// Post-commit hook.
+	hookRuns     *prometheus.CounterVec
+	hookDropped  *prometheus.CounterVec
+	hookDuration prometheus.Histogram
+	hookQueue    prometheus.Gauge
+
+	// Process.
+	ready prometheus.Gauge
+
+	// Maintenance metrics go here (sink/maintenance*.go, sink.MaintenanceMetrics): add the
+	// vectors to this struct, create them in newPromMetrics with the subsystem "maintenance"
+	// (dms2iceberg_maintenance_..., label "table"), implement the interface on *promMetrics
+	// below the sink's methods, and plug it in serve with sink.WithMaintenanceMetrics(metrics):
+	// the sink.Metrics that serve passes may be commitFanout, which hides extra methods.
+
+	now func() time.Time
+}
+
+// promMetrics is the sink's receiver; consumerMetrics and kclMonitor wrap it for the consumer and
+// the KCL (the consumer's DeadLettered has the sink's signature but counts per shard).
+var _ sink.Metrics = (*promMetrics)(nil)
+
+// Commit latencies run from tens of milliseconds (a small local commit) to tens of seconds (a
+// large batch with retries against a remote catalog).
+var commitBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120}
+
+// KCL call durations: GetRecords is a network round trip; ProcessRecords includes waiting for
+// a full table queue (backpressure).
+var callBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newPromMetrics() *promMetrics {
+	m := &promMetrics{reg: prometheus.NewRegistry(), now: time.Now}
+	shard, table := []string{"shard"}, []string{"table"}
+	counter := func(sub, name, help string, labels []string) *prometheus.CounterVec {
+		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help}, labels)
+		m.reg.MustRegister(v)
+		return v
+	}
+	gauge := func(sub, name, help string, labels []string) *prometheus.GaugeVec {
+		v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help}, labels)
+		m.reg.MustRegister(v)
+		return v
+	}
+	histogram := func(sub, name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
+		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help, Buckets: buckets}, labels)
+		m.reg.MustRegister(v)
+		return v
+	}
+
+	m.shardRecords = counter("shard", "records_total", "Kinesis records read from the shard and handed to the decoder.", shard)
+	m.shardBytes = counter("shard", "bytes_total", "Bytes of Kinesis record data read from the shard.", shard)
+	m.shardBehind = gauge("shard", "millis_behind_latest", "MillisBehindLatest of the shard's last GetRecords (0 when caught up); removed when the lease is lost.", shard)
+	m.shardCheckpoint = gauge("shard", "last_checkpoint_timestamp_seconds", "Unix time of the shard's last checkpoint write (only committed changes are checkpointed).", shard)
+	m.shardCheckpoints = counter("shard", "checkpoints_total", "Checkpoints written for the shard.", shard)
+	m.shardUndecodable = counter("shard", "undecodable_records_total", "Records of the shard that could not be decoded and went to the dead-letter file.", shard)
+	m.shardLease = gauge("shard", "lease_held", "1 while this worker holds the shard's lease.", shard)
+	m.shardLeaseEvents = counter("shard", "lease_events_total", "Lease events of the shard in this worker (gained, lost, renewed).", []string{"shard", "event"})
+	m.shardFenced = counter("shard", "checkpoints_fenced_total", "Checkpoints refused because the shard's lease moved to another worker or a newer epoch.", shard)
+	m.shardTrimmedPast = counter("shard", "checkpoint_past_retention_total", "Times a shard started from a checkpoint older than the stream's retention (records after it may have been trimmed unread).", shard)
+	m.shardWaiting = gauge("shard", "waiting_for_parents", "1 while a child shard is held back until its parent shards are finished.", shard)
+	m.shardGetRecords = histogram("shard", "get_records_seconds", "Time from the start of a GetRecords call until its records reach the processor.", callBuckets, shard)
+	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure).", callBuckets, shard)
+
+	m.tableCommits = counter("table", "commits_total", "Snapshots committed to the table.", table)
+	m.tableRows = counter("table", "rows_total", "Row images written to the table (inserts, updates, loads after per-key dedupe).", table)
+	m.tableDeletes = counter("table", "deletes_total", "Keys written as equality deletes to the table (every touched key of a keyed table).", table)
+	m.tableTrimmed = counter("table", "trimmed_total", "Changes dropped at commit time because the table already held them (counted in committed batches only).", table)
+	m.tableSkipped = counter("table", "skipped_total", "Changes dropped because the table's watermark already covered them (replays), including trimmed ones.", table)
+	m.tableCommitFailures = counter("table", "commit_failures_total", "Commit attempts that failed and were retried.", table)
+	m.tableCommitLatency = histogram("table", "commit_duration_seconds", "Time from the start of a flush to its successful commit, retries included.", commitBuckets, table)
+	m.tableAttempts = histogram("table", "commit_attempts", "Commit attempts per committed batch.", []float64{1, 2, 3, 5, 10, 20}, table)
+	m.tableFreshness = gauge("table", "freshness_seconds", "For the last commit: time from the arrival of its oldest change at the table writer until the commit.", table)
+	m.tableLastCommit = gauge("table", "last_commit_timestamp_seconds", "Unix time of the table's last commit by this worker.", table)
+	m.tableDeadLetters = counter("table", "dead_letters_total", "Changes of the table sent to the dead-letter file (unconvertible, or updates and deletes of a keyless table).", table)
+
+	m.hookRuns = counter("post_commit", "runs_total", "Post-commit hook runs by result (ok, error, timeout).", []string{"table", "result"})
+	m.hookDropped = counter("post_commit", "dropped_total", "Post-commit notifications dropped because the queue was full (a later snapshot of the table is still notified), or pending at shutdown.", table)
+	m.hookDuration = prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: metricsNamespace, Subsystem: "post_commit", Name: "duration_seconds",
+		Help: "Duration of post-commit hook runs.", Buckets: callBuckets})
+	m.hookQueue = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metricsNamespace, Subsystem: "post_commit", Name: "queue_length",
+		Help: "Post-commit notifications waiting for the hook."})
+	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "ready",
+		Help: "1 while the service is ready (catalog open, KCL worker started, no fatal error, not shutting down)."})
+	m.reg.MustRegister(m.hookDuration, m.hookQueue, m.ready,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// --- sink.Metrics ---
+
+func (m *promMetrics) Committed(c sink.CommitInfo) {
+	m.tableCommits.WithLabelValues(c.Table).Inc()
+	m.tableRows.WithLabelValues(c.Table).Add(float64(c.Rows))
+	m.tableDeletes.WithLabelValues(c.Table).Add(float64(c.Deletes))
+	m.tableTrimmed.WithLabelValues(c.Table).Add(float64(c.Trimmed))
+	m.tableCommitLatency.WithLabelValues(c.Table).Observe(c.Took.Seconds())
+	m.tableAttempts.WithLabelValues(c.Table).Observe(float64(c.Attempts))
+	now := m.now()
+	if !c.Oldest.IsZero() {
+		m.tableFreshness.WithLabelValues(c.Table).Set(max(now.Sub(c.Oldest), 0).Seconds())
+	}
+	m.tableLastCommit.WithLabelValues(c.Table).Set(float64(now.UnixMilli()) / 1e3)
+}
+
+func (m *promMetrics) CommitFailed(table string) { m.tableCommitFailures.WithLabelValues(table).Inc() }
+
+func (m *promMetrics) DeadLettered(table string) { m.tableDeadLetters.WithLabelValues(table).Inc() }
+
+func (m *promMetrics) Skipped(table string, n int) {
+	m.tableSkipped.WithLabelValues(table).Add(float64(n))
+}
+
+// consumerMetrics adapts promMetrics to consumer.Metrics, whose DeadLettered has the same
+// signature as the sink's but counts undecodable records per shard.
+type consumerMetrics struct{ m *promMetrics }
+
+var _ consumer.Metrics = consumerMetrics{}
+
+func (c consumerMetrics) Records(shard string, n int, millisBehind int64) {
+	c.m.shardRecords.WithLabelValues(shard).Add(float64(n))
+	c.m.shardBehind.WithLabelValues(shard).Set(float64(millisBehind))
+}
+
+func (c consumerMetrics) DeadLettered(shard string) {
+	c.m.shardUndecodable.WithLabelValues(shard).Inc()
+}
+
+func (c consumerMetrics) Checkpointed(shard, _ string) {
+	c.m.shardCheckpoints.WithLabelValues(shard).Inc()
+	c.m.shardCheckpoint.WithLabelValues(shard).Set(float64(c.m.now().UnixMilli()) / 1e3)
+}
+
+func (c consumerMetrics) Fenced(shard string) { c.m.shardFenced.WithLabelValues(shard).Inc() }
+
+func (c consumerMetrics) TrimmedPast(shard string) { c.m.shardTrimmedPast.WithLabelValues(shard).Inc() }
+
+func (c consumerMetrics) WaitingForParents(shard string, waiting bool) {
+	v := 0.0
+	if waiting {
+		v = 1
+	}
+	c.m.shardWaiting.WithLabelValues(shard).Set(v)
+}
+
+// consumer returns the receiver to plug into consumer.WithMetrics.
+func (m *promMetrics) consumer() consumer.Metrics { return consumerMetrics{m} }
+
+// --- KCL MonitoringService (plugged through consumer.WithKCLMonitoring) ---
+//
+// Records are counted through consumer.Metrics (IncrRecordsProcessed would count them twice);
+// the KCL adds bytes, lag on empty reads too, lease events and call durations. Start and
+// Shutdown bracket the worker's event loop: they drive readiness through onStart and onStop.
+
+type kclMonitor struct {
+	*promMetrics
+	// onStart and onStop are called when the worker's event loop starts and after it ended.
+	onStart, onStop func()
+}
+
+var _ kclmetrics.MonitoringService = kclMonitor{}
+
+func (m *promMetrics) Init(_, _, _ string) error { return nil }
+func (m *promMetrics) Start() error              { return nil }
+func (m *promMetrics) Shutdown()                 {}
+
+func (k kclMonitor) Start() error {
+	if k.onStart != nil {
+		k.onStart()
+	}
+	return nil
+}
+
+func (k kclMonitor) Shutdown() {
+	if k.onStop != nil {
+		k.onStop()
+	}
+}
+
+func (m *promMetrics) IncrRecordsProcessed(string, int) {}
+
+func (m *promMetrics) IncrBytesProcessed(shard string, n int64) {
+	m.shardBytes.WithLabelValues(shard).Add(float64(n))
+}
+
+func (m *promMetrics) MillisBehindLatest(shard string, ms float64) {
+	m.shardBehind.WithLabelValues(shard).Set(ms)
+}
+
+func (m *promMetrics) DeleteMetricMillisBehindLatest(shard string) {
+	m.shardBehind.DeleteLabelValues(shard)
+}
+
+func (m *promMetrics) LeaseGained(shard string) {
+	m.shardLease.WithLabelValues(shard).Set(1)
+	m.shardLeaseEvents.WithLabelValues(shard, "gained").Inc()
+}
+
+func (m *promMetrics) LeaseLost(shard string) {
+	m.shardLease.WithLabelValues(shard).Set(0)
+	m.shardLeaseEvents.WithLabelValues(shard, "lost").Inc()
+}
+
+func (m *promMetrics) LeaseRenewed(shard string) {
+	m.shardLease.WithLabelValues(shard).Set(1)
+	m.shardLeaseEvents.WithLabelValues(shard, "renewed").Inc()
+}
+
+// RecordGetRecordsTime and RecordProcessRecordsTime receive milliseconds.
+func (m *promMetrics) RecordGetRecordsTime(shard string, ms float64) {
+	m.shardGetRecords.WithLabelValues(shard).Observe(ms / 1e3)
+}
+
+func (m *promMetrics) RecordProcessRecordsTime(shard string, ms float64) {
+	m.shardProcessBatch.WithLabelValues(shard).Observe(ms / 1e3)
+}
+
+// --- post-commit hook (hookMetrics) ---
+
+func (m *promMetrics) HookRan(table, result string, took time.Duration) {
+	m.hookRuns.WithLabelValues(table, result).Inc()
+	m.hookDuration.Observe(took.Seconds())
+}
+
+func (m *promMetrics) HookDropped(table string) { m.hookDropped.WithLabelValues(table).Inc() }
+
+func (m *promMetrics) HookQueued(n int) { m.hookQueue.Set(float64(n)) }
+
+// --- readiness ---
+
+func (m *promMetrics) SetReady(ok bool) {
+	if ok {
+		m.ready.Set(1)
+	} else {
+		m.ready.Set(0)
+	}
+}
+
+// commitFanout is the sink.Metrics the service plugs in: Prometheus first, then the
+// post-commit hook's queue (which never blocks).
+type commitFanout struct {
+	sink.Metrics
+	hook *postCommitHook
+}
+
+func (f commitFanout) Committed(c sink.CommitInfo) {
+	f.Metrics.Committed(c)
+	if f.hook != nil {
+		f.hook.Notify(c)
+	}
+}
