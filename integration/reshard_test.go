@@ -1,0 +1,220 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+// kvRecord is a DMS CDC update of shop.kv.
+func kvRecord(id, v int) []byte {
+	return fmt.Appendf(nil, `{"data":{"id":%d,"v":%d},"before-image":{},"metadata":{"timestamp":"2025-06-01T00:00:00.000000Z","record-type":"data","operation":"update","partition-key-type":"schema-table","schema-name":"shop","table-name":"kv","transaction-id":%d}}`, id, v, v)
+}
+
+func putKV(t *testing.T, stream string, from, to int) {
+	t.Helper()
+	kc := Kinesis(t)
+	for v := from; v <= to; v++ {
+		if _, err := kc.PutRecord(t.Context(), &kinesis.PutRecordInput{StreamName: aws.String(stream),
+			PartitionKey: aws.String("shop.kv"), Data: kvRecord(1, v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func waitStreamActive(t *testing.T, stream string) {
+	t.Helper()
+	w := kinesis.NewStreamExistsWaiter(Kinesis(t), func(o *kinesis.StreamExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50*time.Millisecond, 500*time.Millisecond
+	})
+	if err := w.Wait(t.Context(), &kinesis.DescribeStreamInput{StreamName: aws.String(stream)}, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// holdLease makes a dead worker hold a shard's lease until `until`, as after a crash.
+func holdLease(t *testing.T, app, shard string, until time.Time) {
+	t.Helper()
+	_, err := DynamoDB(t).PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(app), Item: map[string]ddbtypes.AttributeValue{
+		"ShardID":      &ddbtypes.AttributeValueMemberS{Value: shard},
+		"AssignedTo":   &ddbtypes.AttributeValueMemberS{Value: "dead-worker"},
+		"LeaseTimeout": &ddbtypes.AttributeValueMemberS{Value: until.UTC().Format(time.RFC3339Nano)},
+		"LeaseEpoch":   &ddbtypes.AttributeValueMemberN{Value: "1"},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func kvValue(t *testing.T, cfgPath, dataDir string) (string, int) {
+	t.Helper()
+	cat, err := sink.OpenCatalog(context.Background(), sink.DefaultCatalogConfig(dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := cat.LoadTable(context.Background(), table.Identifier{"shop", "kv"})
+	if err != nil {
+		return "", 0
+	}
+	_, it, err := tbl.Scan().ToArrowRecords(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, rows := "", 0
+	vt := tbl.Schema().Field(1).Type
+	for rec, err := range it {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			v, _ = dms.RenderArrow(rec.Column(1), i, vt)
+			rows++
+		}
+		rec.Release()
+	}
+	return v, rows
+}
+
+// reshardCase writes the first half of a key's history to the parent(s), reshards, writes the
+// second half to the child, lets a dead worker hold the parent lease(s), and checks that the
+// final value is the child's, i.e. the parents were committed before the child.
+func reshardCase(t *testing.T, merge bool) {
+	RequireEmulators(t)
+	bin := BuildBinary(t)
+	stream := UniqueName(t.Name())
+	app := "dms2iceberg-" + stream
+	shards := int32(1)
+	if merge {
+		shards = 2
+	}
+	CreateStream(t, stream, shards)
+	t.Cleanup(func() { DeleteTable(t, app) })
+	kc := Kinesis(t)
+	list, err := kc.ListShards(t.Context(), &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putKV(t, stream, 1, 30) // all on the shard "shop.kv" hashes to
+	var parents []string
+	if merge {
+		a, b := list.Shards[0], list.Shards[1]
+		if _, err := kc.MergeShards(t.Context(), &kinesis.MergeShardsInput{StreamName: aws.String(stream),
+			ShardToMerge: a.ShardId, AdjacentShardToMerge: b.ShardId}); err != nil {
+			t.Fatal(err)
+		}
+		parents = []string{aws.ToString(a.ShardId), aws.ToString(b.ShardId)}
+	} else {
+		sh := list.Shards[0]
+		lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
+		hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
+		mid := new(big.Int).Div(new(big.Int).Add(lo, hi), big.NewInt(2))
+		if _, err := kc.SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(stream),
+			ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
+			t.Fatal(err)
+		}
+		parents = []string{aws.ToString(sh.ShardId)}
+	}
+	waitStreamActive(t, stream)
+	putKV(t, stream, 31, 60) // on a child
+
+	// The lease table exists before the service starts, with the parents held by a dead worker
+	// for a while: the children are leased first.
+	_, err = DynamoDB(t).CreateTable(t.Context(), &dynamodb.CreateTableInput{
+		TableName:            aws.String(app),
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("ShardID"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("ShardID"), KeyType: ddbtypes.KeyTypeHash}},
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holdUntil := time.Now().Add(12 * time.Second)
+	for _, p := range parents {
+		holdLease(t, app, p, holdUntil)
+	}
+	if merge {
+		// The merge case of E7: the parent without records is already finished, the one with
+		// the key's history is held by the dead worker. The KCL waits only for ParentShardId.
+		empty := parents[0]
+		if hasRecords(t, stream, empty) {
+			empty = parents[1]
+		}
+		_, err := DynamoDB(t).PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(app), Item: map[string]ddbtypes.AttributeValue{
+			"ShardID": &ddbtypes.AttributeValueMemberS{Value: empty}, "Checkpoint": &ddbtypes.AttributeValueMemberS{Value: "SHARD_END"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	dataDir := t.TempDir()
+	cfg := fmt.Sprintf(`stream: %s
+data_dir: %s
+consumer: {shard_sync: 500ms, failover: 6s, idle_between_reads: 200ms}
+sink:
+  flush_interval: 300ms
+  tables:
+    shop.kv:
+      primary_key: [id]
+      columns: [{name: id, type: INT4}, {name: v, type: INT4}]
+`, stream, dataDir)
+	cfgPath := filepath.Join(dataDir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := StartService(t, bin, cfgPath)
+	want := "60"
+	WaitFor(t, 3*time.Minute, time.Second, func() (bool, error) {
+		if svc.Exited() {
+			return false, fmt.Errorf("service exited:\n%s", tailFile(svc.LogPath, 8<<10))
+		}
+		v, rows := kvValue(t, cfgPath, dataDir)
+		if rows > 1 {
+			return false, fmt.Errorf("key 1 has %d rows", rows)
+		}
+		return v == want && time.Now().After(holdUntil.Add(8*time.Second)), nil
+	}, "the child's last value to win after the parents finished")
+	if err := svc.Stop(60 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if v, rows := kvValue(t, cfgPath, dataDir); v != want || rows != 1 {
+		t.Fatalf("final value %q (%d rows), want %s: a parent's older record was committed after the child's", v, rows, want)
+	}
+}
+
+// §11 item 6 (E3): after a split, the KCL can process the child before its parent; a parent held
+// by a dead worker makes that certain. The parent's older records must not overwrite the child's.
+func TestGuardSplitChildWaitsForParent(t *testing.T) { reshardCase(t, false) }
+
+// §11 item 6 (E4, E7): after a merge, the KCL ignores AdjacentParentShardId.
+func TestGuardMergeChildWaitsForBothParents(t *testing.T) { reshardCase(t, true) }
+
+func hasRecords(t *testing.T, stream, shard string) bool {
+	t.Helper()
+	kc := Kinesis(t)
+	it, err := kc.GetShardIterator(t.Context(), &kinesis.GetShardIteratorInput{StreamName: aws.String(stream),
+		ShardId: aws.String(shard), ShardIteratorType: "TRIM_HORIZON"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := kc.GetRecords(t.Context(), &kinesis.GetRecordsInput{ShardIterator: it.ShardIterator})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(out.Records) > 0
+}
