@@ -83,6 +83,13 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("load AWS configuration: %w", err)
 	}
+	// Reading must not create an embedded catalog where the service has not run yet.
+	if c := cfg.Sink.Catalog; c.Type == "sql" && strings.HasPrefix(c.URI, "file:") {
+		path, _, _ := strings.Cut(strings.TrimPrefix(c.URI, "file:"), "?")
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("catalog %s: %w (has the service run with this configuration?)", path, err)
+		}
+	}
 	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
 	if err != nil {
 		return err

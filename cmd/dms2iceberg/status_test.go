@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -316,5 +317,17 @@ func TestImpliedNamespacesAndTargets(t *testing.T) {
 	}
 	if got := impliedNamespaces(sink.Config{}); len(got) != 0 {
 		t.Fatalf("implied for an empty config %v", got)
+	}
+}
+
+func TestStatusDoesNotCreateTheEmbeddedCatalog(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeConfig(t, "stream: s\ndata_dir: "+dir+"/data\n")
+	err := runStatus(t.Context(), []string{"--config", cfg})
+	if err == nil || !strings.Contains(err.Error(), "has the service run") {
+		t.Fatalf("status without a catalog: %v", err)
+	}
+	if _, err := os.Stat(dir + "/data"); !os.IsNotExist(err) {
+		t.Fatalf("status created %s/data (%v)", dir, err)
 	}
 }
