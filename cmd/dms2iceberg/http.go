@@ -25,14 +25,14 @@ type health struct {
 	onChange     func(ready bool)
 }
 
+// update applies f and reports the new readiness to onChange, under the lock so that concurrent
+// updates reach onChange in order (it must be quick and must not call back into h).
 func (h *health) update(f func()) {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	f()
-	ready := h.readyLocked() == nil
-	cb := h.onChange
-	h.mu.Unlock()
-	if cb != nil {
-		cb(ready)
+	if h.onChange != nil {
+		h.onChange(h.readyLocked() == nil)
 	}
 }
 

@@ -239,7 +239,8 @@ func TestOpsServerRunAndShutdown(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if _, err := http.Get("http://" + ops.Addr() + "/healthz"); err == nil {
+	if resp, err := http.Get("http://" + ops.Addr() + "/healthz"); err == nil {
+		_ = resp.Body.Close()
 		t.Fatal("server still answering after Run returned")
 	}
 	// A taken address is an error for listenOps (serve decides whether it is fatal).
