@@ -155,6 +155,10 @@ type Event struct {
 	Raw []byte
 	// Ack is told when this event is finished. May be nil (tests, decode command).
 	Ack Acker
+	// Replay marks an event re-applied from the dead-letter table (dms2iceberg dlq replay): its
+	// Pos is the original position, which the table's watermarks normally cover, so a replayed
+	// event bypasses the watermark checks and never advances a watermark.
+	Replay bool
 }
 
 // CompareSeq compares two Kinesis sequence numbers (decimal strings without leading zeros):
@@ -185,6 +189,13 @@ type DeadLetter struct {
 	Table  string
 	Reason string
 	Raw    []byte
+	// Class is a short machine-readable cause, used as a metric label and a column of the
+	// dead-letter table: decode, convert, keyless_change, incompatible_schema, table_paused,
+	// table_dropped, control. Empty means decode when Table is empty (the consumer's undecodable
+	// records), else convert.
+	Class string
+	// Op is the DMS operation of the record when known (insert, create-table, ...).
+	Op string
 }
 
 // DeadLetterer stores dead letters durably. Implementations are safe for concurrent use.

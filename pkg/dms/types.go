@@ -116,6 +116,8 @@ func DetectVocabulary(cols []change.ColumnDef) Vocabulary {
 //	NUMERIC DECIMAL with p > 38                                                                → string
 //	REAL4 FLOAT → float; REAL8 DOUBLE → double
 //	STRING WSTRING CLOB NCLOB → string; BYTES BLOB BINARY → binary
+//	JSON JSONB ARRAY INTERVAL UUID XML TEXT (configured columns only; DMS sends these as
+//	STRING/WSTRING/NCLOB) → string, keeping the source text exactly
 //	DATE DATE32 → date; TIME TIME32 TIME64 → time
 //	DATETIME TIMESTAMP → timestamp (timestamptz with opts.TimestampTZ)
 //	BOOLEAN BOOL → boolean
@@ -157,7 +159,8 @@ func IcebergType(c change.ColumnDef, v Vocabulary, opts TypeOptions) (iceberg.Ty
 		return iceberg.PrimitiveTypes.Float32, nil
 	case "REAL8", "DOUBLE":
 		return iceberg.PrimitiveTypes.Float64, nil
-	case "STRING", "WSTRING", "CLOB", "NCLOB":
+	case "STRING", "WSTRING", "CLOB", "NCLOB",
+		"JSON", "JSONB", "ARRAY", "INTERVAL", "UUID", "XML", "TEXT":
 		return iceberg.PrimitiveTypes.String, nil
 	case "BYTES", "BLOB", "BINARY":
 		return iceberg.PrimitiveTypes.Binary, nil

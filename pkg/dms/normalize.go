@@ -1,0 +1,372 @@
+package dms
+
+import (
+	"errors"
+	"slices"
+
+	"github.com/valyala/fastjson"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Record is the normalised form of one DMS message: what the decoder made of it and, when a
+// table-def of its table was seen earlier in the same input, the Iceberg type and converted
+// value of every column exactly as the sink would store them. `dms2iceberg decode` prints one
+// Record per message as a JSON line; the golden tests compare the same lines.
+type Record struct {
+	// N is the 1-based index of the message in its input; Line the line it starts on.
+	N    int `json:"n"`
+	Line int `json:"line,omitempty"`
+	// Error is set when the message could not be decoded; nothing else is set then.
+	Error *RecordError `json:"error,omitempty"`
+	// RecordType is data or control; Op the operation (load, insert, update, delete, or the
+	// control operation as written).
+	RecordType string   `json:"record_type,omitempty"`
+	Op         string   `json:"op,omitempty"`
+	Schema     string   `json:"schema,omitempty"`
+	Table      string   `json:"table,omitempty"`
+	Meta       *Meta    `json:"meta,omitempty"`
+	Columns    []Field  `json:"columns,omitempty"`
+	Before     []Field  `json:"before,omitempty"`
+	Control    *CtlInfo `json:"control,omitempty"`
+	// KeyChange is set for an update whose before-image holds another key than its data: the
+	// sink deletes the old key and writes the new one in the same snapshot. Key columns the
+	// before-image leaves out (Oracle sends only changed columns) are taken from the data.
+	KeyChange *KeyChange `json:"key_change,omitempty"`
+	Warnings  []string   `json:"warnings,omitempty"`
+	event     *change.Event
+}
+
+// Event returns the decoded event behind r (nil for errors). It is valid until the next
+// Normalize call.
+func (r *Record) Event() *change.Event { return r.event }
+
+// KeyChange is a primary-key change: the old and new key values (canonical text).
+type KeyChange struct {
+	Columns []string `json:"columns"`
+	From    []string `json:"from"`
+	To      []string `json:"to"`
+}
+
+// RecordError describes a message the decoder rejected.
+type RecordError struct {
+	// Kind is ErrorKind.String() (syntax, empty, not_object, missing_metadata, ...).
+	Kind   string `json:"kind"`
+	Offset int    `json:"offset"`
+	Reason string `json:"reason"`
+}
+
+// Meta is the metadata of a record; empty fields are left out.
+type Meta struct {
+	Timestamp               string `json:"timestamp,omitempty"`
+	PartitionKeyType        string `json:"partition-key-type,omitempty"`
+	PartitionKeyValue       string `json:"partition-key-value,omitempty"`
+	TransactionID           string `json:"transaction-id,omitempty"`
+	TransactionRecordID     string `json:"transaction-record-id,omitempty"`
+	PrevTransactionID       string `json:"prev-transaction-id,omitempty"`
+	PrevTransactionRecordID string `json:"prev-transaction-record-id,omitempty"`
+	CommitTimestamp         string `json:"commit-timestamp,omitempty"`
+	StreamPosition          string `json:"stream-position,omitempty"`
+}
+
+// Field is one column value of an image.
+type Field struct {
+	Name string `json:"name"`
+	// Kind is the JSON kind: null, number, string, bool or json; Text the literal (numbers
+	// exactly as written, strings unescaped, JSON objects and arrays as compact text).
+	Kind string `json:"kind"`
+	Text string `json:"text"`
+	// Key marks a primary-key column of the known table-def.
+	Key bool `json:"key,omitempty"`
+	// Type is the Iceberg type of the column (from the known table-def); Value the canonical
+	// text of the converted value (dms.Render), absent for null; Error why the value does not
+	// convert (the sink dead-letters such a record).
+	Type  string  `json:"type,omitempty"`
+	Value *string `json:"value,omitempty"`
+	Error string  `json:"error,omitempty"`
+}
+
+// CtlInfo describes a control record.
+type CtlInfo struct {
+	TableDef *DefInfo `json:"table_def,omitempty"`
+	// Changes says what the sink does to the target table's schema (see PlanSchema), judged
+	// against the table as the earlier messages of the same input left it.
+	Changes []string `json:"changes,omitempty"`
+}
+
+// DefInfo is a table-def with the vocabulary detected and each column's Iceberg type.
+type DefInfo struct {
+	Vocabulary string    `json:"vocabulary"`
+	PrimaryKey []string  `json:"primary_key"`
+	Columns    []ColInfo `json:"columns"`
+}
+
+// ColInfo is one table-def column.
+type ColInfo struct {
+	Name      string `json:"name"`
+	Type      string `json:"type"`
+	Length    int    `json:"length,omitempty"`
+	Precision int    `json:"precision,omitempty"`
+	Scale     int    `json:"scale,omitempty"`
+	Nullable  bool   `json:"nullable"`
+	Iceberg   string `json:"iceberg"`
+	Error     string `json:"error,omitempty"`
+}
+
+// Normalizer decodes messages and keeps the table-defs of the control records it has seen, so
+// that later data records of the same table are shown typed. It is not safe for concurrent use.
+type Normalizer struct {
+	dec    *Decoder
+	opts   TypeOptions
+	tables map[string]*simTable
+	p      fastjson.Parser
+	n      int
+}
+
+// simTable is the schema the sink's target table would have after the messages seen so far.
+type simTable struct {
+	cols []ColumnState
+}
+
+func (t *simTable) column(name string) (ColumnState, bool) {
+	for _, c := range t.cols {
+		if c.Name == name {
+			return c, true
+		}
+	}
+	return ColumnState{}, false
+}
+
+func (t *simTable) keys() []string {
+	var out []string
+	for _, c := range t.cols {
+		if c.Key {
+			out = append(out, c.Name)
+		}
+	}
+	return out
+}
+
+// NewNormalizer returns a Normalizer decoding with cfg and mapping types with opts.
+func NewNormalizer(cfg Config, opts TypeOptions) *Normalizer {
+	return &Normalizer{dec: NewDecoder(cfg), opts: opts, tables: map[string]*simTable{}}
+}
+
+var kindNames = [...]string{change.KindNull: "null", change.KindNumber: "number",
+	change.KindString: "string", change.KindBool: "bool", change.KindJSON: "json"}
+
+// Normalize decodes one message. msg is not retained.
+func (n *Normalizer) Normalize(msg []byte) Record {
+	n.n++
+	rec := Record{N: n.n}
+	ev := &change.Event{}
+	if err := n.dec.Decode(msg, ev); err != nil {
+		var de *DecodeError
+		if errors.As(err, &de) {
+			rec.Error = &RecordError{Kind: de.Kind.String(), Offset: de.Offset, Reason: de.Reason}
+		} else {
+			rec.Error = &RecordError{Kind: "other", Offset: -1, Reason: err.Error()}
+		}
+		return rec
+	}
+	rec.event = ev
+	m := ev.Meta
+	rec.RecordType, rec.Schema, rec.Table = m.RecordType, ev.Schema, ev.Table
+	meta := Meta{Timestamp: m.Timestamp, PartitionKeyType: m.PartitionKeyType, PartitionKeyValue: m.PartitionKeyValue,
+		TransactionID: m.TransactionID, TransactionRecordID: m.TransactionRecordID, PrevTransactionID: m.PrevTransactionID,
+		PrevTransactionRecordID: m.PrevTransactionRecordID, CommitTimestamp: m.CommitTimestamp, StreamPosition: m.StreamPosition}
+	if meta != (Meta{}) {
+		rec.Meta = &meta
+	}
+	src := ev.Schema + "." + ev.Table
+	if ev.Op == change.OpControl {
+		rec.Op = ev.Control.Op
+		rec.Control = &CtlInfo{}
+		known := true
+		switch rec.Op {
+		case "create-table", "drop-table", "rename-table", "add-column", "drop-column", "rename-column",
+			"column-type-change", "change-columns":
+		default:
+			known = false
+			rec.Warnings = append(rec.Warnings, "unknown control operation "+rec.Op+": the sink logs and ignores it")
+		}
+		td := ev.Control.TableDef
+		if td != nil {
+			rec.Control.TableDef = n.describe(td)
+		}
+		switch {
+		case !known || ev.Table == "":
+		case rec.Op == "drop-table":
+			rec.Control.Changes = []string{"table dropped at the source: the target table is kept; with sink.drop_table mark it stops taking records (they are dead-lettered) until a create-table"}
+		case td == nil:
+			rec.Control.Changes = []string{"no table-def: nothing to apply (columns are added when they appear in data)"}
+		default:
+			desired := n.desired(td)
+			st := n.tables[src]
+			if st == nil {
+				st = &simTable{}
+				for _, d := range desired {
+					key := slices.Contains(td.PrimaryKey, d.Name)
+					st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
+				}
+				n.tables[src] = st
+				rec.Control.Changes = []string{"create table (or reconcile an existing one) from the table-def"}
+				break
+			}
+			plan := PlanSchema(st.cols, desired, rec.Op == "rename-column")
+			st.cols = ApplyPlan(st.cols, plan)
+			rec.Control.Changes = plan.Describe()
+			if len(rec.Control.Changes) == 0 {
+				rec.Control.Changes = []string{"no schema change"}
+			}
+		}
+		return rec
+	}
+	rec.Op = ev.Op.String()
+	st := n.tables[src]
+	if st == nil {
+		rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input: values are shown untyped")
+	}
+	rec.Columns = n.fields(ev.Columns, st, &rec, ev.Op == change.OpDelete, "")
+	rec.Before = n.fields(ev.Before, st, &rec, false, "before-image ")
+	if st == nil {
+		return rec
+	}
+	keys := st.keys()
+	if len(keys) > 0 && ev.Op == change.OpUpdate && ev.Before == nil && !n.hasBeforeImage(msg) {
+		rec.Warnings = append(rec.Warnings, "update without a before-image: a primary-key change cannot be told from an update (enable BeforeImageSettings)")
+	}
+	if ev.Op == change.OpUpdate && len(keys) > 0 && len(rec.Before) > 0 {
+		rec.KeyChange = keyChange(keys, rec.Columns, rec.Before)
+	}
+	if ev.Op == change.OpDelete || ev.Op.IsUpsert() {
+		for _, k := range keys {
+			if !slices.ContainsFunc(ev.Columns, func(c change.Column) bool { return c.Name == k }) {
+				rec.Warnings = append(rec.Warnings, ev.Op.String()+" without key column "+k+": the sink dead-letters it")
+			}
+		}
+	}
+	if len(keys) == 0 && (ev.Op == change.OpUpdate || ev.Op == change.OpDelete) {
+		rec.Warnings = append(rec.Warnings, ev.Op.String()+" on a table without a primary key: the sink dead-letters it (configure sink.tables.<table>.primary_key)")
+	}
+	return rec
+}
+
+// keyChange compares the key columns of the after- and before-image (converted values); a key
+// column missing from the before-image is taken from the after-image. Nil when the key did not
+// change or the before-image holds no key column at all (pk-only {} of an unchanged key).
+func keyChange(keys []string, after, before []Field) *KeyChange {
+	value := func(fs []Field, name string) (string, bool) {
+		for _, f := range fs {
+			if f.Name == name {
+				if f.Value == nil {
+					return "null", true
+				}
+				return *f.Value, true
+			}
+		}
+		return "", false
+	}
+	kc := &KeyChange{Columns: keys}
+	found, changed := 0, false
+	for _, k := range keys {
+		to, _ := value(after, k)
+		from, ok := value(before, k)
+		if ok {
+			found++
+		} else {
+			from = to
+		}
+		changed = changed || from != to
+		kc.From = append(kc.From, from)
+		kc.To = append(kc.To, to)
+	}
+	if found == 0 || !changed {
+		return nil
+	}
+	return kc
+}
+
+// hasBeforeImage reports whether msg carries the configured before-image object (the decoder
+// leaves Before nil for an empty one, {}, which pk-only sends when the key did not change).
+func (n *Normalizer) hasBeforeImage(msg []byte) bool {
+	f := n.dec.cfg.BeforeImageField
+	if f == "" {
+		return false
+	}
+	v, err := n.p.ParseBytes(msg)
+	if err != nil {
+		return false
+	}
+	bv := v.Get(f)
+	return bv != nil && bv.Type() == fastjson.TypeObject
+}
+
+func (n *Normalizer) desired(td *change.TableDef) []DesiredColumn {
+	v := DetectVocabulary(td.Columns)
+	out := make([]DesiredColumn, len(td.Columns))
+	for i, c := range td.Columns {
+		t, _ := IcebergType(c, v, n.opts)
+		out[i] = DesiredColumn{Name: c.Name, Type: t}
+	}
+	return out
+}
+
+func (n *Normalizer) fields(cols []change.Column, st *simTable, rec *Record, keyOnly bool, what string) []Field {
+	if len(cols) == 0 {
+		return nil
+	}
+	out := make([]Field, len(cols))
+	for i, c := range cols {
+		f := Field{Name: c.Name, Kind: kindNames[c.Value.Kind], Text: c.Value.Text}
+		if st != nil {
+			cs, ok := st.column(c.Name)
+			t := cs.Type
+			f.Key = cs.Key
+			if !ok && what == "" && !keyOnly {
+				// The sink adds a column that appears in data as optional, typed from the value.
+				t = InferType(c.Value)
+				st.cols = append(st.cols, ColumnState{Name: c.Name, Type: t})
+				rec.Warnings = append(rec.Warnings, "column "+c.Name+" is not in the table: the sink adds it as optional column of type "+t.String())
+				ok = true
+			}
+			switch {
+			case !ok:
+				rec.Warnings = append(rec.Warnings, what+"column "+c.Name+" is not in the table: ignored")
+			case keyOnly && !f.Key:
+				// Deletes are applied by key; other columns are not converted.
+				f.Type = t.String()
+			default:
+				f.Type = t.String()
+				d, err := Convert(t, c.Value)
+				switch {
+				case err != nil:
+					f.Error = err.Error()
+				case !d.Null:
+					s := Render(t, d)
+					f.Value = &s
+				}
+			}
+		}
+		out[i] = f
+	}
+	return out
+}
+
+func (n *Normalizer) describe(td *change.TableDef) *DefInfo {
+	v := DetectVocabulary(td.Columns)
+	info := &DefInfo{Vocabulary: v.String(), PrimaryKey: td.PrimaryKey, Columns: make([]ColInfo, 0, len(td.Columns))}
+	if info.PrimaryKey == nil {
+		info.PrimaryKey = []string{}
+	}
+	for _, c := range td.Columns {
+		t, err := IcebergType(c, v, n.opts)
+		ci := ColInfo{Name: c.Name, Type: c.Type, Length: c.Length, Precision: c.Precision, Scale: c.Scale,
+			Nullable: c.Nullable, Iceberg: t.String()}
+		if err != nil {
+			ci.Error = err.Error()
+		}
+		info.Columns = append(info.Columns, ci)
+	}
+	return info
+}
