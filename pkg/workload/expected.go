@@ -29,8 +29,12 @@ type Expected struct {
 	LoadRows    int  `json:"load_rows"`
 	Changes     int  `json:"changes"`
 	TimestampTZ bool `json:"timestamptz"`
-	// Tables in a fixed order (customers, order_items, events, types).
+	// Tables in a fixed order (customers, order_items, events, types, then the tables the
+	// schema-change scenario creates).
 	Tables []ExpectedTable `json:"tables"`
+	// DeadLetters lists the injected bad records (Config.BadRecords), in stream order; the
+	// dead-letter table must hold exactly these. Absent without injected records.
+	DeadLetters []ExpectedDeadLetter `json:"dead_letters,omitempty"`
 }
 
 // ExpectedTable is the expected content of one target table.
@@ -90,7 +94,7 @@ func (e *Expected) Validate() error {
 func (e *Expected) Encode(w io.Writer) error {
 	bw := bufio.NewWriter(w)
 	hdr := *e
-	hdr.Tables = nil
+	hdr.Tables, hdr.DeadLetters = nil, nil
 	h, err := json.Marshal(hdr)
 	if err != nil {
 		return err
@@ -132,7 +136,23 @@ func (e *Expected) Encode(w io.Writer) error {
 		}
 		bw.WriteString("]}")
 	}
-	bw.WriteString("]}\n")
+	bw.WriteString("]")
+	if len(e.DeadLetters) > 0 {
+		bw.WriteString(`,"dead_letters":[`)
+		for i, dl := range e.DeadLetters {
+			b, err := json.Marshal(dl)
+			if err != nil {
+				return err
+			}
+			if i > 0 {
+				bw.WriteByte(',')
+			}
+			bw.WriteString("\n")
+			bw.Write(b)
+		}
+		bw.WriteString("]")
+	}
+	bw.WriteString("}\n")
 	return bw.Flush()
 }
 
@@ -209,6 +229,9 @@ func (r *run) expected() (Expected, error) {
 			return Expected{}, err
 		}
 		e.Tables = append(e.Tables, et)
+	}
+	if r.sc != nil {
+		e.DeadLetters = r.sc.deadLetter
 	}
 	return e, nil
 }

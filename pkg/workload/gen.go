@@ -30,6 +30,15 @@ type Config struct {
 	// TimestampTZ must equal the sink's timestamptz setting: it selects the Iceberg type of
 	// DATETIME columns in the expected state. Default false (timestamp).
 	TimestampTZ bool
+	// SchemaChanges runs the schema-change scenario during the CDC phase (see the package
+	// documentation): columns are added, renamed, widened and dropped, tables are created and
+	// one is dropped, with ALTER control records carrying the full table-def. Default false; the
+	// default workload is unchanged by this field.
+	SchemaChanges bool
+	// BadRecords injects this many records the service must dead-letter, spread over the CDC
+	// phase and rotating over malformed JSON, records DMS would never send, values that do not
+	// convert, and updates of a keyless table. Expected.DeadLetters lists them. Default 0.
+	BadRecords int
 }
 
 func (c Config) withDefaults() Config {
@@ -53,6 +62,12 @@ func (c Config) Validate() error {
 	if c.LoadRows < 0 {
 		return fmt.Errorf("workload: LoadRows must not be negative, got %d", c.LoadRows)
 	}
+	if c.BadRecords < 0 {
+		return fmt.Errorf("workload: BadRecords must not be negative, got %d", c.BadRecords)
+	}
+	if c.BadRecords > 0 && c.Changes <= c.BadRecords {
+		return fmt.Errorf("workload: BadRecords (%d) needs more Changes (%d) to spread over", c.BadRecords, c.Changes)
+	}
 	return nil
 }
 
@@ -69,6 +84,9 @@ type Message struct {
 	Op string
 	// KeyChange marks an update that changes the primary key.
 	KeyChange bool
+	// DeadLetter is the dead-letter class (decode, convert, keyless_change) of an injected bad
+	// record, which the service must dead-letter; "" for every other record.
+	DeadLetter string
 }
 
 // Generator produces the workload of a Config. Its methods are safe for concurrent use; each
@@ -235,6 +253,8 @@ type run struct {
 	now     int64 // µs since the epoch
 	tables  []*tableState
 	buf     []byte
+	// sc is the schema-change and bad-record scenario (nil unless configured).
+	sc *scenario
 
 	txID      int64
 	prevTxID  int64
@@ -262,6 +282,9 @@ func newRun(cfg Config, endless bool) *run {
 	}
 	r.txID = 1000 + r.rng.Int64N(1_000_000)
 	r.lsn = uint64(0x2_0000_0000) + uint64(r.rng.Int64N(1<<30))
+	if cfg.SchemaChanges || cfg.BadRecords > 0 {
+		r.sc = newScenario(cfg)
+	}
 	return r
 }
 
@@ -294,6 +317,9 @@ func (r *run) produce(ctx context.Context, yield func(Message) bool) {
 		return
 	}
 	for n := 0; r.endless || n < r.cfg.Changes; {
+		if r.sc != nil && !r.sc.step(r, n, emit) {
+			return
+		}
 		limit := 1 + r.rng.IntN(4)
 		if !r.endless {
 			limit = min(limit, r.cfg.Changes-n)
@@ -403,13 +429,19 @@ func (r *run) transaction(n int, emit func(Message) bool) bool {
 	}
 	for range n {
 		x.record++
-		w := r.rng.IntN(100)
-		i := 0
-		for w >= tableWeights[i] {
-			w -= tableWeights[i]
-			i++
+		var t *tableState
+		if r.sc != nil {
+			t = r.sc.pick(r)
+		} else {
+			w := r.rng.IntN(100)
+			i := 0
+			for w >= tableWeights[i] {
+				w -= tableWeights[i]
+				i++
+			}
+			t = r.tables[i]
 		}
-		if !emit(r.change(r.tables[i], x)) {
+		if !emit(r.change(t, x)) {
 			return false
 		}
 		r.prevTxID, r.prevTxRec = x.id, x.record
@@ -498,6 +530,13 @@ func (r *run) change(t *tableState, x *tx) Message {
 }
 
 func (r *run) upsert(t *tableState, row []change.Value) {
+	if t.def.dropped != nil {
+		for i, d := range t.def.dropped {
+			if d {
+				row[i] = null // the source no longer has the column: the record leaves it out
+			}
+		}
+	}
 	if t.def.key == nil {
 		if !r.endless {
 			t.keyless = append(t.keyless, row)
@@ -516,7 +555,7 @@ func (r *run) remove(t *tableState, row []change.Value) { t.remove(row) }
 func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *object, omit int, x *tx, keyChange bool) Message {
 	data := &object{}
 	for i, c := range t.def.columns {
-		if i != omit {
+		if i != omit && !t.def.isDropped(i) {
 			data.set(c.Name, row[i])
 		}
 	}
@@ -639,6 +678,11 @@ func (r *run) updated(t *tableState, old []change.Value) []change.Value {
 
 // value returns a random value for column i of t (row holds the key columns already).
 func (r *run) value(t *tableState, i int, row []change.Value) change.Value {
+	if r.sc != nil {
+		if v, ok := r.sc.value(r, t, i, row); ok {
+			return v
+		}
+	}
 	rng := r.rng
 	switch t.def.name {
 	case Customers:

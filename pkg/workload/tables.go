@@ -35,7 +35,12 @@ type tableDef struct {
 	keyIdx []int
 	// partitionType is the partition-key-type of every data record (load and CDC).
 	partitionType string
+	// dropped marks columns dropped at the source by the schema-change scenario (nil without):
+	// records leave them out, the target table keeps them.
+	dropped []bool
 }
+
+func (t *tableDef) isDropped(i int) bool { return t.dropped != nil && t.dropped[i] }
 
 func (t *tableDef) source() string { return Schema + "." + t.name }
 
