@@ -50,7 +50,8 @@ then run the tests again, or run everything with: make test`
 // credentials are in the environment, and every endpoint answers HTTP.
 func RequireEmulators(t testing.TB) {
 	t.Helper()
-	client := &http.Client{Timeout: 3 * time.Second}
+	// Generous: kinesis-mock holding a lot of data on a busy 2-core machine takes seconds to answer.
+	client := &http.Client{Timeout: 15 * time.Second}
 	for _, name := range emulatorEnv {
 		url := os.Getenv(name)
 		if url == "" {
