@@ -25,8 +25,28 @@ type Config struct {
 	TimestampTZ bool `yaml:"timestamptz"`
 	// Namespace overrides the target namespace of every table. Default "": the source schema.
 	Namespace string `yaml:"namespace"`
-	// Tables holds per-source-table settings keyed by "schema.table". Default none.
+	// Tables holds per-source-table settings keyed by "schema.table", or by a glob of such names
+	// ("shop.*"); an exact key wins over globs, and the longest matching glob over shorter ones.
+	// Default none.
 	Tables map[string]TableConfig `yaml:"tables"`
+	// Include lists "schema.table" globs (path.Match syntax: * ? [...]) of the source tables to
+	// replicate. Default none: every table.
+	Include []string `yaml:"include"`
+	// Exclude lists globs of source tables never replicated; it wins over Include. Their records
+	// are acknowledged without being written. Default none.
+	Exclude []string `yaml:"exclude"`
+	// DropTable is what a drop-table control record does: "ignore" (default: the target table
+	// is kept and keeps taking records) or "mark" (the target table is marked with
+	// dms2iceberg.status=dropped and stops taking records, which are dead-lettered, until a
+	// create-table for it arrives).
+	DropTable string `yaml:"drop_table"`
+	// DeadLetters selects where records that cannot be applied go. Default: the Iceberg table
+	// dms2iceberg.dead_letters.
+	DeadLetters DeadLetterConfig `yaml:"dead_letters"`
+	// HashKey is the secret key of column hashing (tables' hash_columns). It never comes from the
+	// file: cmd reads it from the environment (DMS2ICEBERG_HASH_KEY). Required when any table
+	// hashes columns.
+	HashKey []byte `yaml:"-"`
 }
 
 // TableConfig holds the settings of one source table.
@@ -40,6 +60,58 @@ type TableConfig struct {
 	// Columns declares column types in DMS table-def terms, used when the table is created before
 	// any create-table control record has been seen. Default: types inferred from values.
 	Columns []ColumnSpec `yaml:"columns"`
+	// Enabled set to false skips the table like Exclude does. Default true.
+	Enabled *bool `yaml:"enabled"`
+	// Partition is the partition spec of the target table when it is created, for example
+	// [{column: id, transform: bucket, n: 16}]. Equality deletes are partition-scoped, so every
+	// partition column must be a primary_key column (which must then be configured). Transforms:
+	// identity, bucket (n buckets), truncate (width n), year, month, day, hour. Default:
+	// unpartitioned.
+	Partition []PartitionField `yaml:"partition"`
+	// ExcludeColumns are never written (not even created in the target table). Not allowed on
+	// key or partition columns. Default none.
+	ExcludeColumns []string `yaml:"exclude_columns"`
+	// HashColumns are stored as the hex HMAC-SHA256 (keyed with Config.HashKey) of the value
+	// text DMS sends, in a string column: equal values still join and group, the value is not
+	// readable. Allowed on key columns (the key stays unique). Default none.
+	HashColumns []string `yaml:"hash_columns"`
+	// MaskColumns are stored as the constant "****" (NULL stays NULL) in a string column. Not
+	// allowed on key columns. Default none.
+	MaskColumns []string `yaml:"mask_columns"`
+	// TimestampTZ overrides sink.timestamptz for this table's DATETIME/TIMESTAMP columns.
+	// Default: sink.timestamptz.
+	TimestampTZ *bool `yaml:"timestamptz"`
+	// TimestampTZColumns are stored as timestamptz and TimestampColumns as zone-less timestamp,
+	// whatever the table's default. Default none.
+	TimestampTZColumns []string `yaml:"timestamptz_columns"`
+	TimestampColumns   []string `yaml:"timestamp_columns"`
+	// FlushInterval, FlushRows and FlushBytes override the sink's flush thresholds for this
+	// table. Default 0: the sink's.
+	FlushInterval time.Duration `yaml:"flush_interval"`
+	FlushRows     int           `yaml:"flush_rows"`
+	FlushBytes    int64         `yaml:"flush_bytes"`
+}
+
+// PartitionField is one field of a table's partition spec.
+type PartitionField struct {
+	// Column is the source column (a primary-key column).
+	Column string `yaml:"column"`
+	// Transform is identity (default), bucket, truncate, year, month, day or hour.
+	Transform string `yaml:"transform"`
+	// N is the bucket count of bucket and the width of truncate.
+	N int `yaml:"n"`
+}
+
+// DeadLetterConfig selects the dead-letter place.
+type DeadLetterConfig struct {
+	// Type is "table" (default: an append-only Iceberg table in the sink's catalog) or "file"
+	// (JSON lines in the service's dead_letter_file).
+	Type string `yaml:"type"`
+	// Namespace and Table name the dead-letter table. Defaults "dms2iceberg" and "dead_letters".
+	Namespace string `yaml:"namespace"`
+	Table     string `yaml:"table"`
+	// QueueLength bounds the dead letters waiting for a commit. Default 10000.
+	QueueLength int `yaml:"queue_length"`
 }
 
 // ColumnSpec declares one column with a DMS type name (either table-def vocabulary).
@@ -62,6 +134,8 @@ func DefaultConfig() Config {
 		FlushBytes:    64 << 20,
 		QueueLength:   8192,
 		CommitRetries: 20,
+		DropTable:     DropTableIgnore,
+		DeadLetters:   DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
 }
 
@@ -88,12 +162,5 @@ func (c Config) Validate() error {
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)
 	}
-	for name, t := range c.Tables {
-		for i, col := range t.Columns {
-			if col.Name == "" || col.Type == "" {
-				return fmt.Errorf("sink.tables[%s].columns[%d]: name and type are required", name, i)
-			}
-		}
-	}
-	return nil
+	return c.validateTables()
 }

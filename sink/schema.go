@@ -3,6 +3,7 @@ package sink
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/iceberg-go"
@@ -83,39 +84,38 @@ func (l *layout) index(pos int, name string) (int, bool) {
 
 // columnSource is one column of a table being created.
 type columnSource struct {
-	name     string
-	typ      iceberg.Type
-	required bool
+	name string
+	typ  iceberg.Type
 }
 
 // buildSchema chooses the schema of a new table: from the DMS table-def when one was seen, else
 // from configuration, else inferred from the first event's values. The primary key comes from
-// configuration when set there, else from the table-def.
-func buildSchema(def *change.TableDef, tc TableConfig, ev *change.Event, opts dms.TypeOptions) (*iceberg.Schema, string, error) {
+// configuration when set there, else from the table-def. Excluded columns are left out; hashed
+// and masked columns are strings.
+func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg.Schema, string, error) {
 	var cols []columnSource
 	var key []string
 	source := ""
+	tc := st.tc
 	switch {
 	case def != nil && len(def.Columns) > 0:
 		source = "table-def"
-		vocab := dms.DetectVocabulary(def.Columns)
-		for _, c := range def.Columns {
-			t, err := dms.IcebergType(c, vocab, opts)
-			if err != nil {
-				t = iceberg.PrimitiveTypes.String
-			}
-			cols = append(cols, columnSource{name: c.Name, typ: t})
+		for _, c := range st.desired(def) {
+			cols = append(cols, columnSource{name: c.Name, typ: c.Type})
 		}
 		key = def.PrimaryKey
 	case len(tc.Columns) > 0:
 		source = "configuration"
-		defs := make([]change.ColumnDef, len(tc.Columns))
-		for i, c := range tc.Columns {
-			defs[i] = change.ColumnDef{Name: c.Name, Type: c.Type, Length: c.Length, Precision: c.Precision, Scale: c.Scale, Nullable: c.Nullable == nil || *c.Nullable}
+		defs := make([]change.ColumnDef, 0, len(tc.Columns))
+		for _, c := range tc.Columns {
+			defs = append(defs, c.def())
 		}
 		vocab := dms.DetectVocabulary(defs)
 		for _, c := range defs {
-			t, err := dms.IcebergType(c, vocab, opts)
+			if st.exclude[c.Name] {
+				continue
+			}
+			t, err := st.typeOf(c, vocab)
 			if err != nil {
 				return nil, "", fmt.Errorf("column %s: %w", c.Name, err)
 			}
@@ -124,7 +124,10 @@ func buildSchema(def *change.TableDef, tc TableConfig, ev *change.Event, opts dm
 	case ev != nil && len(ev.Columns) > 0:
 		source = "inferred"
 		for _, c := range ev.Columns {
-			cols = append(cols, columnSource{name: c.Name, typ: dms.InferType(c.Value)})
+			if st.exclude[c.Name] {
+				continue
+			}
+			cols = append(cols, columnSource{name: c.Name, typ: st.inferType(c)})
 		}
 	default:
 		return nil, "", fmt.Errorf("no table-def, no configured columns and no values to infer a schema from")
@@ -142,13 +145,36 @@ func buildSchema(def *change.TableDef, tc TableConfig, ev *change.Event, opts dm
 		}
 	}
 	if len(keyIDs) != len(key) {
-		return nil, "", fmt.Errorf("primary key %v names a column the table does not have", key)
+		return nil, "", fmt.Errorf("primary key %v names a column the table does not have (columns from %s)", key, source)
 	}
 	for _, id := range keyIDs {
-		switch fields[id-1].Type.(type) {
-		case iceberg.Float32Type, iceberg.Float64Type:
-			return nil, "", fmt.Errorf("primary key column %s is floating point; Iceberg equality deletes cannot use it", fields[id-1].Name)
+		if err := keyType(fields[id-1]); err != nil {
+			return nil, "", err
 		}
 	}
 	return iceberg.NewSchemaWithIdentifiers(0, keyIDs, fields...), source, nil
+}
+
+// keyType rejects key columns Iceberg equality deletes cannot use.
+func keyType(f iceberg.NestedField) error {
+	switch f.Type.(type) {
+	case iceberg.Float32Type, iceberg.Float64Type:
+		return fmt.Errorf("primary key column %s is floating point; Iceberg equality deletes cannot use it", f.Name)
+	}
+	return nil
+}
+
+// droppedDoc starts the doc of a column that a table-def no longer has: the column is kept with
+// its data (schema evolution never deletes) and no longer expected in records.
+const droppedDoc = "dms2iceberg: dropped at the source"
+
+// columnStates describes the table's columns for dms.PlanSchema.
+func (l *layout) columnStates() []dms.ColumnState {
+	fields := l.schema.Fields()
+	out := make([]dms.ColumnState, len(fields))
+	for i, f := range fields {
+		out[i] = dms.ColumnState{Name: f.Name, Type: f.Type, Required: f.Required, Key: isKey(l, i),
+			Dropped: strings.HasPrefix(f.Doc, droppedDoc)}
+	}
+	return out
 }

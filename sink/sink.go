@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/apache/iceberg-go/catalog"
-	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -46,6 +45,10 @@ type Iceberg struct {
 	intake sync.RWMutex
 	group  *errgroup.Group
 	gctx   context.Context
+	// tdl is the dead-letter table when the sink owns it (New with a nil DeadLetterer); wwg counts
+	// running writers, which must finish before it closes.
+	tdl *TableDeadLetters
+	wwg sync.WaitGroup
 }
 
 // New returns a sink. Call Run before Submit.
@@ -58,8 +61,20 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	for _, o := range opts {
 		o(s)
 	}
+	if dlq == nil {
+		if cfg.DeadLetters.Type != DeadLettersTable {
+			return nil, fmt.Errorf("sink.dead_letters.type %s: pass the dead-letter file to sink.New", cfg.DeadLetters.Type)
+		}
+		s.tdl = NewTableDeadLetters(cat, cfg.DeadLetters, cfg.CommitRetries, s.log.Named("dead-letters"), s.metrics)
+		s.dlq = s.tdl
+	}
 	return s, nil
 }
+
+// DeadLetters returns where the sink puts dead letters: the DeadLetterer given to New, or the
+// dead-letter table the sink runs (give it to the consumer too). The table's DeadLetter waits
+// for the commit, so a caller may acknowledge the record when it returns.
+func (s *Iceberg) DeadLetters() change.DeadLetterer { return s.dlq }
 
 // Run runs the table writers until Close has drained them (it then returns nil) or ctx is done
 // (it then abandons the buffers: nothing unacknowledged was checkpointed, so nothing is lost).
@@ -71,13 +86,22 @@ func (s *Iceberg) Run(ctx context.Context) error {
 	s.group, s.gctx, s.stop = g, gctx, stop
 	s.mu.Unlock()
 	// The group keeps one member until Close or cancellation, so writers may join at any time.
+	// After Close it waits for the writers and then closes the dead-letter table, which commits
+	// what the writers' last flushes handed to it.
 	g.Go(func() error {
 		select {
 		case <-gctx.Done():
 		case <-stop:
+			s.wwg.Wait()
+			if s.tdl != nil {
+				s.tdl.Close()
+			}
 		}
 		return nil
 	})
+	if s.tdl != nil {
+		g.Go(func() error { return s.tdl.Run(gctx) })
+	}
 	close(s.started)
 	return g.Wait()
 }
@@ -90,9 +114,17 @@ func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {
 		}
 		return nil
 	}
+	src := ev.Schema + "." + ev.Table
+	if !s.cfg.Selected(src) {
+		s.status().Filtered(src, 1)
+		if ev.Ack != nil {
+			ev.Ack.Done(1)
+		}
+		return nil
+	}
 	s.intake.RLock()
 	defer s.intake.RUnlock()
-	w, err := s.writer(ctx, ev.Schema+"."+ev.Table)
+	w, err := s.writer(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -126,21 +158,14 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	if w, ok := s.writers[src]; ok {
 		return w, nil
 	}
-	schema, name, _ := strings.Cut(src, ".")
-	tc := s.cfg.Tables[src]
-	ns := schema
-	if s.cfg.Namespace != "" {
-		ns = s.cfg.Namespace
-	}
-	if tc.Namespace != "" {
-		ns = tc.Namespace
-	}
-	if tc.Name != "" {
-		name = tc.Name
-	}
-	w := newWriter(s, src, table.Identifier{ns, name}, tc)
+	tc, _ := s.cfg.TableConfigFor(src)
+	w := newWriter(s, src, s.cfg.Target(src), tc)
 	s.writers[src] = w
-	s.group.Go(func() error { return w.run(s.gctx) })
+	s.wwg.Add(1)
+	s.group.Go(func() error {
+		defer s.wwg.Done()
+		return w.run(s.gctx)
+	})
 	return w, nil
 }
 

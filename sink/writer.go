@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"iter"
+	"maps"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -36,6 +38,9 @@ type row struct {
 	oldKey []dms.Datum // the old key of a primary-key change, else nil
 	shard  string
 	seq    string
+	// replay marks a row re-applied from the dead-letter table: never trimmed by, and never
+	// advancing, the watermarks.
+	replay bool
 }
 
 // writer owns one target table: its queue, buffer and commits.
@@ -45,6 +50,7 @@ type writer struct {
 	ident  table.Identifier
 	name   string // target "namespace.table" for logs and metrics
 	tc     TableConfig
+	set    *settings // resolved table configuration (tc is set.tc)
 	in     chan item
 	log    *zap.Logger
 	tbl    *table.Table
@@ -57,16 +63,31 @@ type writer struct {
 	lastAk change.Acker
 	lastN  int
 	keyBuf []byte
+	// def is the latest table-def seen in a control record of this table, defTS that record's
+	// metadata.timestamp.
+	def   *change.TableDef
+	defTS string
+	// status is statusActive, statusPaused or statusDropped, with the reason when not active.
+	status, reason string
+	// dl counts dead letters handed to an AsyncDeadLetterer and not yet durable.
+	dl dlWait
+	// pub is the published copy of the status for TableStatuses.
+	pubMu sync.Mutex
+	pub   TableStatus
 }
 
 func newWriter(s *Iceberg, src string, ident table.Identifier, tc TableConfig) *writer {
 	name := ident[0] + "." + ident[len(ident)-1]
+	set := s.cfg.settingsFor(src)
+	set.tc = tc
 	return &writer{
-		s: s, src: src, ident: ident, name: name, tc: tc,
-		in:   make(chan item, s.cfg.QueueLength),
-		log:  s.log.With(zap.String("table", name)),
-		high: make(map[string]string),
-		acks: make(map[change.Acker]int),
+		s: s, src: src, ident: ident, name: name, tc: tc, set: set,
+		in:     make(chan item, s.cfg.QueueLength),
+		log:    s.log.With(zap.String("table", name)),
+		high:   make(map[string]string),
+		acks:   make(map[change.Acker]int),
+		status: statusActive,
+		dl:     newDLWait(),
 	}
 }
 
@@ -91,10 +112,10 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 			if w.pending() && !armed {
-				timer.Reset(time.Until(w.first.Add(w.s.cfg.FlushInterval)))
+				timer.Reset(time.Until(w.first.Add(w.set.flushInterval)))
 				armed = true
 			}
-			if len(w.rows) >= w.s.cfg.FlushRows || w.bytes >= w.s.cfg.FlushBytes {
+			if len(w.rows) >= w.set.flushRows || w.bytes >= w.set.flushBytes {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}
@@ -138,14 +159,39 @@ func ack(ev *change.Event) {
 	}
 }
 
-func (w *writer) deadLetter(ctx context.Context, ev *change.Event, reason string) error {
-	err := w.s.dlq.DeadLetter(ctx, change.DeadLetter{Stream: ev.Pos.Stream, Shard: ev.Pos.Shard, Seq: ev.Pos.Seq,
-		Table: w.src, Reason: reason, Raw: ev.Raw})
-	if err != nil {
+// deadLetter stores a record that cannot be applied, with its class (see ClassConvert ...) and
+// reason, and acknowledges it once the dead letter is durable. With an AsyncDeadLetterer the
+// writer does not wait: the acknowledgement follows the dead-letter commit, and the writer's
+// next commit waits for it (awaitDeadLetters).
+func (w *writer) deadLetter(ctx context.Context, ev *change.Event, class, reason string) error {
+	op := ev.Meta.Operation
+	if op == "" {
+		op = ev.Op.String()
+	}
+	dl := change.DeadLetter{Stream: ev.Pos.Stream, Shard: ev.Pos.Shard, Seq: ev.Pos.Seq,
+		Table: w.src, Reason: reason, Raw: ev.Raw, Class: class, Op: op}
+	w.s.metrics.DeadLettered(w.name)
+	w.s.status().DeadLetterClass(w.name, class)
+	w.log.Warn("dead-lettered record", zap.String("shard", ev.Pos.Shard), zap.String("seq", ev.Pos.Seq),
+		zap.String("class", class), zap.String("reason", reason))
+	if a, ok := w.s.dlq.(AsyncDeadLetterer); ok {
+		w.dl.add()
+		acker := ev.Ack
+		err := a.DeadLetterAsync(ctx, dl, func(err error) {
+			if err == nil && acker != nil {
+				acker.Done(1)
+			}
+			w.dl.done(err)
+		})
+		if err != nil {
+			w.dl.done(err)
+			return fmt.Errorf("dead-letter a record of %s: %w", w.src, err)
+		}
+		return nil
+	}
+	if err := w.s.dlq.DeadLetter(ctx, dl); err != nil {
 		return fmt.Errorf("dead-letter a record of %s: %w", w.src, err)
 	}
-	w.s.metrics.DeadLettered(w.name)
-	w.log.Warn("dead-lettered record", zap.String("shard", ev.Pos.Shard), zap.String("seq", ev.Pos.Seq), zap.String("reason", reason))
 	ack(ev)
 	return nil
 }
@@ -155,25 +201,33 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 	if ev.Op == change.OpControl {
 		return w.control(ctx, ev)
 	}
-	if w.lay == nil {
+	if w.lay == nil && w.status == statusActive {
 		if err := w.open(ctx, ev); err != nil {
 			return err
 		}
 	}
 	shard, seq := ev.Pos.Shard, ev.Pos.Seq
-	if checkpoint.Covered(w.lay.watermark[shard], seq) {
-		w.s.metrics.Skipped(w.name, 1)
-		ack(ev)
-		return nil
+	if w.lay != nil && !ev.Replay {
+		if checkpoint.Covered(w.lay.watermark[shard], seq) {
+			w.s.metrics.Skipped(w.name, 1)
+			ack(ev)
+			return nil
+		}
+		if checkpoint.Covered(w.high[shard], seq) {
+			// A replay of something buffered but not yet committed: it is finished when that commit is.
+			w.s.metrics.Skipped(w.name, 1)
+			w.attach(ev)
+			return nil
+		}
 	}
-	if checkpoint.Covered(w.high[shard], seq) {
-		// A replay of something buffered but not yet committed: it is finished when that commit is.
-		w.s.metrics.Skipped(w.name, 1)
-		w.attach(ev)
-		return nil
+	switch w.status {
+	case statusPaused:
+		return w.deadLetter(ctx, ev, ClassPaused, fmt.Sprintf("table %s is paused: %s", w.name, w.reason))
+	case statusDropped:
+		return w.deadLetter(ctx, ev, ClassDropped, fmt.Sprintf("table %s was dropped at the source (%s) and sink.drop_table is mark: records are not written until a create-table", w.name, w.reason))
 	}
 	if !w.lay.keyed() && ev.Op != change.OpLoad && ev.Op != change.OpInsert {
-		return w.deadLetter(ctx, ev, fmt.Sprintf("%s on table %s, which has no primary key: only inserts can be applied (configure sink.tables[%q].primary_key)", ev.Op, w.src, w.src))
+		return w.deadLetter(ctx, ev, ClassKeyless, fmt.Sprintf("%s on table %s, which has no primary key: only inserts can be applied (configure sink.tables[%q].primary_key)", ev.Op, w.src, w.src))
 	}
 	if unknown := w.unknownColumns(ev); len(unknown) > 0 {
 		if err := w.addColumns(ctx, ev, unknown); err != nil {
@@ -182,19 +236,27 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 	}
 	r, reason := w.convert(ev)
 	if reason != "" {
-		return w.deadLetter(ctx, ev, reason)
+		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	w.high[shard] = seq
+	r.replay = ev.Replay
+	if !ev.Replay {
+		w.high[shard] = seq
+	}
 	w.rows = append(w.rows, r)
 	w.bytes += int64(len(ev.Raw)) + 64
 	w.attach(ev)
 	return nil
 }
 
+// unknownColumns lists the columns of an upsert that the table does not have (excluded columns
+// are never unknown). Deletes are applied by key and never evolve the schema.
 func (w *writer) unknownColumns(ev *change.Event) []change.Column {
+	if ev.Op == change.OpDelete {
+		return nil
+	}
 	var out []change.Column
 	for i, c := range ev.Columns {
-		if _, ok := w.lay.index(i, c.Name); !ok {
+		if _, ok := w.lay.index(i, c.Name); !ok && !w.set.exclude[c.Name] {
 			out = append(out, c)
 		}
 	}
@@ -210,11 +272,15 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 		r.vals[i].Null = true
 	}
 	for pos, c := range ev.Columns {
-		i, _ := l.index(pos, c.Name)
-		if r.del && !isKey(l, i) {
-			continue
+		i, ok := l.index(pos, c.Name)
+		if !ok || (r.del && !isKey(l, i)) {
+			continue // excluded, or a non-key column of a delete
 		}
-		d, err := dms.Convert(l.types[i], c.Value)
+		v := c.Value
+		if w.set.transformed() {
+			v, _ = w.set.value(c.Name, v)
+		}
+		d, err := dms.Convert(l.types[i], v)
 		if err != nil {
 			return r, fmt.Sprintf("column %s: %v", c.Name, err)
 		}
@@ -253,13 +319,21 @@ func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, boo
 	old := make([]dms.Datum, len(l.keyIdx))
 	found := 0
 	for ki, i := range l.keyIdx {
+		old[ki] = vals[i] // a key column the before-image leaves out did not change (Oracle)
 		for _, c := range ev.Before {
 			if c.Name != l.names[i] {
 				continue
 			}
-			d, err := dms.Convert(l.types[i], c.Value)
+			v := c.Value
+			if w.set.transformed() {
+				v, _ = w.set.value(c.Name, v)
+			}
+			d, err := dms.Convert(l.types[i], v)
 			if err != nil {
 				return nil, false, fmt.Sprintf("before-image column %s: %v", c.Name, err)
+			}
+			if d.Null {
+				return nil, false, fmt.Sprintf("before-image key column %s is null", c.Name)
 			}
 			old[ki] = d
 			found++
@@ -269,9 +343,6 @@ func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, boo
 	if found == 0 {
 		return nil, false, "" // pk-only before-image of an update that kept its key: {}
 	}
-	if found != len(l.keyIdx) {
-		return nil, false, "before-image holds only part of the primary key"
-	}
 	for ki, i := range l.keyIdx {
 		if old[ki] != vals[i] {
 			return old, true, ""
@@ -280,34 +351,40 @@ func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, boo
 	return nil, false, ""
 }
 
-// control applies a control record in order with this table's data.
+// control applies a control record in order with this table's data (see applyControl).
 func (w *writer) control(ctx context.Context, ev *change.Event) error {
-	defer ack(ev)
-	switch ev.Control.Op {
-	case "create-table":
-		if w.lay == nil && ev.Control.TableDef != nil {
-			w.s.setDef(w.src, ev.Control.TableDef)
-			return w.open(ctx, nil)
-		}
-		w.log.Debug("create-table for an existing table ignored")
-	default:
-		w.log.Info("control record not applied", zap.String("operation", ev.Control.Op))
-	}
-	return nil
+	return w.applyControl(ctx, ev)
 }
 
-// open loads the target table, creating it (and its namespace) on first sight.
+// open loads the target table, creating it (and its namespace) on first sight. A table that
+// cannot be created as configured (a key column it would not have, a floating-point key, an
+// invalid partition spec) pauses the writer instead of failing the service: its records are
+// dead-lettered with the reason until a table-def or a restart with fixed configuration lets it
+// be created.
 func (w *writer) open(ctx context.Context, ev *change.Event) error {
 	cat := w.s.cat
 	tbl, err := cat.LoadTable(ctx, w.ident)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
+		var bad *schemaError
 		tbl, err = w.create(ctx, ev)
+		if errors.As(err, &bad) {
+			w.pause(bad.Error())
+			return nil
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", w.name, err)
 	}
-	return w.use(tbl)
+	if err := w.use(tbl); err != nil {
+		return err
+	}
+	return w.opened(ctx)
 }
+
+// schemaError is a table that cannot be created as defined and configured.
+type schemaError struct{ err error }
+
+func (e *schemaError) Error() string { return e.err.Error() }
 
 func (w *writer) use(tbl *table.Table) error {
 	lay, err := newLayout(tbl, w.s.cfg.Stream)
@@ -320,15 +397,32 @@ func (w *writer) use(tbl *table.Table) error {
 
 func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, error) {
 	cat := w.s.cat
-	schema, source, err := buildSchema(w.s.def(w.src), w.tc, ev, dms.TypeOptions{TimestampTZ: w.s.cfg.TimestampTZ})
+	def := w.def
+	if def == nil {
+		def = w.s.def(w.src)
+	}
+	schema, source, err := buildSchema(def, w.set, ev)
 	if err != nil {
-		return nil, fmt.Errorf("schema for %s: %w", w.src, err)
+		return nil, &schemaError{fmt.Errorf("schema for %s: %w", w.src, err)}
+	}
+	props := tableProperties
+	if def != nil && w.defTS != "" {
+		props = maps.Clone(tableProperties)
+		controlTSProp(props, nil, w.defTS)
+	}
+	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
+	spec, err := w.set.partitionSpec(schema)
+	if err != nil {
+		return nil, &schemaError{fmt.Errorf("table %s: %w", w.src, err)}
+	}
+	if spec != nil {
+		opts = append(opts, catalog.WithPartitionSpec(spec))
 	}
 	ns := w.ident[:len(w.ident)-1]
 	if err := cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return nil, fmt.Errorf("create namespace %v: %w", ns, err)
 	}
-	tbl, err := cat.CreateTable(ctx, w.ident, schema, catalog.WithProperties(tableProperties))
+	tbl, err := cat.CreateTable(ctx, w.ident, schema, opts...)
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		return cat.LoadTable(ctx, w.ident) // another worker was first
 	}
@@ -336,6 +430,7 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 		return nil, err
 	}
 	w.log.Info("created table", zap.String("schema_from", source), zap.Stringer("schema", tbl.Schema()))
+	w.s.status().SchemaChanged(w.name, "create_table", 1)
 	return tbl, nil
 }
 
@@ -349,11 +444,13 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 	for attempt := 0; ; attempt++ {
 		txn := w.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, false)
+		added := map[string]bool{}
 		for _, c := range cols {
-			if _, ok := w.lay.byName[c.Name]; ok {
+			if _, ok := w.lay.byName[c.Name]; ok || added[c.Name] {
 				continue
 			}
-			us.AddColumn([]string{c.Name}, dms.InferType(c.Value), "", false, nil)
+			added[c.Name] = true
+			us.AddColumn([]string{c.Name}, w.set.inferType(c), "", false, nil)
 		}
 		err := us.Commit()
 		var tbl *table.Table
@@ -362,6 +459,7 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		}
 		if err == nil {
 			w.log.Info("added columns seen in data", zap.Int("columns", len(cols)), zap.Stringer("schema", tbl.Schema()))
+			w.s.status().SchemaChanged(w.name, "add_column", len(added))
 			return w.use(tbl)
 		}
 		if attempt >= w.s.cfg.CommitRetries {
@@ -402,7 +500,7 @@ func (w *writer) plan() batch {
 	if !l.keyed() {
 		for i := range w.rows {
 			r := &w.rows[i]
-			if checkpoint.Covered(l.watermark[r.shard], r.seq) {
+			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 				b.trimmed++
 				continue
 			}
@@ -431,7 +529,7 @@ func (w *writer) plan() batch {
 	}
 	for i := range w.rows {
 		r := &w.rows[i]
-		if checkpoint.Covered(l.watermark[r.shard], r.seq) {
+		if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 			b.trimmed++
 			continue
 		}
@@ -459,6 +557,9 @@ func (w *writer) plan() batch {
 }
 
 func (b *batch) noteSeq(r *row) {
+	if r.replay {
+		return
+	}
 	if change.CompareSeq(r.seq, b.maxSeq[r.shard]) > 0 {
 		b.maxSeq[r.shard] = r.seq
 	}
@@ -473,6 +574,9 @@ type staged struct {
 
 // flush commits the buffer as one snapshot and then acknowledges every attached event.
 func (w *writer) flush(ctx context.Context) error {
+	if err := w.awaitDeadLetters(ctx); err != nil {
+		return err
+	}
 	if !w.pending() {
 		return nil
 	}
@@ -561,6 +665,9 @@ func (w *writer) release() {
 // landed reports whether the (reloaded) table already covers every shard range of the batch:
 // a commit whose outcome was unknown did land, or another worker committed the same records.
 func (w *writer) landed(b batch) bool {
+	if len(b.maxSeq) == 0 {
+		return false // only replayed rows: no watermark tells whether they landed
+	}
 	for shard, seq := range b.maxSeq {
 		if !checkpoint.Covered(w.lay.watermark[shard], seq) {
 			return false

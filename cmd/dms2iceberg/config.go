@@ -180,6 +180,9 @@ func loadConfig(path string) (Config, error) {
 		cfg.DeadLetterFile = filepath.Join(cfg.DataDir, "dead-letters.jsonl")
 	}
 	cfg.Sink.Stream = cfg.Stream
+	if err := applyTableEnv(&cfg.Sink, os.Getenv); err != nil {
+		return cfg, err
+	}
 	return cfg, nil
 }
 

@@ -56,6 +56,8 @@ type genOptions struct {
 	rate         float64
 	region       string
 	timestampTZ  bool
+	schema       bool
+	bad          int
 }
 
 func runGen(ctx context.Context, args []string) error {
@@ -75,6 +77,8 @@ func runGen(ctx context.Context, args []string) error {
 	fs.Float64Var(&o.rate, "rate", 0, "records per second; 0 sends as fast as the stream accepts")
 	fs.StringVar(&o.region, "region", "", "AWS region (default: $AWS_REGION, else us-east-1)")
 	fs.BoolVar(&o.timestampTZ, "timestamptz", false, "render DATETIME columns as timestamptz in the expected state (must match sink.timestamptz)")
+	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
+	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -97,9 +101,12 @@ func runGen(ctx context.Context, args []string) error {
 		return fmt.Errorf("--load-rows must not be negative, got %d", o.loadRows)
 	case o.rate < 0:
 		return fmt.Errorf("--rate must not be negative, got %g", o.rate)
+	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
+		return fmt.Errorf("--bad-records must be between 0 and --changes, got %d", o.bad)
 	}
 
-	gen := workload.New(workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ})
+	gen := workload.New(workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
+		SchemaChanges: o.schema, BadRecords: o.bad})
 	// The expected state is written first: it also proves that every generated value converts.
 	exp, err := gen.Expected()
 	if err != nil {
@@ -121,7 +128,10 @@ func runGen(ctx context.Context, args []string) error {
 	if err := ensureStream(ctx, client, o.stream, int32(o.shards), os.Stderr); err != nil {
 		return err
 	}
-	total := 5 + 4*o.loadRows + o.changes
+	total := 5 + 4*o.loadRows + o.changes + o.bad
+	if o.schema {
+		total += 9 // the scenario's control records
+	}
 	s := &sender{api: client, stream: o.stream, rate: o.rate, out: os.Stderr, total: total}
 	err = s.send(ctx, gen.Messages())
 	s.summary()

@@ -75,11 +75,11 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	hc.CatalogOpened()
-	dlq, err := sink.OpenFileDeadLetters(cfg.DeadLetterFile)
+	dlq, closeDLQ, err := openDeadLetters(cfg)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = dlq.Close() }()
+	defer closeDLQ()
 	var hook *postCommitHook
 	var sinkMetrics sink.Metrics = metrics
 	if cfg.PostCommit.Enabled() {
@@ -95,7 +95,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		AtTimestamp: cfg.InitialTimestamp, ShardSync: cfg.Consumer.ShardSync, Failover: cfg.Consumer.Failover,
 		IdleBetweenReads: cfg.Consumer.IdleBetweenReads, MaxRecords: cfg.Consumer.MaxRecords,
 		ShutdownTimeout: cfg.ShutdownTimeout, Decoder: cfg.DMS,
-	}, awsCfg, snk, dlq, consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+	}, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
 		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -98,8 +100,17 @@ func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.W
 			differing++
 		}
 	}
+	if exp.DeadLetters != nil {
+		ok, err := verifyDeadLetters(ctx, cfg, cat, exp.DeadLetters, maxDiffs, out)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			differing++
+		}
+	}
 	if differing > 0 {
-		fmt.Fprintf(out, "verify: %d of %d tables differ\n", differing, len(exp.Tables))
+		fmt.Fprintf(out, "verify: %d of %d tables differ\n", differing, len(exp.Tables)+btoi(exp.DeadLetters != nil))
 		return exitCode(1)
 	}
 	fmt.Fprintf(out, "verify: all %d tables match\n", len(exp.Tables))
@@ -114,7 +125,7 @@ func targetTable(sc sink.Config, et workload.ExpectedTable) (string, string) {
 	if sc.Namespace != "" {
 		ns = sc.Namespace
 	}
-	if tc, ok := sc.Tables[et.Source]; ok {
+	if tc, key := sc.TableConfigFor(et.Source); key != "" {
 		if tc.Namespace != "" {
 			ns = tc.Namespace
 		}
@@ -424,4 +435,103 @@ func showRow(et workload.ExpectedTable, row []*string, present []bool) string {
 		}
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// verifyDeadLetters compares the dead letters of the configured stream with the injected bad
+// records of the expected state: the same payloads with the same classes, each exactly once.
+func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, want []workload.ExpectedDeadLetter, maxDiffs int, out io.Writer) (bool, error) {
+	type key struct{ class, payload string }
+	counts := map[key]int{}
+	for _, dl := range want {
+		raw, err := base64.StdEncoding.DecodeString(dl.Payload)
+		if err != nil {
+			return false, fmt.Errorf("expected dead letter: %w", err)
+		}
+		counts[key{dl.Class, string(raw)}]--
+	}
+	name := ""
+	got := 0
+	switch cfg.Sink.DeadLetters.Type {
+	case sink.DeadLettersTable:
+		name = cfg.Sink.DeadLetters.Namespace + "." + cfg.Sink.DeadLetters.Table
+		rows, err := sink.ReadDeadLetters(ctx, cat, table.Identifier{cfg.Sink.DeadLetters.Namespace, cfg.Sink.DeadLetters.Table})
+		if err != nil {
+			return false, err
+		}
+		for _, r := range rows {
+			if r.Stream == cfg.Stream {
+				counts[key{r.Class, string(r.Raw)}]++
+				got++
+			}
+		}
+	default:
+		name = cfg.DeadLetterFile
+		b, err := os.ReadFile(cfg.DeadLetterFile)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return false, err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.TrimSpace(line) == "" {
+				continue
+			}
+			var l struct {
+				Stream    string `json:"stream"`
+				Table     string `json:"table"`
+				Raw       string `json:"raw"`
+				RawBase64 []byte `json:"raw_base64"`
+			}
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				return false, fmt.Errorf("dead-letter file: %w", err)
+			}
+			if l.Stream != cfg.Stream {
+				continue
+			}
+			raw := l.Raw
+			if l.RawBase64 != nil {
+				raw = string(l.RawBase64)
+			}
+			// The file has no class column: compare payloads only.
+			for k := range counts {
+				if k.payload == raw && counts[k] < 0 {
+					counts[k]++
+					raw = ""
+					break
+				}
+			}
+			if raw != "" {
+				counts[key{"?", raw}]++
+			}
+			got++
+		}
+	}
+	var diffs []string
+	for k, n := range counts {
+		switch {
+		case n < 0:
+			diffs = append(diffs, fmt.Sprintf("missing %s dead letter: %s", k.class, showValue(&k.payload)))
+		case n > 0:
+			diffs = append(diffs, fmt.Sprintf("unexpected %s dead letter (%d×): %s", k.class, n, showValue(&k.payload)))
+		}
+	}
+	sort.Strings(diffs)
+	if len(diffs) == 0 {
+		fmt.Fprintf(out, "dead letters %s: rows=%d expected=%d ok\n", name, got, len(want))
+		return true, nil
+	}
+	fmt.Fprintf(out, "dead letters %s: rows=%d expected=%d DIFF (%d differences)\n", name, got, len(want), len(diffs))
+	for i, d := range diffs {
+		if i == maxDiffs {
+			fmt.Fprintf(out, "  ... %d more\n", len(diffs)-maxDiffs)
+			break
+		}
+		fmt.Fprintf(out, "  %s\n", d)
+	}
+	return false, nil
 }

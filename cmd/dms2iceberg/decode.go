@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+func init() { commands["decode"] = runDecode }
+
+const decodeUsage = `usage: dms2iceberg decode [flags] < messages
+
+Reads DMS JSON from stdin (one message per line, pretty printed, or both mixed: what the Kinesis
+console, 'aws kinesis get-records' piped through base64 -d, or a Firehose/S3 capture shows) and
+prints one normalised event per message as a JSON line on stdout: record type, operation, table,
+metadata, every column with its JSON kind and text, the before-image, and for control records
+the table-def with the Iceberg type of each column and the schema changes the service would
+make. Once a control record has announced a table, its later data records are shown typed: each
+column's Iceberg type and the exact value the service would store, or why it cannot be stored.
+Undecodable messages print as {"error": ...} with the reason the service would dead-letter
+them. A summary goes to stderr; the exit status is 1 when a message did not decode (or, with
+--strict, when a value does not convert).
+
+flags:
+`
+
+func runDecode(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), decodeUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", "", "service configuration file: take the dms section (before-image field, BI_ columns) and sink.timestamptz from it")
+	field := fs.String("before-image-field", "", "BeforeImageSettings.FieldName (default before-image)")
+	bi := fs.Bool("bi", false, "recognise add-before-image-columns columns (<prefix><column><suffix>)")
+	biPrefix := fs.String("bi-prefix", "", "prefix of before-image columns (default BI_)")
+	biSuffix := fs.String("bi-suffix", "", "suffix of before-image columns (default none)")
+	tz := fs.Bool("timestamptz", false, "show DATETIME columns as timestamptz (as sink.timestamptz does)")
+	pretty := fs.Bool("pretty", false, "indent the output")
+	strict := fs.Bool("strict", false, "exit 1 also when a value does not convert to its column type")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s (the messages are read from stdin)", strings.Join(fs.Args(), " "))
+	}
+	cfg := dms.DefaultConfig()
+	opts := dms.TypeOptions{}
+	if *cfgPath != "" {
+		sc, err := loadConfig(*cfgPath)
+		if err != nil {
+			return err
+		}
+		cfg, opts.TimestampTZ = sc.DMS, sc.Sink.TimestampTZ
+	}
+	fs.Visit(func(f *flag.Flag) {
+		switch f.Name {
+		case "before-image-field":
+			cfg.BeforeImageField = *field
+		case "bi":
+			cfg.BIEnabled = *bi
+		case "bi-prefix":
+			cfg.BIPrefix = *biPrefix
+		case "bi-suffix":
+			cfg.BISuffix = *biSuffix
+		case "timestamptz":
+			opts.TimestampTZ = *tz
+		}
+	})
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	st, err := decodeStream(ctx, os.Stdin, os.Stdout, cfg, opts, *pretty)
+	fmt.Fprintf(os.Stderr, "decode: %d messages, %d undecodable, %d with values that do not convert, %d with warnings\n",
+		st.messages, st.errors, st.convertErrors, st.warnings)
+	if err != nil {
+		return err
+	}
+	if st.errors > 0 || (*strict && st.convertErrors > 0) {
+		return exitCode(1)
+	}
+	return nil
+}
+
+type decodeStats struct{ messages, errors, convertErrors, warnings int }
+
+// decodeStream normalises every message of r and writes one JSON document per message to w.
+func decodeStream(ctx context.Context, r io.Reader, w io.Writer, cfg dms.Config, opts dms.TypeOptions, pretty bool) (decodeStats, error) {
+	var st decodeStats
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	if pretty {
+		enc.SetIndent("", "  ")
+	}
+	n := dms.NewNormalizer(cfg, opts)
+	sc := dms.NewScanner(r)
+	for sc.Scan() {
+		if err := ctx.Err(); err != nil {
+			return st, err
+		}
+		rec := n.Normalize(sc.Message())
+		rec.Line = sc.Line()
+		st.messages++
+		switch {
+		case rec.Error != nil:
+			st.errors++
+		case hasConvertError(rec):
+			st.convertErrors++
+		}
+		if len(rec.Warnings) > 0 {
+			st.warnings++
+		}
+		if err := enc.Encode(rec); err != nil {
+			return st, err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return st, fmt.Errorf("read stdin: %w", err)
+	}
+	return st, bw.Flush()
+}
+
+func hasConvertError(r dms.Record) bool {
+	for _, fs := range [][]dms.Field{r.Columns, r.Before} {
+		for _, f := range fs {
+			if f.Error != "" {
+				return true
+			}
+		}
+	}
+	return false
+}

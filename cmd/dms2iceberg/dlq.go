@@ -1,0 +1,370 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+func init() { commands["dlq"] = runDLQ }
+
+// openDeadLetters returns the dead-letter place of the configuration: nil for the Iceberg table
+// (the sink runs it; sink.Iceberg.DeadLetters hands it to the consumer), or the JSON-lines file.
+func openDeadLetters(cfg Config) (change.DeadLetterer, func(), error) {
+	if cfg.Sink.DeadLetters.Type != sink.DeadLettersFile {
+		return nil, func() {}, nil
+	}
+	f, err := sink.OpenFileDeadLetters(cfg.DeadLetterFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { _ = f.Close() }, nil
+}
+
+const dlqUsage = `usage: dms2iceberg dlq list   --config FILE [filters] [--json]
+       dms2iceberg dlq replay --config FILE [filters] [--dry-run] [--include-replayed]
+
+Works on the dead-letter table (sink.dead_letters, default dms2iceberg.dead_letters): every
+record the service could not apply, with the raw payload, stream, shard, sequence number,
+source table, error class and reason.
+
+list prints the dead letters (not yet replayed ones unless --all).
+
+replay re-applies dead letters after a fix (a configured primary key, a corrected column type,
+a table that is no longer paused, a decoder setting): each payload is decoded again with the
+configuration's dms settings and handed to the table writers as if it arrived now, in stream,
+shard and sequence order, bypassing the watermarks that would otherwise skip it. Records that
+apply are marked replayed (replayed_at); records that fail again stay in the table with the new
+reason. A keyed table takes the replayed row image or delete by key: replay only records whose
+keys have not changed since (filter with --table, --class, --seq-from), or the older image wins.
+Run it while the service runs or not; commits of both are retried against each other.
+
+flags:
+`
+
+type dlqFilter struct {
+	table, class, shard, seqFrom, seqTo string
+	all                                 bool
+}
+
+func (f dlqFilter) match(r sink.StoredDeadLetter, stream string) bool {
+	if stream != "" && r.Stream != stream {
+		return false
+	}
+	if !f.all && !r.ReplayedAt.IsZero() {
+		return false
+	}
+	if f.table != "" {
+		if ok, _ := path.Match(f.table, r.Table); !ok {
+			return false
+		}
+	}
+	if f.class != "" && r.Class != f.class {
+		return false
+	}
+	if f.shard != "" && r.Shard != f.shard {
+		return false
+	}
+	if f.seqFrom != "" && change.CompareSeq(r.Seq, f.seqFrom) < 0 {
+		return false
+	}
+	if f.seqTo != "" && change.CompareSeq(r.Seq, f.seqTo) > 0 {
+		return false
+	}
+	return true
+}
+
+func runDLQ(ctx context.Context, args []string) error {
+	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
+		fmt.Fprint(os.Stderr, dlqUsage)
+		return exitCode(2)
+	}
+	sub := args[0]
+	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), dlqUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", os.Getenv("DMS2ICEBERG_CONFIG"), "service configuration file (env DMS2ICEBERG_CONFIG)")
+	var f dlqFilter
+	fs.StringVar(&f.table, "table", "", "only dead letters of these source tables (\"schema.table\" glob)")
+	fs.StringVar(&f.class, "class", "", "only this error class (decode, convert, keyless_change, incompatible_schema, table_paused, table_dropped)")
+	fs.StringVar(&f.shard, "shard", "", "only this shard")
+	fs.StringVar(&f.seqFrom, "seq-from", "", "only sequence numbers from this one")
+	fs.StringVar(&f.seqTo, "seq-to", "", "only sequence numbers up to this one")
+	allStreams := fs.Bool("all-streams", false, "not only dead letters of the configured stream")
+	asJSON := fs.Bool("json", false, "list: one JSON object per dead letter")
+	dry := fs.Bool("dry-run", false, "replay: decode and print what would be replayed, change nothing")
+	fs.BoolVar(&f.all, "include-replayed", false, "also dead letters already replayed")
+	fs.BoolVar(&f.all, "all", false, "same as --include-replayed")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("invalid configuration: %w", err)
+	}
+	if cfg.Sink.DeadLetters.Type != sink.DeadLettersTable {
+		return fmt.Errorf("sink.dead_letters.type is %s: dlq works on the dead-letter table (the file %s is JSON lines)", cfg.Sink.DeadLetters.Type, cfg.DeadLetterFile)
+	}
+	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
+	if err != nil {
+		return err
+	}
+	if c, ok := cat.(io.Closer); ok {
+		defer c.Close()
+	}
+	ident := []string{cfg.Sink.DeadLetters.Namespace, cfg.Sink.DeadLetters.Table}
+	rows, err := sink.ReadDeadLetters(ctx, cat, ident)
+	if err != nil {
+		return err
+	}
+	stream := cfg.Stream
+	if *allStreams {
+		stream = ""
+	}
+	var sel []sink.StoredDeadLetter
+	for _, r := range rows {
+		if f.match(r, stream) {
+			sel = append(sel, r)
+		}
+	}
+	switch {
+	case sub == "list":
+		return listDeadLetters(os.Stdout, sel, *asJSON)
+	case *dry:
+		return dryReplay(os.Stdout, cfg, sel)
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	res, err := replayDeadLetters(ctx, cfg, cat, sel, log)
+	fmt.Fprintf(os.Stderr, "dlq replay: %d selected, %d applied and marked replayed, %d failed again\n", len(sel), res.applied, res.failed)
+	if err != nil {
+		return err
+	}
+	if res.failed > 0 {
+		return exitCode(1)
+	}
+	return nil
+}
+
+type dlqLine struct {
+	Stream     string `json:"stream"`
+	Shard      string `json:"shard"`
+	Seq        string `json:"sequence_number"`
+	Table      string `json:"source_table,omitempty"`
+	Op         string `json:"operation,omitempty"`
+	Class      string `json:"error_class"`
+	Error      string `json:"error"`
+	At         string `json:"dead_lettered_at"`
+	ReplayedAt string `json:"replayed_at,omitempty"`
+	Payload    string `json:"payload"`
+}
+
+func listDeadLetters(w io.Writer, rows []sink.StoredDeadLetter, asJSON bool) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	for _, r := range rows {
+		l := dlqLine{Stream: r.Stream, Shard: r.Shard, Seq: r.Seq, Table: r.Table, Op: r.Op, Class: r.Class, Error: r.Reason,
+			At: r.At.Format(time.RFC3339Nano), Payload: string(r.Raw)}
+		if !r.ReplayedAt.IsZero() {
+			l.ReplayedAt = r.ReplayedAt.Format(time.RFC3339Nano)
+		}
+		if asJSON {
+			if err := enc.Encode(l); err != nil {
+				return err
+			}
+			continue
+		}
+		replayed := ""
+		if l.ReplayedAt != "" {
+			replayed = " replayed " + l.ReplayedAt
+		}
+		payload := strings.Join(strings.Fields(l.Payload), " ")
+		if len(payload) > 160 {
+			payload = payload[:160] + "…"
+		}
+		fmt.Fprintf(w, "%s %s %s %s %s [%s]%s: %s\n    %s\n", l.At, l.Shard, l.Seq, orDash(l.Table), orDash(l.Op), l.Class, replayed, l.Error, payload)
+	}
+	if !asJSON {
+		fmt.Fprintf(w, "%d dead letters\n", len(rows))
+	}
+	return nil
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func dryReplay(w io.Writer, cfg Config, rows []sink.StoredDeadLetter) error {
+	dec := dms.NewDecoder(cfg.DMS)
+	for _, r := range rows {
+		var ev change.Event
+		if err := dec.Decode(r.Raw, &ev); err != nil {
+			fmt.Fprintf(w, "%s %s: still undecodable: %v\n", r.Shard, r.Seq, err)
+			continue
+		}
+		op := ev.Op.String()
+		if ev.Control != nil {
+			op = ev.Control.Op
+		}
+		src := ev.Schema + "." + ev.Table
+		target := cfg.Sink.Target(src)
+		what := "would apply " + op + " to " + target[0] + "." + target[1]
+		if !cfg.Sink.Selected(src) {
+			what = "would skip " + op + ": " + src + " is not replicated (include/exclude/enabled)"
+		}
+		fmt.Fprintf(w, "%s %s %s: %s (was %s: %s)\n", r.Shard, r.Seq, src, what, r.Class, r.Reason)
+	}
+	fmt.Fprintf(w, "%d dead letters would be replayed\n", len(rows))
+	return nil
+}
+
+type replayResult struct{ applied, failed int }
+
+// replayDLQ wraps the dead-letter table during a replay and remembers which records were
+// dead-lettered again (their rows are replaced, not marked replayed).
+type replayDLQ struct {
+	*sink.TableDeadLetters
+	mu sync.Mutex
+	// failed maps stream, shard and sequence number of a record dead-lettered again to the
+	// source table of its new dead letter.
+	failed map[[3]string]string
+}
+
+func (r *replayDLQ) note(dl change.DeadLetter) {
+	r.mu.Lock()
+	r.failed[[3]string{dl.Stream, dl.Shard, dl.Seq}] = dl.Table
+	r.mu.Unlock()
+}
+
+func (r *replayDLQ) DeadLetter(ctx context.Context, dl change.DeadLetter) error {
+	r.note(dl)
+	return r.TableDeadLetters.DeadLetter(ctx, dl)
+}
+
+func (r *replayDLQ) DeadLetterAsync(ctx context.Context, dl change.DeadLetter, done func(error)) error {
+	r.note(dl)
+	return r.TableDeadLetters.DeadLetterAsync(ctx, dl, done)
+}
+
+type flagAck struct{ done atomic.Bool }
+
+func (a *flagAck) Done(int) { a.done.Store(true) }
+
+func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows []sink.StoredDeadLetter, log *zap.Logger) (replayResult, error) {
+	var res replayResult
+	if len(rows) == 0 {
+		return res, nil
+	}
+	scfg := cfg.Sink
+	tdl := sink.NewTableDeadLetters(c, scfg.DeadLetters, scfg.CommitRetries, log.Named("dead-letters"), nil)
+	dlq := &replayDLQ{TableDeadLetters: tdl, failed: map[[3]string]string{}}
+	snk, err := sink.New(scfg, c, dlq, sink.WithLogger(log))
+	if err != nil {
+		return res, err
+	}
+	var g errgroup.Group
+	dctx, stopDLQ := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopDLQ()
+	g.Go(func() error { return tdl.Run(dctx) })
+	sctx, stopSink := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSink()
+	sinkDone := make(chan error, 1)
+	go func() { sinkDone <- snk.Run(sctx) }()
+
+	dec := dms.NewDecoder(cfg.DMS)
+	acks := make([]*flagAck, len(rows))
+	var submitErr error
+	for i, r := range rows {
+		acks[i] = &flagAck{}
+		ev := &change.Event{}
+		if err := dec.Decode(r.Raw, ev); err != nil {
+			dl := r.DeadLetter
+			dl.Reason = err.Error()
+			if err := dlq.DeadLetter(ctx, dl); err != nil {
+				submitErr = err
+				break
+			}
+			continue
+		}
+		ev.Pos = change.Position{Stream: r.Stream, Shard: r.Shard, Seq: r.Seq}
+		ev.Raw = r.Raw
+		ev.Replay = true
+		ev.Ack = acks[i]
+		if err := snk.Submit(ctx, ev); err != nil {
+			submitErr = err
+			break
+		}
+	}
+	if submitErr == nil {
+		submitErr = snk.Flush(ctx)
+	}
+	closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+	defer cancel()
+	_ = snk.Close(closeCtx)
+	if err := <-sinkDone; err != nil && submitErr == nil {
+		submitErr = err
+	}
+	var applied []sink.StoredDeadLetter
+	for i, r := range rows {
+		dlq.mu.Lock()
+		table, again := dlq.failed[[3]string{r.Stream, r.Shard, r.Seq}]
+		dlq.mu.Unlock()
+		switch {
+		case again && table == r.Table:
+			res.failed++ // its row now holds the new reason
+		case again:
+			// Dead-lettered again under another source table (it decodes now): the new row
+			// supersedes this one.
+			res.failed++
+			applied = append(applied, r)
+		case acks[i].done.Load():
+			applied = append(applied, r)
+		}
+	}
+	if submitErr == nil {
+		if err := tdl.MarkReplayed(ctx, applied, time.Now()); err != nil {
+			submitErr = err
+		} else {
+			res.applied = len(applied)
+		}
+	}
+	tdl.Close()
+	if err := g.Wait(); err != nil && submitErr == nil {
+		submitErr = err
+	}
+	return res, submitErr
+}

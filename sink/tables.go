@@ -1,0 +1,401 @@
+package sink
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+// Values of Config.DropTable.
+const (
+	DropTableIgnore = "ignore"
+	DropTableMark   = "mark"
+)
+
+// Values of DeadLetterConfig.Type.
+const (
+	DeadLettersTable = "table"
+	DeadLettersFile  = "file"
+)
+
+// maskText replaces the values of masked columns.
+const maskText = "****"
+
+// validateTables checks include/exclude, drop_table, dead_letters and every sink.tables entry.
+func (c Config) validateTables() error {
+	for i, p := range c.Include {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return fmt.Errorf("sink.include[%d]: %q is not a valid glob", i, p)
+		}
+	}
+	for i, p := range c.Exclude {
+		if _, err := path.Match(p, ""); err != nil || p == "" {
+			return fmt.Errorf("sink.exclude[%d]: %q is not a valid glob", i, p)
+		}
+	}
+	switch c.DropTable {
+	case DropTableIgnore, DropTableMark:
+	default:
+		return fmt.Errorf("sink.drop_table: %q is not ignore or mark", c.DropTable)
+	}
+	switch c.DeadLetters.Type {
+	case DeadLettersTable:
+		if c.DeadLetters.Namespace == "" || c.DeadLetters.Table == "" {
+			return fmt.Errorf("sink.dead_letters: namespace and table are required with type table")
+		}
+		if c.DeadLetters.QueueLength <= 0 {
+			return fmt.Errorf("sink.dead_letters.queue_length: must be positive, got %d", c.DeadLetters.QueueLength)
+		}
+	case DeadLettersFile:
+	default:
+		return fmt.Errorf("sink.dead_letters.type: %q is not table or file", c.DeadLetters.Type)
+	}
+	names := make([]string, 0, len(c.Tables))
+	for name := range c.Tables {
+		names = append(names, name)
+	}
+	sort.Strings(names) // report the first error deterministically
+	for _, name := range names {
+		if err := c.Tables[name].validate(name, c.HashKey); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t TableConfig) validate(name string, hashKey []byte) error {
+	field := func(f string) string { return fmt.Sprintf("sink.tables[%s].%s", name, f) }
+	if name == "" || !strings.Contains(name, ".") {
+		return fmt.Errorf("sink.tables[%s]: the key must be \"schema.table\" or a glob of such names", name)
+	}
+	if _, err := path.Match(name, ""); err != nil {
+		return fmt.Errorf("sink.tables[%s]: not a valid glob: %v", name, err)
+	}
+	cols := map[string]bool{}
+	var defs []change.ColumnDef
+	for i, col := range t.Columns {
+		if col.Name == "" || col.Type == "" {
+			return fmt.Errorf("%s[%d]: name and type are required", field("columns"), i)
+		}
+		if cols[col.Name] {
+			return fmt.Errorf("%s[%d]: column %q declared twice", field("columns"), i, col.Name)
+		}
+		cols[col.Name] = true
+		defs = append(defs, col.def())
+	}
+	vocab := dms.DetectVocabulary(defs)
+	for i, d := range defs {
+		if _, err := dms.IcebergType(d, vocab, dms.TypeOptions{}); err != nil {
+			return fmt.Errorf("%s[%d].type: %v", field("columns"), i, err)
+		}
+	}
+	key := map[string]bool{}
+	for i, k := range t.PrimaryKey {
+		switch {
+		case k == "":
+			return fmt.Errorf("%s[%d]: empty column name", field("primary_key"), i)
+		case key[k]:
+			return fmt.Errorf("%s[%d]: column %q listed twice", field("primary_key"), i, k)
+		case len(cols) > 0 && !cols[k]:
+			return fmt.Errorf("%s[%d]: %q is not one of the configured columns", field("primary_key"), i, k)
+		}
+		key[k] = true
+	}
+	part := map[string]bool{}
+	if len(t.Partition) > 0 && len(t.PrimaryKey) == 0 {
+		return fmt.Errorf("%s: requires primary_key: equality deletes are partition-scoped, so partition columns must be key columns", field("partition"))
+	}
+	for i, p := range t.Partition {
+		f := fmt.Sprintf("%s[%d]", field("partition"), i)
+		if !key[p.Column] {
+			return fmt.Errorf("%s.column: %q is not a primary_key column %v (equality deletes are partition-scoped: a key whose partition changed could not be deleted)", f, p.Column, t.PrimaryKey)
+		}
+		if _, err := p.transform(); err != nil {
+			return fmt.Errorf("%s: %v", f, err)
+		}
+		part[p.Column] = true
+	}
+	seen := map[string]string{}
+	lists := []struct {
+		name string
+		cols []string
+	}{{"exclude_columns", t.ExcludeColumns}, {"hash_columns", t.HashColumns}, {"mask_columns", t.MaskColumns}}
+	for _, l := range lists {
+		for i, c := range l.cols {
+			f := fmt.Sprintf("%s[%d]", field(l.name), i)
+			switch {
+			case c == "":
+				return fmt.Errorf("%s: empty column name", f)
+			case seen[c] != "":
+				return fmt.Errorf("%s: column %q is already in %s", f, c, seen[c])
+			case l.name == "exclude_columns" && key[c]:
+				return fmt.Errorf("%s: %q is a primary_key column and cannot be excluded", f, c)
+			case l.name == "mask_columns" && key[c]:
+				return fmt.Errorf("%s: %q is a primary_key column; masking it would merge rows (use hash_columns)", f, c)
+			case l.name != "hash_columns" && part[c]:
+				return fmt.Errorf("%s: %q is a partition column", f, c)
+			}
+			seen[c] = l.name
+		}
+	}
+	if len(t.HashColumns) > 0 && len(hashKey) == 0 {
+		return fmt.Errorf("%s: needs a hash key: set DMS2ICEBERG_HASH_KEY (never in the file)", field("hash_columns"))
+	}
+	for i, c := range t.TimestampTZColumns {
+		if slices.Contains(t.TimestampColumns, c) {
+			return fmt.Errorf("%s[%d]: %q is also in timestamp_columns", field("timestamptz_columns"), i, c)
+		}
+	}
+	if t.FlushInterval < 0 {
+		return fmt.Errorf("%s: must not be negative, got %s", field("flush_interval"), t.FlushInterval)
+	}
+	if t.FlushRows < 0 {
+		return fmt.Errorf("%s: must not be negative, got %d", field("flush_rows"), t.FlushRows)
+	}
+	if t.FlushBytes < 0 {
+		return fmt.Errorf("%s: must not be negative, got %d", field("flush_bytes"), t.FlushBytes)
+	}
+	return nil
+}
+
+func (c ColumnSpec) def() change.ColumnDef {
+	return change.ColumnDef{Name: c.Name, Type: c.Type, Length: c.Length, Precision: c.Precision, Scale: c.Scale,
+		Nullable: c.Nullable == nil || *c.Nullable}
+}
+
+func (p PartitionField) transform() (iceberg.Transform, error) {
+	needN := false
+	var t iceberg.Transform
+	switch strings.ToLower(p.Transform) {
+	case "", "identity":
+		t = iceberg.IdentityTransform{}
+	case "bucket":
+		needN, t = true, iceberg.BucketTransform{NumBuckets: p.N}
+	case "truncate":
+		needN, t = true, iceberg.TruncateTransform{Width: p.N}
+	case "year":
+		t = iceberg.YearTransform{}
+	case "month":
+		t = iceberg.MonthTransform{}
+	case "day":
+		t = iceberg.DayTransform{}
+	case "hour":
+		t = iceberg.HourTransform{}
+	default:
+		return nil, fmt.Errorf("transform: %q is not identity, bucket, truncate, year, month, day or hour", p.Transform)
+	}
+	if needN && p.N <= 0 {
+		return nil, fmt.Errorf("n: %s needs a positive n, got %d", p.Transform, p.N)
+	}
+	if !needN && p.N != 0 {
+		return nil, fmt.Errorf("n: only bucket and truncate take n")
+	}
+	return t, nil
+}
+
+// Selected reports whether the source table "schema.table" is replicated: it matches Include
+// (or Include is empty), matches no Exclude glob, and its table configuration is not disabled.
+func (c Config) Selected(src string) bool {
+	if len(c.Include) > 0 && !matchAny(c.Include, src) {
+		return false
+	}
+	if matchAny(c.Exclude, src) {
+		return false
+	}
+	tc, _ := c.TableConfigFor(src)
+	return tc.Enabled == nil || *tc.Enabled
+}
+
+func matchAny(globs []string, s string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, s); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// TableConfigFor returns the configuration of a source table: the entry keyed by its exact
+// name, else the one of the longest matching glob (ties: the lexically first). The key that
+// matched is returned too ("" when none).
+func (c Config) TableConfigFor(src string) (TableConfig, string) {
+	if tc, ok := c.Tables[src]; ok {
+		return tc, src
+	}
+	best := ""
+	for k := range c.Tables {
+		if ok, _ := path.Match(k, src); !ok {
+			continue
+		}
+		if best == "" || len(k) > len(best) || (len(k) == len(best) && k < best) {
+			best = k
+		}
+	}
+	if best == "" {
+		return TableConfig{}, ""
+	}
+	return c.Tables[best], best
+}
+
+// Target returns the Iceberg table a source table "schema.table" is written to: the table's
+// namespace and name settings, else Config.Namespace, else the source schema and table name.
+func (c Config) Target(src string) table.Identifier {
+	schema, name, _ := strings.Cut(src, ".")
+	tc, _ := c.TableConfigFor(src)
+	ns := schema
+	if c.Namespace != "" {
+		ns = c.Namespace
+	}
+	if tc.Namespace != "" {
+		ns = tc.Namespace
+	}
+	if tc.Name != "" {
+		name = tc.Name
+	}
+	return table.Identifier{ns, name}
+}
+
+// settings is the resolved configuration of one table writer.
+type settings struct {
+	tc            TableConfig
+	flushInterval time.Duration
+	flushRows     int
+	flushBytes    int64
+	timestampTZ   bool
+	exclude, hash map[string]bool
+	mask          map[string]bool
+	tsTZ, ts      map[string]bool
+	hashKey       []byte
+}
+
+func (c Config) settingsFor(src string) *settings {
+	tc, _ := c.TableConfigFor(src)
+	st := &settings{tc: tc, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
+		timestampTZ: c.TimestampTZ, exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
+		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey}
+	if tc.FlushInterval > 0 {
+		st.flushInterval = tc.FlushInterval
+	}
+	if tc.FlushRows > 0 {
+		st.flushRows = tc.FlushRows
+	}
+	if tc.FlushBytes > 0 {
+		st.flushBytes = tc.FlushBytes
+	}
+	if tc.TimestampTZ != nil {
+		st.timestampTZ = *tc.TimestampTZ
+	}
+	return st
+}
+
+func set(names []string) map[string]bool {
+	m := make(map[string]bool, len(names))
+	for _, n := range names {
+		m[n] = true
+	}
+	return m
+}
+
+// typeOf maps a table-def column to the Iceberg type this table stores it as: string for
+// hashed and masked columns; DATETIME as timestamp or timestamptz per the table's and the
+// column's setting.
+func (st *settings) typeOf(c change.ColumnDef, vocab dms.Vocabulary) (iceberg.Type, error) {
+	if st.hash[c.Name] || st.mask[c.Name] {
+		return iceberg.PrimitiveTypes.String, nil
+	}
+	tz := st.timestampTZ
+	if st.tsTZ[c.Name] {
+		tz = true
+	}
+	if st.ts[c.Name] {
+		tz = false
+	}
+	return dms.IcebergType(c, vocab, dms.TypeOptions{TimestampTZ: tz})
+}
+
+// inferType picks the type of a column first seen in data.
+func (st *settings) inferType(c change.Column) iceberg.Type {
+	if st.hash[c.Name] || st.mask[c.Name] {
+		return iceberg.PrimitiveTypes.String
+	}
+	return dms.InferType(c.Value)
+}
+
+// desired maps a table-def to the columns this table wants, leaving out excluded columns.
+func (st *settings) desired(def *change.TableDef) []dms.DesiredColumn {
+	vocab := dms.DetectVocabulary(def.Columns)
+	out := make([]dms.DesiredColumn, 0, len(def.Columns))
+	for _, c := range def.Columns {
+		if st.exclude[c.Name] {
+			continue
+		}
+		t, err := st.typeOf(c, vocab)
+		if err != nil {
+			t = iceberg.PrimitiveTypes.String // unknown DMS type: keep the text
+		}
+		out = append(out, dms.DesiredColumn{Name: c.Name, Type: t})
+	}
+	return out
+}
+
+// transformed reports whether a column's values are rewritten (hash or mask) or dropped.
+func (st *settings) transformed() bool {
+	return len(st.exclude) > 0 || len(st.hash) > 0 || len(st.mask) > 0
+}
+
+// value applies the column's hashing or masking; keep is false for excluded columns.
+func (st *settings) value(name string, v change.Value) (change.Value, bool) {
+	switch {
+	case st.exclude[name]:
+		return v, false
+	case v.Kind == change.KindNull:
+		return v, true
+	case st.hash[name]:
+		m := hmac.New(sha256.New, st.hashKey)
+		m.Write([]byte(v.Text))
+		return change.Value{Kind: change.KindString, Text: hex.EncodeToString(m.Sum(nil))}, true
+	case st.mask[name]:
+		return change.Value{Kind: change.KindString, Text: maskText}, true
+	}
+	return v, true
+}
+
+// partitionSpec builds the configured spec against a new table's schema.
+func (st *settings) partitionSpec(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
+	if len(st.tc.Partition) == 0 {
+		return nil, nil
+	}
+	opts := make([]iceberg.PartitionOption, 0, len(st.tc.Partition))
+	for _, p := range st.tc.Partition {
+		t, err := p.transform()
+		if err != nil {
+			return nil, err
+		}
+		name := p.Column
+		if _, ok := t.(iceberg.IdentityTransform); !ok {
+			name += "_" + strings.ToLower(strings.SplitN(t.String(), "[", 2)[0])
+		}
+		opts = append(opts, iceberg.AddPartitionFieldByName(p.Column, name, t, schema, nil))
+	}
+	spec, err := iceberg.NewPartitionSpecOpts(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("partition spec: %w", err)
+	}
+	return &spec, nil
+}
+
+// ValidateTables checks only include/exclude, drop_table, dead_letters and sink.tables (errors
+// name the field), for configuration that arrives outside the file.
+func (c Config) ValidateTables() error { return c.validateTables() }

@@ -1,0 +1,105 @@
+package sink
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestTableConfigValidation(t *testing.T) {
+	f := false
+	cases := []struct {
+		name string
+		mod  func(*Config)
+		want string // substring of the error; "" for valid
+	}{
+		{"valid", func(c *Config) {
+			c.Include = []string{"shop.*"}
+			c.Tables = map[string]TableConfig{"shop.users": {PrimaryKey: []string{"id", "region"},
+				Partition:   []PartitionField{{Column: "id", Transform: "bucket", N: 16}, {Column: "region"}},
+				MaskColumns: []string{"phone"}, ExcludeColumns: []string{"pw"}, Enabled: &f}}
+		}, ""},
+		{"bad include", func(c *Config) { c.Include = []string{"shop.["} }, "sink.include[0]"},
+		{"bad exclude", func(c *Config) { c.Exclude = []string{""} }, "sink.exclude[0]"},
+		{"drop_table", func(c *Config) { c.DropTable = "delete" }, "sink.drop_table"},
+		{"dead_letters.type", func(c *Config) { c.DeadLetters.Type = "s3" }, "sink.dead_letters.type"},
+		{"dead_letters.table", func(c *Config) { c.DeadLetters.Table = "" }, "sink.dead_letters"},
+		{"key", func(c *Config) { c.Tables = map[string]TableConfig{"users": {}} }, "sink.tables[users]"},
+		{"columns", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {Columns: []ColumnSpec{{Name: "a"}}}}
+		}, "sink.tables[s.t].columns[0]: name and type are required"},
+		{"column type", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {Columns: []ColumnSpec{{Name: "a", Type: "WIDGET"}}}}
+		}, "sink.tables[s.t].columns[0].type"},
+		{"key not a column", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {PrimaryKey: []string{"b"}, Columns: []ColumnSpec{{Name: "a", Type: "INT4"}}}}
+		}, "sink.tables[s.t].primary_key[0]"},
+		{"partition without key", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {Partition: []PartitionField{{Column: "a"}}}}
+		}, "sink.tables[s.t].partition: requires primary_key"},
+		{"partition outside key", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {PrimaryKey: []string{"id"}, Partition: []PartitionField{{Column: "day"}}}}
+		}, "sink.tables[s.t].partition[0].column"},
+		{"partition transform", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {PrimaryKey: []string{"id"}, Partition: []PartitionField{{Column: "id", Transform: "bucket"}}}}
+		}, "sink.tables[s.t].partition[0]: n"},
+		{"mask key", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {PrimaryKey: []string{"id"}, MaskColumns: []string{"id"}}}
+		}, "sink.tables[s.t].mask_columns[0]"},
+		{"exclude key", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {PrimaryKey: []string{"id"}, ExcludeColumns: []string{"id"}}}
+		}, "sink.tables[s.t].exclude_columns[0]"},
+		{"hash without key", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {HashColumns: []string{"email"}}}
+		}, "sink.tables[s.t].hash_columns: needs a hash key"},
+		{"hash and mask", func(c *Config) {
+			c.HashKey = []byte("k")
+			c.Tables = map[string]TableConfig{"s.t": {HashColumns: []string{"email"}, MaskColumns: []string{"email"}}}
+		}, "sink.tables[s.t].mask_columns[0]: column \"email\" is already in hash_columns"},
+		{"timestamp both", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {TimestampTZColumns: []string{"a"}, TimestampColumns: []string{"a"}}}
+		}, "sink.tables[s.t].timestamptz_columns[0]"},
+		{"flush_rows", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {FlushRows: -1}}
+		}, "sink.tables[s.t].flush_rows"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			c.Stream = "st"
+			tc.mod(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("unexpected error: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestTableSelectionAndTargets(t *testing.T) {
+	off := false
+	c := DefaultConfig()
+	c.Namespace = "lake"
+	c.Include = []string{"shop.*", "crm.customers"}
+	c.Exclude = []string{"shop.tmp_*"}
+	c.Tables = map[string]TableConfig{
+		"shop.*":      {Namespace: "shop_ns"},
+		"shop.order*": {Name: "orders_tbl"},
+		"shop.orders": {Name: "orders_exact"},
+		"shop.off":    {Enabled: &off},
+	}
+	for src, want := range map[string]bool{"shop.a": true, "shop.tmp_1": false, "crm.customers": true, "crm.x": false, "shop.off": false} {
+		if got := c.Selected(src); got != want {
+			t.Errorf("Selected(%s) = %v, want %v", src, got, want)
+		}
+	}
+	for src, want := range map[string]string{"shop.orders": "lake.orders_exact", "shop.order_items": "lake.orders_tbl",
+		"shop.a": "shop_ns.a", "crm.customers": "lake.customers"} {
+		id := c.Target(src)
+		if got := id[0] + "." + id[1]; got != want {
+			t.Errorf("Target(%s) = %s, want %s", src, got, want)
+		}
+	}
+}
