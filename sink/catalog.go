@@ -2,18 +2,25 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
 	// Catalog and FileIO implementations register themselves on import.
 	_ "github.com/apache/iceberg-go/catalog/glue"
 	_ "github.com/apache/iceberg-go/catalog/rest"
 	_ "github.com/apache/iceberg-go/catalog/sql"
 	_ "github.com/apache/iceberg-go/io/gocloud/s3"
+
+	// PostgreSQL driver (registers "pgx") for the SQL catalog on PostgreSQL.
+	_ "github.com/jackc/pgx/v5/stdlib"
 	// Pure-Go SQLite driver (registers "sqlite") for the embedded SQL catalog.
 	_ "modernc.org/sqlite"
 )
@@ -25,7 +32,9 @@ type CatalogConfig struct {
 	// Name is the catalog name recorded in the SQL catalog's rows. Default "dms2iceberg".
 	Name string `yaml:"name"`
 	// URI is the catalog location: for "sql" a SQLite database URI (default
-	// "file:<DataDir>/catalog.db?..."), for "rest" the server URL, unused for "glue".
+	// "file:<DataDir>/catalog.db?...") or a PostgreSQL URL (postgres://user@host:port/db?...,
+	// which selects the pgx driver and the postgres dialect), for "rest" the server URL, unused
+	// for "glue".
 	URI string `yaml:"uri"`
 	// Warehouse is where table files go: "file:///abs/path" (default "<DataDir>/warehouse") or
 	// "s3://bucket/prefix".
@@ -74,7 +83,8 @@ func (c CatalogConfig) Validate() error {
 }
 
 // OpenCatalog opens the configured catalog. For a local warehouse it creates the directory, and
-// for the SQL catalog on SQLite it creates the database's directory.
+// for the SQL catalog on SQLite it creates the database's directory. The catalog it returns
+// tolerates concurrent creation of a namespace (see NamespaceRaceTolerant) and is an io.Closer.
 func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -101,11 +111,15 @@ func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) 
 	}
 	if c.Type == "sql" {
 		if _, ok := props["sql.driver"]; !ok {
-			props["sql.driver"], props["sql.dialect"] = "sqlite", "sqlite"
-			if p, ok := strings.CutPrefix(c.URI, "file:"); ok {
-				p, _, _ = strings.Cut(p, "?")
-				if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-					return nil, fmt.Errorf("create catalog directory: %w", err)
+			if isPostgresURI(c.URI) {
+				props["sql.driver"], props["sql.dialect"] = "pgx", "postgres"
+			} else {
+				props["sql.driver"], props["sql.dialect"] = "sqlite", "sqlite"
+				if p, ok := strings.CutPrefix(c.URI, "file:"); ok {
+					p, _, _ = strings.Cut(p, "?")
+					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+						return nil, fmt.Errorf("create catalog directory: %w", err)
+					}
 				}
 			}
 		}
@@ -114,5 +128,48 @@ func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) 
 	if err != nil {
 		return nil, fmt.Errorf("open %s catalog %s: %w", c.Type, c.Name, err)
 	}
-	return cat, nil
+	return NamespaceRaceTolerant(cat), nil
+}
+
+// NamespaceRaceTolerant wraps cat so that CreateNamespace reports
+// catalog.ErrNamespaceAlreadyExists whenever the namespace exists after a failed create. Table
+// writers create their namespace concurrently, and not every server maps the losing create to
+// "already exists": Apache Iceberg's REST catalog server on a JDBC backend answers HTTP 500
+// (a primary-key violation) instead of 409. Every other method is the wrapped catalog's.
+func NamespaceRaceTolerant(cat catalog.Catalog) catalog.Catalog {
+	if _, ok := cat.(*raceTolerantCatalog); ok {
+		return cat
+	}
+	return &raceTolerantCatalog{Catalog: cat}
+}
+
+type raceTolerantCatalog struct {
+	catalog.Catalog
+}
+
+func (c *raceTolerantCatalog) CreateNamespace(ctx context.Context, ns table.Identifier, props iceberg.Properties) error {
+	err := c.Catalog.CreateNamespace(ctx, ns, props)
+	if err == nil || errors.Is(err, catalog.ErrNamespaceAlreadyExists) || ctx.Err() != nil {
+		return err
+	}
+	if ok, cerr := c.Catalog.CheckNamespaceExists(ctx, ns); cerr == nil && ok {
+		return fmt.Errorf("%w (another create won: %v)", catalog.ErrNamespaceAlreadyExists, err)
+	}
+	return err
+}
+
+// Close closes the wrapped catalog if it is an io.Closer (the SQL catalog's database).
+func (c *raceTolerantCatalog) Close() error {
+	if cl, ok := c.Catalog.(io.Closer); ok {
+		return cl.Close()
+	}
+	return nil
+}
+
+// Unwrap returns the catalog iceberg-go opened, for callers that need its concrete type.
+func (c *raceTolerantCatalog) Unwrap() catalog.Catalog { return c.Catalog }
+
+// isPostgresURI reports whether uri is a PostgreSQL connection URL (pgx's URL form).
+func isPostgresURI(uri string) bool {
+	return strings.HasPrefix(uri, "postgres://") || strings.HasPrefix(uri, "postgresql://")
 }
