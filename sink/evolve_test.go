@@ -44,7 +44,12 @@ func newCfgHarness(t *testing.T, dir string, tableDLQ bool, mod func(*Config), o
 	rctx, cancel := context.WithCancel(ctx)
 	h.stop = cancel
 	go func() { h.done <- h.s.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-h.done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-h.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	})
 	return h
 }
 

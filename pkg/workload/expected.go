@@ -103,8 +103,8 @@ func (e *Expected) Encode(w io.Writer) error {
 	if !ok {
 		return fmt.Errorf("expected state: unexpected header encoding %s", h)
 	}
-	bw.Write(h)
-	bw.WriteString(`,"tables":[`)
+	_, _ = bw.Write(h)
+	_, _ = bw.WriteString(`,"tables":[`)
 	for i := range e.Tables {
 		t := e.Tables[i]
 		rows := t.Rows
@@ -118,41 +118,41 @@ func (e *Expected) Encode(w io.Writer) error {
 			return fmt.Errorf("expected state: unexpected table encoding %s", th)
 		}
 		if i > 0 {
-			bw.WriteByte(',')
+			_ = bw.WriteByte(',')
 		}
-		bw.WriteString("\n")
-		bw.Write(th)
-		bw.WriteString(`,"rows":[`)
+		_, _ = bw.WriteString("\n")
+		_, _ = bw.Write(th)
+		_, _ = bw.WriteString(`,"rows":[`)
 		for j, row := range rows {
 			r, err := json.Marshal(row)
 			if err != nil {
 				return err
 			}
 			if j > 0 {
-				bw.WriteByte(',')
+				_ = bw.WriteByte(',')
 			}
-			bw.WriteString("\n")
-			bw.Write(r)
+			_, _ = bw.WriteString("\n")
+			_, _ = bw.Write(r)
 		}
-		bw.WriteString("]}")
+		_, _ = bw.WriteString("]}")
 	}
-	bw.WriteString("]")
+	_, _ = bw.WriteString("]")
 	if len(e.DeadLetters) > 0 {
-		bw.WriteString(`,"dead_letters":[`)
+		_, _ = bw.WriteString(`,"dead_letters":[`)
 		for i, dl := range e.DeadLetters {
 			b, err := json.Marshal(dl)
 			if err != nil {
 				return err
 			}
 			if i > 0 {
-				bw.WriteByte(',')
+				_ = bw.WriteByte(',')
 			}
-			bw.WriteString("\n")
-			bw.Write(b)
+			_, _ = bw.WriteString("\n")
+			_, _ = bw.Write(b)
 		}
-		bw.WriteString("]")
+		_, _ = bw.WriteString("]")
 	}
-	bw.WriteString("}\n")
+	_, _ = bw.WriteString("}\n")
 	return bw.Flush()
 }
 
