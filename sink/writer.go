@@ -88,6 +88,7 @@ func newWriter(s *Iceberg, src string, ident table.Identifier, tc TableConfig) *
 		acks:   make(map[change.Acker]int),
 		status: statusActive,
 		dl:     newDLWait(),
+		pub:    TableStatus{Source: src, Table: name, Status: statusActive},
 	}
 }
 
