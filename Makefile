@@ -13,10 +13,11 @@ export GOTOOLCHAIN ?= local
 FUZZTIME ?= 60s
 BENCHTIME ?= 1s
 DEMO_ARGS ?=
-EMU_ENV = eval "$$(.ci/emulators.sh env)"
+EMU_ENV = eval "$$(.ci/emulators.sh env)" && eval "$$(.ci/catalogs.sh env)" && eval "$$(.ci/spark.sh env)"
 
 .PHONY: help build test test-unit test-integration lint fmt fuzz bench tools \
-	emulators-up emulators-down emulators-status demo clean
+	emulators-up emulators-down emulators-status catalogs-up catalogs-down catalogs-status \
+	spark-install demo clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -24,15 +25,19 @@ help: ## list the targets
 build: ## build bin/dms2iceberg
 	go build -o bin/dms2iceberg ./cmd/dms2iceberg
 
-test: ## THE test command: install+start emulators and tools, vet, unit + integration tests (-race), lint
+test: ## THE test command: install+start emulators, catalog servers, Spark and tools, vet, unit + integration tests (-race), lint
 	.ci/test.sh
 
 test-unit: ## unit tests with -race (no emulators needed)
 	go test -race -count=1 ./...
 
-test-integration: ## end-to-end tests; needs the emulators up (make emulators-up), fails otherwise
+test-integration: ## end-to-end tests; needs the emulators and catalog servers up (make emulators-up catalogs-up spark-install)
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
 	  echo "test-integration: the emulators are not (all) running: run 'make emulators-up' first (or 'make test')" >&2; exit 1; }
+	@.ci/catalogs.sh status >/dev/null || { .ci/catalogs.sh status; \
+	  echo "test-integration: the catalog servers are not (all) running: run 'make catalogs-up' first (or 'make test')" >&2; exit 1; }
+	@.ci/spark.sh status >/dev/null || { .ci/spark.sh status; \
+	  echo "test-integration: pyspark or the Iceberg Spark runtime is missing: run 'make spark-install' first (or 'make test')" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} \
 	  go test -race -count=1 -tags integration -timeout 40m ./integration/...
 
@@ -61,6 +66,20 @@ emulators-down: ## stop the emulators
 
 emulators-status: ## show whether the emulators are running and answering
 	.ci/emulators.sh status
+
+catalogs-up: ## install (first time) and start the catalog servers (moto Glue, Iceberg REST, PostgreSQL); prints the env
+	.ci/catalogs.sh up
+	@echo; echo '# for your shell:  eval "$$(.ci/catalogs.sh env)"'; .ci/catalogs.sh env
+
+catalogs-down: ## stop the catalog servers
+	.ci/catalogs.sh stop
+
+catalogs-status: ## show whether the catalog servers are running and answering
+	.ci/catalogs.sh status
+
+spark-install: ## install pyspark and the Iceberg Spark runtime (for the Spark read check); prints the env
+	.ci/spark.sh install
+	@echo; echo '# for your shell:  eval "$$(.ci/spark.sh env)"'; .ci/spark.sh env
 
 demo: ## run the service on the embedded default with demo traffic until Ctrl-C (data in .data/)
 	.ci/demo.sh $(DEMO_ARGS)

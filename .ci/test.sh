@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Every test from a fresh clone: what `make test` and CI (.ci/run) run.
-#   1. install the emulators and the pinned tools (idempotent; cold about 5 min, warm < 1 s)
-#   2. start the emulators, unless they are already running (then they are reused and left
-#      running); the ones started here are stopped on exit
+#   1. install the emulators, the catalog servers (.ci/catalogs.sh), pyspark with the Iceberg
+#      Spark runtime (.ci/spark.sh) and the pinned tools (idempotent; cold about 8 min, warm
+#      a few seconds)
+#   2. start the emulators and the catalog servers, unless they are already running (then they
+#      are reused and left running); the ones started here are stopped on exit
 #   3. go vet, unit tests (-race), integration tests (-race, -tags integration), golangci-lint
 # Every step in 3 runs even if an earlier one failed; the exit status is non-zero if any failed.
 # Environment: DMS2ICEBERG_RACE (default 1: the e2e tests run a -race binary),
@@ -16,20 +18,32 @@ T0=$(t)
 LOGS="$EMU_DIR/logs"; mkdir -p "$LOGS"
 section() { printf '\n=== %s\n' "$*"; }
 
-section "install emulators and tools"
+section "install emulators, catalog servers, Spark and tools"
 .ci/emulators.sh install
+.ci/catalogs.sh install
+.ci/spark.sh install
 .ci/tools.sh install
 
-section "start emulators"
-if .ci/emulators.sh status >/dev/null 2>&1; then
-  echo "emulators already running: reusing them and leaving them running"
-  .ci/emulators.sh status
-else
-  trap '.ci/emulators.sh stop >/dev/null 2>&1 || true' EXIT
-  trap 'exit 130' INT TERM
-  .ci/emulators.sh start
-fi
+# Servers started here are stopped on exit; servers found running are reused and left running.
+STOP_ON_EXIT=()
+stop_started() { local s; for s in "${STOP_ON_EXIT[@]}"; do "$s" stop >/dev/null 2>&1 || true; done; }
+trap stop_started EXIT
+trap 'exit 130' INT TERM
+start_servers() { # script what
+  section "start $2"
+  if "$1" status >/dev/null 2>&1; then
+    echo "$2 already running: reusing them and leaving them running"
+    "$1" status
+  else
+    STOP_ON_EXIT+=("$1")
+    "$1" start
+  fi
+}
+start_servers .ci/emulators.sh emulators
+start_servers .ci/catalogs.sh "catalog servers"
 eval "$(.ci/emulators.sh env)"
+eval "$(.ci/catalogs.sh env)"
+eval "$(.ci/spark.sh env)"
 export DMS2ICEBERG_RACE=${DMS2ICEBERG_RACE:-1}
 
 failed=()
