@@ -141,8 +141,9 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	l.mu.Lock()
 	mine := l.epochs[shard.ID]
 	l.mu.Unlock()
+	renewal := cur.Owner == newOwner && !expired && mine != 0 && mine == cur.Epoch
 	epoch := cur.Epoch
-	if !(cur.Owner == newOwner && !expired && mine != 0 && mine == cur.Epoch) {
+	if !renewal {
 		epoch = cur.Epoch + 1 // acquisition
 	}
 	timeout := now.Add(l.duration)

@@ -64,7 +64,7 @@ func newHarness(t *testing.T, dir string, tables map[string]TableConfig) *harnes
 	rctx, cancel := context.WithCancel(ctx)
 	h.stop = cancel
 	go func() { h.done <- h.s.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-h.done })
+	t.Cleanup(func() { cancel(); _ = <-h.done })
 	return h
 }
 
@@ -89,8 +89,6 @@ func col(name, text string) change.Column {
 	}
 	return change.Column{Name: name, Value: change.Value{Kind: k, Text: text}}
 }
-
-var seqN atomic.Int64
 
 func (h *harness) submit(shard string, seq int, op change.Op, table string, cols []change.Column, before []change.Column) {
 	h.t.Helper()
