@@ -55,8 +55,16 @@ func DefaultCatalogConfig(dataDir string) CatalogConfig {
 	}
 }
 
+// sqliteURI is the DSN of the embedded catalog: WAL, a 10 s busy timeout, and BEGIN IMMEDIATE
+// transactions. iceberg-go's SQL catalog reads, then writes in one transaction; a deferred
+// transaction that must upgrade to a write lock while another connection writes fails at once
+// with SQLITE_BUSY (the busy timeout does not apply), which stopped the service when table
+// writers created their tables concurrently. An immediate transaction takes the write lock
+// first and waits for it.
+//
+// OpenCatalog adds _txlock=immediate to any SQLite URI that does not choose a _txlock itself.
 func sqliteURI(path string) string {
-	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)"
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"
 }
 
 // Validate reports the first invalid field.
@@ -115,6 +123,13 @@ func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) 
 				props["sql.driver"], props["sql.dialect"] = "pgx", "postgres"
 			} else {
 				props["sql.driver"], props["sql.dialect"] = "sqlite", "sqlite"
+				if !strings.Contains(c.URI, "_txlock=") { // see sqliteURI
+					sep := "?"
+					if strings.Contains(c.URI, "?") {
+						sep = "&"
+					}
+					props["uri"] = c.URI + sep + "_txlock=immediate"
+				}
 				if p, ok := strings.CutPrefix(c.URI, "file:"); ok {
 					p, _, _ = strings.Cut(p, "?")
 					if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -96,5 +97,36 @@ func TestOpenCatalogSQLiteIsCloser(t *testing.T) {
 	}
 	if err := cl.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSQLiteConcurrentCreateTable: table writers create their tables concurrently on the
+// embedded catalog. iceberg-go's SQL catalog reads and then writes in one transaction; on SQLite
+// a deferred transaction that must upgrade to a write lock fails at once with SQLITE_BUSY when
+// another connection writes, whatever the busy timeout. The default URI starts transactions
+// with BEGIN IMMEDIATE, so they wait instead.
+func TestSQLiteConcurrentCreateTable(t *testing.T) {
+	ctx := context.Background()
+	cat, err := OpenCatalog(ctx, DefaultCatalogConfig(t.TempDir()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cat.(io.Closer).Close() }()
+	if err := cat.CreateNamespace(ctx, table.Identifier{"shop"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	schema := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	const n = 12
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			_, err := cat.CreateTable(ctx, table.Identifier{"shop", fmt.Sprintf("t%d", i)}, schema)
+			errs <- err
+		}()
+	}
+	for range n {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }
