@@ -16,6 +16,9 @@ type Shard struct {
 	pending   []*Delivery // registered, not yet fully acknowledged prefix and beyond, in order
 	committed string      // highest sequence number below which every delivery is finished
 	changed   chan struct{}
+	// abandoned is set by Abandon: no delivery is registered any more, and committed never
+	// moves past the abandoned one.
+	abandoned bool
 }
 
 // NewShard returns a tracker for a shard. start is the sequence number the processor resumes
@@ -40,12 +43,14 @@ var _ change.Acker = (*Delivery)(nil)
 
 // Begin registers a delivery whose highest sequence number is last and that fans out into n
 // events. Deliveries must be registered in sequence order. A delivery with n == 0 is finished at
-// once.
+// once. After Abandon, a delivery is never registered: it can never be committed.
 func (s *Shard) Begin(last string, n int) *Delivery {
 	d := &Delivery{shard: s, last: last}
 	d.remaining.Store(int64(n))
 	s.mu.Lock()
-	s.pending = append(s.pending, d)
+	if !s.abandoned {
+		s.pending = append(s.pending, d)
+	}
 	s.mu.Unlock()
 	if n == 0 {
 		s.finish(d)
@@ -84,6 +89,28 @@ func (s *Shard) finish(d *Delivery) {
 		close(s.changed)
 		s.changed = make(chan struct{})
 	}
+}
+
+// Abandon gives up d, a delivery that will never be finished because not all of its events
+// were handed on (the processor stopped in the middle of it). d and every delivery after it
+// leave the pending list, and Committed never moves past the deliveries before d: their records
+// are read again by the shard's next processor. Pending and WaitIdle then count only the
+// deliveries before d, so a shutdown can drain those and checkpoint them instead of waiting for
+// events that will never be acknowledged. Acknowledgements of d's events that were handed on
+// still arrive and change nothing.
+func (s *Shard) Abandon(d *Delivery) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.abandoned = true
+	for i, p := range s.pending {
+		if p == d {
+			clear(s.pending[i:])
+			s.pending = s.pending[:i]
+			break
+		}
+	}
+	close(s.changed)
+	s.changed = make(chan struct{})
 }
 
 // Committed returns the highest sequence number below which every registered delivery is

@@ -104,3 +104,34 @@ func TestWatermarks(t *testing.T) {
 		t.Fatal("Covered misjudged")
 	}
 }
+
+// A delivery whose events were only partly handed on (shutdown in the middle of a Submit loop)
+// never finishes: Abandon lets the deliveries before it drain and be committed, and keeps the
+// committed sequence number below it whatever is acknowledged later.
+func TestAbandonedDeliveryIsNeverCommittedAndDoesNotBlockTheDrain(t *testing.T) {
+	s := NewShard("s", "5")
+	d1 := s.Begin("10", 1)
+	d2 := s.Begin("20", 3) // only 2 of its 3 events were handed on
+	s.Abandon(d2)
+	if s.Pending() != 1 {
+		t.Fatalf("pending %d after Abandon, want 1 (the delivery before the abandoned one)", s.Pending())
+	}
+	d2.Done(2) // the handed-on events commit later
+	if got := s.Committed(); got != "5" {
+		t.Fatalf("committed %q, want 5", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	go d1.Done(1)
+	if err := s.WaitIdle(ctx); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if got := s.Committed(); got != "10" {
+		t.Fatalf("committed %q, want 10 (the prefix before the abandoned delivery)", got)
+	}
+	d3 := s.Begin("30", 0) // nothing is registered after Abandon
+	d3.Done(0)
+	if got := s.Committed(); got != "10" || s.Pending() != 0 {
+		t.Fatalf("after a delivery registered past the abandoned one: committed %q pending %d, want 10 and 0", got, s.Pending())
+	}
+}

@@ -122,7 +122,12 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 			if p.ctx.Err() == nil {
 				p.c.stop(fmt.Errorf("shard %s: hand over record %s: %w", p.shard, ev.Pos.Seq, err))
 			}
-			p.halted = true // unacknowledged: never checkpointed, read again after a restart
+			// The rest of the delivery was not handed on, so it can never finish: give it up
+			// (never checkpointed, read again after a restart), so that the shutdown drains and
+			// checkpoints the deliveries before it instead of waiting for it until the
+			// shutdown timeout.
+			p.track.Abandon(d)
+			p.halted = true
 			return
 		}
 	}
