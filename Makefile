@@ -11,11 +11,12 @@ export PATH := $(EMU_DIR)/bin:$(PATH):/usr/local/go/bin
 export GOTOOLCHAIN ?= local
 
 FUZZTIME ?= 60s
+CHAOS_CYCLES ?= 200
 BENCHTIME ?= 1s
 DEMO_ARGS ?=
 EMU_ENV = eval "$$(.ci/emulators.sh env)" && eval "$$(.ci/catalogs.sh env)" && eval "$$(.ci/spark.sh env)"
 
-.PHONY: help build test test-unit test-integration lint fmt fuzz bench tools \
+.PHONY: help build test test-unit test-integration chaos lint fmt fuzz bench tools \
 	emulators-up emulators-down emulators-status catalogs-up catalogs-down catalogs-status \
 	spark-install demo clean
 
@@ -40,6 +41,12 @@ test-integration: ## end-to-end tests; needs the emulators and catalog servers u
 	  echo "test-integration: pyspark or the Iceberg Spark runtime is missing: run 'make spark-install' first (or 'make test')" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} \
 	  go test -race -count=1 -tags integration -timeout 40m ./integration/...
+
+chaos: ## long crash-anywhere run: CHAOS_CYCLES (200) randomized kills, fault points, SIGSTOPs, restarts, reshards; needs the emulators (DMS2ICEBERG_CHAOS_SEED replays)
+	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
+	  echo "chaos: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
+	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} DMS2ICEBERG_CHAOS_CYCLES=$(CHAOS_CYCLES) \
+	  go test -race -count=1 -tags integration -run '^TestChaos$$' -timeout 6h -v ./integration/
 
 lint: tools ## golangci-lint (pinned v2) with .ci/golangci.yml
 	golangci-lint run -c .ci/golangci.yml ./...

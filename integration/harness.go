@@ -166,7 +166,18 @@ func StartService(t testing.TB, bin, configPath string, extraEnv ...string) *Ser
 // environment plus env ("K=V").
 func StartCommand(t testing.TB, bin string, args, env []string) *Service {
 	t.Helper()
-	dir := t.TempDir() // before our Cleanup, so the log still exists when it runs
+	return startCommand(t, bin, args, env, "", 256<<10)
+}
+
+// startCommand is StartCommand with the directory of the log file ("": a new t.TempDir()) and
+// the number of bytes of the log's tail that go to t.Log when the test fails (a test that starts
+// hundreds of processes keeps that small, and its own log directory).
+func startCommand(t testing.TB, bin string, args, env []string, logDir string, tailOnFailure int64) *Service {
+	t.Helper()
+	dir := logDir
+	if dir == "" {
+		dir = t.TempDir() // before our Cleanup, so the log still exists when it runs
+	}
 	n := serviceSeq.Add(1)
 	logPath := filepath.Join(dir, fmt.Sprintf("service-%d.log", n))
 	f, err := os.Create(logPath)
@@ -196,7 +207,7 @@ func StartCommand(t testing.TB, bin string, args, env []string) *Service {
 		<-s.done
 		_ = s.logFile.Close()
 		if t.Failed() {
-			t.Logf("service %d (pid %d) output:\n%s", n, cmd.Process.Pid, tailFile(logPath, 256<<10))
+			t.Logf("service %d (pid %d) output:\n%s", n, cmd.Process.Pid, tailFile(logPath, tailOnFailure))
 		}
 	})
 	return s
