@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -64,7 +65,12 @@ func newHarness(t *testing.T, dir string, tables map[string]TableConfig) *harnes
 	rctx, cancel := context.WithCancel(ctx)
 	h.stop = cancel
 	go func() { h.done <- h.s.Run(rctx) }()
-	t.Cleanup(func() { cancel(); _ = <-h.done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-h.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("sink Run: %v", err)
+		}
+	})
 	return h
 }
 

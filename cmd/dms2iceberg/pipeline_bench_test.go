@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -85,7 +86,9 @@ func BenchmarkPipeline(b *testing.B) {
 		}
 		_ = s.Close(context.Background())
 		cancel()
-		<-done
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			b.Fatalf("sink Run: %v", err)
+		}
 	}
 	n := float64(len(msgs) * ops)
 	b.ReportMetric(n/cpu.Seconds(), "msgs/cpu-s")
