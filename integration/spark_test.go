@@ -37,12 +37,6 @@ const sparkHint = `the Spark read check needs pyspark and the Iceberg Spark runt
     .ci/spark.sh install && eval "$(.ci/spark.sh env)"
 then run the tests again, or run everything with: make test`
 
-// sparkTimeLimitation is what Iceberg's Spark integration (every release up to 1.10, Spark 3.5
-// and 4.x) throws when it converts a table schema holding an Iceberg `time` column: Spark has no
-// such type. The service maps DMS TIME to Iceberg `time`, so Spark cannot load such a table at
-// all; the test pins that fact (see TestSparkReadsTables) so that it is noticed when it changes.
-const sparkTimeLimitation = "Spark does not support time fields"
-
 // sparkTable is one table as integration/spark/read_tables.py dumps it.
 type sparkTable struct {
 	Table      string      `json:"table"`
@@ -302,9 +296,9 @@ func (p *pipeline) readExpected() workload.Expected {
 }
 
 // sparkCheck has Spark read every table of the expected state through the given catalog and
-// compares the rows with the expected state. A table with an Iceberg `time` column must fail
-// with sparkTimeLimitation (Spark cannot load it); every other table must equal its expected
-// rows exactly.
+// compares the rows with the expected state: every table must equal its expected rows exactly.
+// (Iceberg's Spark integration cannot load a table with an Iceberg `time` column at all, which is
+// why the service stores DMS TIME as string unless sink.time_type is "time".)
 func (p *pipeline) sparkCheck(catalogName string, props map[string]string, namespace string) {
 	t := p.t
 	t.Helper()
@@ -329,15 +323,7 @@ func (p *pipeline) sparkCheck(catalogName string, props map[string]string, names
 			t.Errorf("spark: no result for %s", tables[i])
 			continue
 		}
-		hasTime := slices.ContainsFunc(et.Columns, func(c workload.ExpectedColumn) bool { return c.Type == "time" })
 		switch {
-		case hasTime && strings.Contains(st.Error, sparkTimeLimitation):
-			// KNOWN LIMITATION (Spark, not the service): Iceberg's Spark integration cannot load
-			// a table with a `time` column. DMS TIME columns map to Iceberg `time`, so Spark users
-			// cannot read such tables; see docs/dev.md "Spark interop".
-			t.Logf("spark: %s: %d rows expected; not readable by Spark: %s (known limitation: Iceberg time column)", tables[i], len(et.Rows), st.Error)
-		case hasTime && st.Error == "":
-			t.Errorf("spark: %s has a time column and Spark read it: the known limitation is gone; compare it like the other tables now", tables[i])
 		case st.Error != "":
 			t.Errorf("spark: %s: %s", tables[i], st.Error)
 		default:

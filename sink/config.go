@@ -23,6 +23,10 @@ type Config struct {
 	CommitRetries int `yaml:"commit_retries"`
 	// TimestampTZ stores DMS DATETIME columns as timestamptz instead of timestamp. Default false.
 	TimestampTZ bool `yaml:"timestamptz"`
+	// TimeType is how DMS TIME columns are stored: "string" (default; the source text, readable
+	// by every engine, and MySQL TIME values beyond 24 hours fit) or "time" (Iceberg time, which
+	// Spark cannot read).
+	TimeType string `yaml:"time_type"`
 	// Namespace overrides the target namespace of every table. Default "": the source schema.
 	Namespace string `yaml:"namespace"`
 	// Tables holds per-source-table settings keyed by "schema.table", or by a glob of such names
@@ -158,6 +162,11 @@ func (c Config) Validate() error {
 	}
 	if c.QueueLength <= 0 {
 		return fmt.Errorf("sink.queue_length: must be positive, got %d", c.QueueLength)
+	}
+	switch c.TimeType {
+	case "", "string", "time":
+	default:
+		return fmt.Errorf("sink.time_type: %q is not string or time", c.TimeType)
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)

@@ -274,6 +274,7 @@ type settings struct {
 	flushRows     int
 	flushBytes    int64
 	timestampTZ   bool
+	icebergTime   bool
 	exclude, hash map[string]bool
 	mask          map[string]bool
 	tsTZ, ts      map[string]bool
@@ -283,7 +284,7 @@ type settings struct {
 func (c Config) settingsFor(src string) *settings {
 	tc, _ := c.TableConfigFor(src)
 	st := &settings{tc: tc, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
-		timestampTZ: c.TimestampTZ, exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
+		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey}
 	if tc.FlushInterval > 0 {
 		st.flushInterval = tc.FlushInterval
@@ -322,7 +323,7 @@ func (st *settings) typeOf(c change.ColumnDef, vocab dms.Vocabulary) (iceberg.Ty
 	if st.ts[c.Name] {
 		tz = false
 	}
-	return dms.IcebergType(c, vocab, dms.TypeOptions{TimestampTZ: tz})
+	return dms.IcebergType(c, vocab, dms.TypeOptions{TimestampTZ: tz, IcebergTime: st.icebergTime})
 }
 
 // inferType picks the type of a column first seen in data.

@@ -47,6 +47,10 @@ type TypeOptions struct {
 	// DMS appends Z to zone-less source values (MySQL DATETIME passes the wall clock through),
 	// so the zone-less type with the wall-clock digits is the faithful default.
 	TimestampTZ bool
+	// IcebergTime maps TIME/TIME32/TIME64 to Iceberg time. Default false: TIME columns are
+	// strings holding the source text, because Spark cannot read a table with a time column at
+	// all, and MySQL TIME values may exceed 24 hours or be negative.
+	IcebergTime bool
 }
 
 // normType upper-cases a DMS type name and strips an optional "(a[,b])" suffix, returning the
@@ -118,7 +122,7 @@ func DetectVocabulary(cols []change.ColumnDef) Vocabulary {
 //	STRING WSTRING CLOB NCLOB → string; BYTES BLOB BINARY → binary
 //	JSON JSONB ARRAY INTERVAL UUID XML TEXT (configured columns only; DMS sends these as
 //	STRING/WSTRING/NCLOB) → string, keeping the source text exactly
-//	DATE DATE32 → date; TIME TIME32 TIME64 → time
+//	DATE DATE32 → date; TIME TIME32 TIME64 → string (time with opts.IcebergTime)
 //	DATETIME TIMESTAMP → timestamp (timestamptz with opts.TimestampTZ)
 //	BOOLEAN BOOL → boolean
 //
@@ -167,7 +171,10 @@ func IcebergType(c change.ColumnDef, v Vocabulary, opts TypeOptions) (iceberg.Ty
 	case "DATE", "DATE32":
 		return iceberg.PrimitiveTypes.Date, nil
 	case "TIME", "TIME32", "TIME64":
-		return iceberg.PrimitiveTypes.Time, nil
+		if opts.IcebergTime {
+			return iceberg.PrimitiveTypes.Time, nil
+		}
+		return iceberg.PrimitiveTypes.String, nil
 	case "DATETIME", "TIMESTAMP":
 		if opts.TimestampTZ {
 			return iceberg.PrimitiveTypes.TimestampTz, nil

@@ -262,7 +262,7 @@ func TestExpectedJSONRoundTrip(t *testing.T) {
 	}
 	for col, want := range map[string]string{
 		"c_uint8": "decimal(20, 0)", "c_num38": "decimal(38, 10)", "c_real4": "float",
-		"c_int8": "long", "c_dt6": "timestamp", "c_blob": "binary", "c_time": "time",
+		"c_int8": "long", "c_dt6": "timestamp", "c_blob": "binary", "c_time": "string",
 	} {
 		if types[col] != want {
 			t.Errorf("types.%s: type %q, want %q", col, types[col], want)
