@@ -18,7 +18,7 @@ EMU_DIR=$(cd "$EMU_DIR" && pwd)
 # Pinned versions. The Iceberg runtime must match pyspark's Spark minor version (3.5) and Scala
 # version (2.12); keep ICEBERG_SPARK_VERSION in step with .ci/spark/pom.xml.
 SPARK_VERSION=3.5.9            # PyPI pyspark
-ICEBERG_SPARK_VERSION=1.10.1   # Maven org.apache.iceberg:iceberg-spark-runtime-3.5_2.12
+ICEBERG_SPARK_VERSION=1.12.0   # Maven org.apache.iceberg:iceberg-spark-runtime-3.5_2.12
 JAVA_APT_PACKAGE=openjdk-17-jre-headless
 
 VENV="$EMU_DIR/spark-venv"

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -22,7 +23,7 @@ import (
 	// PostgreSQL driver (registers "pgx") for the SQL catalog on PostgreSQL.
 	_ "github.com/jackc/pgx/v5/stdlib"
 	// Pure-Go SQLite driver (registers "sqlite") for the embedded SQL catalog.
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
 )
 
 // CatalogConfig selects and configures the Iceberg catalog and warehouse.
@@ -139,11 +140,34 @@ func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) 
 			}
 		}
 	}
-	cat, err := catalog.Load(ctx, c.Name, props)
+	var cat catalog.Catalog
+	var err error
+	for attempt := 0; ; attempt++ {
+		cat, err = catalog.Load(ctx, c.Name, props)
+		// Opening creates the catalog's tables; two processes opening a new SQLite file at the
+		// same moment (the service and `verify`, say) can get SQLITE_BUSY without the busy
+		// timeout applying. Opening again is safe.
+		if err == nil || !sqliteBusy(err) || attempt >= 20 {
+			break
+		}
+		if err := sleep(ctx, time.Duration(100+attempt*100)*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s catalog %s: %w", c.Type, c.Name, err)
 	}
 	return NamespaceRaceTolerant(cat), nil
+}
+
+// sqliteBusy reports an SQLITE_BUSY (5) or SQLITE_LOCKED (6) error, extended codes included.
+func sqliteBusy(err error) bool {
+	var se *sqlite.Error
+	if !errors.As(err, &se) {
+		return false
+	}
+	code := se.Code() & 0xff
+	return code == 5 || code == 6
 }
 
 // NamespaceRaceTolerant wraps cat so that CreateNamespace reports
