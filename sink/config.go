@@ -51,6 +51,9 @@ type Config struct {
 	// file: cmd reads it from the environment (DMS2ICEBERG_HASH_KEY). Required when any table
 	// hashes columns.
 	HashKey []byte `yaml:"-"`
+	// Maintenance configures compaction, snapshot expiry, manifest rewrite and orphan cleanup,
+	// which run beside the table writers. Default: DefaultMaintenanceConfig().
+	Maintenance MaintenanceConfig `yaml:"maintenance"`
 }
 
 // TableConfig holds the settings of one source table.
@@ -138,6 +141,7 @@ func DefaultConfig() Config {
 		FlushBytes:    64 << 20,
 		QueueLength:   8192,
 		CommitRetries: 20,
+		Maintenance:   DefaultMaintenanceConfig(),
 		DropTable:     DropTableIgnore,
 		DeadLetters:   DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
@@ -170,6 +174,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)
+	}
+	if err := c.Maintenance.Validate(); err != nil {
+		return err
 	}
 	return c.validateTables()
 }

@@ -23,16 +23,22 @@ type Option func(*Iceberg)
 // WithLogger sets the logger (default: no logging).
 func WithLogger(l *zap.Logger) Option { return func(s *Iceberg) { s.log = l.Named("sink") } }
 
-// WithMetrics sets the metrics receiver (default: none).
+// WithMetrics sets the metrics receiver (default: none). If m also implements
+// MaintenanceMetrics, it receives the maintenance measurements too.
 func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
+
+// WithMaintenanceMetrics sets the receiver of maintenance measurements (default: the Metrics
+// value if it implements MaintenanceMetrics, else none).
+func WithMaintenanceMetrics(m MaintenanceMetrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
 // Iceberg routes events to one writer per target table and runs those writers.
 type Iceberg struct {
-	cfg     Config
-	cat     catalog.Catalog
-	dlq     change.DeadLetterer
-	log     *zap.Logger
-	metrics Metrics
+	cfg      Config
+	cat      catalog.Catalog
+	dlq      change.DeadLetterer
+	log      *zap.Logger
+	metrics  Metrics
+	mmetrics MaintenanceMetrics
 
 	mu      sync.Mutex
 	writers map[string]*writer          // by source "schema.table"
@@ -60,6 +66,12 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 		writers: make(map[string]*writer), defs: make(map[string]*change.TableDef), started: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.mmetrics == nil {
+		s.mmetrics = nopMaintenanceMetrics{}
+		if mm, ok := s.metrics.(MaintenanceMetrics); ok {
+			s.mmetrics = mm
+		}
 	}
 	if dlq == nil {
 		if cfg.DeadLetters.Type != DeadLettersTable {
@@ -162,10 +174,23 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	w := newWriter(s, src, s.cfg.Target(src), tc)
 	s.writers[src] = w
 	s.wwg.Add(1)
+	if !s.cfg.Maintenance.Enabled {
+		s.group.Go(func() error {
+			defer s.wwg.Done()
+			return w.run(s.gctx)
+		})
+		return w, nil
+	}
+	// The table's maintainer runs beside its writer and stops when the writer has finished.
+	w.maint = newMaintainer(s.cat, w.ident, w.name, s.cfg.Maintenance, w.log, s.mmetrics)
+	w.maint.handoffWait = handoffWait(s.cfg.FlushInterval)
+	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {
 		defer s.wwg.Done()
+		defer stopMaint()
 		return w.run(s.gctx)
 	})
+	s.group.Go(func() error { return w.maint.run(mctx) })
 	return w, nil
 }
 

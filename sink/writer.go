@@ -63,6 +63,7 @@ type writer struct {
 	lastAk change.Acker
 	lastN  int
 	keyBuf []byte
+	maint  *maintainer // nil when maintenance is off
 	// def is the latest table-def seen in a control record of this table, defTS that record's
 	// metadata.timestamp.
 	def   *change.TableDef
@@ -637,6 +638,7 @@ func (w *writer) flush(ctx context.Context) error {
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
 			zap.Int("trimmed", b.trimmed), zap.Int64("snapshot", snapshotID(w.tbl)), zap.Int("attempts", attempt+1),
 			zap.Duration("took", took))
+		w.maint.afterCommit(ctx, w.tbl, w.use)
 	}
 	if b.trimmed > 0 {
 		w.s.metrics.Skipped(w.name, b.trimmed)

@@ -1,0 +1,146 @@
+package sink
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaintenanceConfig configures the table maintenance that runs in process beside each table's
+// writer (design.md, "Maintenance"). Compaction is triggered by measured state (delete files,
+// delete rows, small data files), snapshot expiry by the number of expirable snapshots or the
+// metadata size, manifest rewrite by the manifest count; Interval adds a time-based floor.
+type MaintenanceConfig struct {
+	// Enabled runs maintenance in the service. Default true. `dms2iceberg maintain` runs it on
+	// demand either way.
+	Enabled bool `yaml:"enabled"`
+	// Owner names this process in the per-table maintenance lease. cmd sets it from worker_id.
+	// Default "<hostname>-<pid>".
+	Owner string `yaml:"-"`
+	// MaxDeleteFiles compacts a table once this many delete files have been added since its
+	// last compaction (each flush of a keyed table adds one per partition). Every scan applies
+	// the outstanding ones: with 8 on a 1M-row table a full scan stays within 2× of a compacted
+	// one (docs/benchmarks.md). Default 8.
+	MaxDeleteFiles int `yaml:"max_delete_files"`
+	// MaxDeleteRows compacts a table once this many equality-delete rows have been added since
+	// its last compaction. Default 200000.
+	MaxDeleteRows int64 `yaml:"max_delete_rows"`
+	// MaxSmallFiles compacts a table once this many data files have been written since its last
+	// compaction (each flush writes small files; this is the trigger of keyless tables).
+	// Default 32.
+	MaxSmallFiles int `yaml:"max_small_files"`
+	// TargetFileSize is the size of the data files compaction writes; files from 75% to 180% of
+	// it without deletes are left alone. Default 0: the table's write.target-file-size-bytes
+	// (512 MiB unless set).
+	TargetFileSize int64 `yaml:"target_file_size"`
+	// Workers is the number of files compaction reads at once. Default 1, which leaves the other
+	// cores to ingestion.
+	Workers int `yaml:"workers"`
+	// MinInterval is the shortest time between the ends of two compactions of one table.
+	// Default 10s.
+	MinInterval time.Duration `yaml:"min_interval"`
+	// Interval runs every step that has anything to do at least this often, even below the
+	// thresholds. Default 1h.
+	Interval time.Duration `yaml:"interval"`
+	// CheckInterval is how often a table's state is measured when its writer is not committing
+	// (after each commit it is measured at once), and how often the metadata size and manifest
+	// count are read. Default 30s.
+	CheckInterval time.Duration `yaml:"check_interval"`
+	// SnapshotRetention is how long a snapshot stays readable after a newer one replaced it;
+	// older snapshots are expired (never the newest KeepLast). Default 15m.
+	SnapshotRetention time.Duration `yaml:"snapshot_retention"`
+	// KeepLast snapshots are always kept, whatever their age. Default 10.
+	KeepLast int `yaml:"keep_last"`
+	// ExpireBatch expires snapshots once this many are expirable (expiry also follows every
+	// compaction). Default 20.
+	ExpireBatch int `yaml:"expire_batch"`
+	// MaxMetadataBytes expires snapshots and rewrites manifests as soon as the table's current
+	// metadata file is larger than this. Default 4 MiB.
+	MaxMetadataBytes int64 `yaml:"max_metadata_bytes"`
+	// MaxManifests rewrites manifests once the current snapshot has more than this many.
+	// Default 64.
+	MaxManifests int `yaml:"max_manifests"`
+	// OrphanMinAge: only files older than this can be removed as orphans, so that files a writer
+	// has written but not yet committed are never touched. At least 1h. Default 72h.
+	OrphanMinAge time.Duration `yaml:"orphan_min_age"`
+	// OrphanInterval is how often orphan cleanup runs per table; 0 turns it off. Default 24h.
+	OrphanInterval time.Duration `yaml:"orphan_interval"`
+	// LeaseDuration is how long one worker keeps the right to maintain a table after it last
+	// renewed it; another worker takes over a table only after it expired. Default 2m.
+	LeaseDuration time.Duration `yaml:"lease_duration"`
+	// CommitRetries bounds the attempts of one maintenance commit that loses to other commits.
+	// Default 10.
+	CommitRetries int `yaml:"commit_retries"`
+}
+
+// DefaultMaintenanceConfig returns the defaults documented on each field.
+func DefaultMaintenanceConfig() MaintenanceConfig {
+	return MaintenanceConfig{
+		Enabled:           true,
+		MaxDeleteFiles:    8,
+		MaxDeleteRows:     200000,
+		MaxSmallFiles:     32,
+		Workers:           1,
+		MinInterval:       10 * time.Second,
+		Interval:          time.Hour,
+		CheckInterval:     30 * time.Second,
+		SnapshotRetention: 15 * time.Minute,
+		KeepLast:          10,
+		ExpireBatch:       20,
+		MaxMetadataBytes:  4 << 20,
+		MaxManifests:      64,
+		OrphanMinAge:      72 * time.Hour,
+		OrphanInterval:    24 * time.Hour,
+		LeaseDuration:     2 * time.Minute,
+		CommitRetries:     10,
+	}
+}
+
+// MinOrphanAge is the lowest accepted MaintenanceConfig.OrphanMinAge.
+const MinOrphanAge = time.Hour
+
+// Validate reports the first invalid field by name.
+func (c MaintenanceConfig) Validate() error {
+	pos := func(name string, v int64) error {
+		if v <= 0 {
+			return fmt.Errorf("sink.maintenance.%s: must be positive, got %d", name, v)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"max_delete_files", int64(c.MaxDeleteFiles)}, {"max_delete_rows", c.MaxDeleteRows},
+		{"max_small_files", int64(c.MaxSmallFiles)}, {"workers", int64(c.Workers)},
+		{"interval", int64(c.Interval)}, {"check_interval", int64(c.CheckInterval)},
+		{"keep_last", int64(c.KeepLast)}, {"expire_batch", int64(c.ExpireBatch)},
+		{"max_metadata_bytes", c.MaxMetadataBytes}, {"max_manifests", int64(c.MaxManifests)},
+		{"lease_duration", int64(c.LeaseDuration)},
+	} {
+		if err := pos(f.name, f.v); err != nil {
+			return err
+		}
+	}
+	if c.TargetFileSize < 0 {
+		return fmt.Errorf("sink.maintenance.target_file_size: must not be negative, got %d", c.TargetFileSize)
+	}
+	if c.MinInterval < 0 {
+		return fmt.Errorf("sink.maintenance.min_interval: must not be negative, got %s", c.MinInterval)
+	}
+	if c.SnapshotRetention < 0 {
+		return fmt.Errorf("sink.maintenance.snapshot_retention: must not be negative, got %s", c.SnapshotRetention)
+	}
+	if c.OrphanMinAge < MinOrphanAge {
+		return fmt.Errorf("sink.maintenance.orphan_min_age: must be at least %s (files being written are younger), got %s", MinOrphanAge, c.OrphanMinAge)
+	}
+	if c.OrphanInterval < 0 {
+		return fmt.Errorf("sink.maintenance.orphan_interval: must not be negative (0 turns orphan cleanup off), got %s", c.OrphanInterval)
+	}
+	if c.LeaseDuration < 10*time.Second {
+		return fmt.Errorf("sink.maintenance.lease_duration: must be at least 10s, got %s", c.LeaseDuration)
+	}
+	if c.CommitRetries < 0 {
+		return fmt.Errorf("sink.maintenance.commit_retries: must not be negative, got %d", c.CommitRetries)
+	}
+	return nil
+}
