@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+func init() { commands["maintain"] = runMaintain }
+
+const maintainUsage = `usage: dms2iceberg maintain --config FILE [flags] [namespace.table ...]
+
+Runs table maintenance now, whatever the thresholds, as the service runs it in the background:
+compacts the data files that deletes apply to (and small ones) and drops the delete files that
+became dead, expires snapshots outside sink.maintenance.snapshot_retention (always keeping
+keep_last), rewrites manifests and removes orphan files older than orphan_min_age. It is safe
+while the service runs: it takes each table's maintenance lease, and a table whose lease a
+service worker holds is skipped (unless --ignore-lease). Without table names every table of the
+catalog is maintained. Prints, per table, what changed. Exits 1 if a table failed.
+
+flags:
+`
+
+func runMaintain(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("maintain", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), maintainUsage)
+		fs.PrintDefaults()
+	}
+	cfgPath := fs.String("config", os.Getenv("DMS2ICEBERG_CONFIG"), "service configuration file (env DMS2ICEBERG_CONFIG)")
+	ignoreLease := fs.Bool("ignore-lease", false, "maintain tables even while a worker holds their maintenance lease")
+	noOrphans := fs.Bool("no-orphans", false, "leave orphan files alone")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return exitCode(2)
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	log, err := newLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
+	if err != nil {
+		return err
+	}
+	if c, ok := cat.(io.Closer); ok {
+		defer c.Close()
+	}
+	idents, err := maintainTargets(ctx, cat, fs.Args())
+	if err != nil {
+		return err
+	}
+	mcfg := cfg.Sink.Maintenance
+	mcfg.Owner = cfg.WorkerID + "/maintain"
+	opts := sink.MaintainOptions{Log: log, IgnoreLease: *ignoreLease, SkipOrphans: *noOrphans}
+	failed := 0
+	for _, id := range idents {
+		rep, err := sink.MaintainTable(ctx, cat, id, mcfg, opts)
+		if errors.Is(err, sink.ErrLeaseHeld) {
+			fmt.Printf("%s: skipped: %v\n", strings.Join(id, "."), err)
+			continue
+		}
+		printReport(os.Stdout, strings.Join(id, "."), rep)
+		if err != nil {
+			failed++
+			fmt.Printf("  error          %v\n", err)
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+	}
+	if failed > 0 {
+		fmt.Printf("maintain: %d of %d tables failed\n", failed, len(idents))
+		return exitCode(1)
+	}
+	return nil
+}
+
+// maintainTargets parses "namespace.table" arguments, or lists every table of the catalog.
+func maintainTargets(ctx context.Context, cat catalog.Catalog, args []string) ([]table.Identifier, error) {
+	var out []table.Identifier
+	for _, a := range args {
+		i := strings.LastIndex(a, ".")
+		if i <= 0 || i == len(a)-1 {
+			return nil, fmt.Errorf("table %q: want namespace.table", a)
+		}
+		out = append(out, table.Identifier{a[:i], a[i+1:]})
+	}
+	if len(out) > 0 {
+		return out, nil
+	}
+	nss, err := cat.ListNamespaces(ctx, nil)
+	if err != nil {
+		return nil, fmt.Errorf("list namespaces: %w", err)
+	}
+	for _, ns := range nss {
+		for id, err := range cat.ListTables(ctx, ns) {
+			if err != nil {
+				return nil, fmt.Errorf("list tables of %s: %w", strings.Join(ns, "."), err)
+			}
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.Join(out[i], ".") < strings.Join(out[j], ".") })
+	return out, nil
+}
+
+func printReport(w io.Writer, name string, r sink.MaintenanceReport) {
+	fmt.Fprintf(w, "%s\n", name)
+	if r.Compacted {
+		fmt.Fprintf(w, "  data files     %d → %d  (%d rewritten into %d, %s → %s)\n", r.DataFilesBefore, r.DataFilesAfter,
+			r.DataFilesRewritten, r.DataFilesWritten, humanBytes(r.BytesBefore), humanBytes(r.BytesAfter))
+		fmt.Fprintf(w, "  delete files   %d → %d  (%d removed, %d delete rows applied)\n", r.DeleteFilesBefore, r.DeleteFilesAfter,
+			r.DeleteFilesRemoved, r.DeleteRowsRemoved)
+	} else {
+		fmt.Fprintf(w, "  data files     %d → %d  (not compacted: nothing has deletes or is small)\n", r.DataFilesBefore, r.DataFilesAfter)
+		fmt.Fprintf(w, "  delete files   %d → %d\n", r.DeleteFilesBefore, r.DeleteFilesAfter)
+	}
+	fmt.Fprintf(w, "  snapshots      %d → %d  (%d expired)\n", r.SnapshotsBefore, r.SnapshotsAfter, r.SnapshotsExpired)
+	fmt.Fprintf(w, "  manifests      %s → %s\n", count(r.ManifestsBefore), count(r.ManifestsAfter))
+	fmt.Fprintf(w, "  orphan files   %d removed (%s)\n", r.OrphansRemoved, humanBytes(r.OrphanBytes))
+	fmt.Fprintf(w, "  metadata       %s → %s\n", humanBytes(r.MetadataBytesBefore), humanBytes(r.MetadataBytesAfter))
+	took := r.Took.Round(time.Millisecond).String()
+	if r.Compacted {
+		took += fmt.Sprintf(" (compaction %s, %d commit attempt(s))", r.CompactionTook.Round(time.Millisecond), r.CompactionAttempts)
+	}
+	fmt.Fprintf(w, "  took           %s\n", took)
+}
+
+func count(n int) string {
+	if n < 0 {
+		return "?"
+	}
+	return fmt.Sprint(n)
+}
+
+func humanBytes(b int64) string {
+	switch {
+	case b < 0:
+		return "?"
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(b)/(1<<10))
+	default:
+		return fmt.Sprintf("%d B", b)
+	}
+}
