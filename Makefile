@@ -93,3 +93,8 @@ demo: ## run the service on the embedded default with demo traffic until Ctrl-C 
 
 clean: ## remove build output and local demo data (bin/, .data/); .emu/ stays (rm -rf .emu to reinstall)
 	rm -rf bin .data dist coverage.out
+
+.PHONY: bench-maintenance
+bench-maintenance: ## CDC + background maintenance benchmark: 1M rows, 1,000 commits (~12 min); resize with BENCH_ROWS, BENCH_COMMITS, BENCH_KEYS, BENCH_FLUSH_INTERVAL; report also in BENCH_OUT
+	DMS2ICEBERG_BENCH_MAINTENANCE=1 BENCH_OUT=$${BENCH_OUT:-$(CURDIR)/bench-maintenance.md} \
+	  go test -run '^$$' -bench '^BenchmarkMaintenanceCDC$$' -benchtime=1x -timeout 90m ./sink
