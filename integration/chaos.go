@@ -71,14 +71,16 @@ const (
 
 // chaosOptions sizes a run.
 type chaosOptions struct {
-	Seed       int64
-	Cycles     int
-	Shards     int32 // initial shard count
-	MinShards  int   // merges keep at least this many open shards
-	MaxShards  int   // splits keep at most this many
-	MaxWorkers int
-	LoadRows   int
-	Changes    int
+	Seed      int64
+	Cycles    int
+	Shards    int32 // initial shard count
+	MinShards int   // merges keep at least this many open shards
+	MaxShards int   // splits keep at most this many open shards
+	// MaxTotalShards bounds the stream's shards, closed ones included.
+	MaxTotalShards int
+	MaxWorkers     int
+	LoadRows       int
+	Changes        int
 	// Rate is the generator's records per second, sized so that traffic lasts about as long as
 	// the cycles.
 	Rate     float64
@@ -89,12 +91,14 @@ type chaosOptions struct {
 	MinDwell, MaxDwell time.Duration
 }
 
-// cycleEstimate is the average duration of a cycle used to size the traffic.
+// cycleEstimate sizes the generator's rate: traffic is to last about cycles × cycleEstimate,
+// a little longer than the cycles take, and the cycles wait for the traffic when they run ahead
+// of it (pace), so that every cycle happens while records flow.
 const cycleEstimate = 12 * time.Second
 
 func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 	t.Helper()
-	o := chaosOptions{Seed: time.Now().UnixNano() % 1_000_000_000, Cycles: 12, Shards: 4, MinShards: 2, MaxShards: 7,
+	o := chaosOptions{Seed: time.Now().UnixNano() % 1_000_000_000, Cycles: 12, Shards: 4, MinShards: 2, MaxShards: 7, MaxTotalShards: 28,
 		MaxWorkers: 3, LoadRows: 100, Failover: 4 * time.Second, CheckEvery: 5 * time.Second,
 		MinDwell: time.Second, MaxDwell: 4 * time.Second}
 	if v := os.Getenv(EnvChaosSeed); v != "" {
@@ -979,7 +983,7 @@ func chaosSchedule(rng *rand.Rand, cycles int) []string {
 	weighted := []struct {
 		a string
 		w int
-	}{{actKill, 18}, {actFault, 32}, {actStop, 12}, {actTerm, 10}, {actAdd, 7}, {actRemove, 7}, {actSplit, 7}, {actMerge, 7}}
+	}{{actKill, 20}, {actFault, 32}, {actStop, 13}, {actTerm, 11}, {actAdd, 8}, {actRemove, 8}, {actSplit, 4}, {actMerge, 4}}
 	total := 0
 	for _, x := range weighted {
 		total += x.w
@@ -1036,11 +1040,11 @@ func (c *chaosRun) pickFault() (point, spec string) {
 	}
 	c.mu.Unlock()
 	point = cands[c.rng.IntN(len(cands))]
-	maxN := map[string]int{fault.AfterDecode: 30, fault.AfterDataFiles: 8, fault.AfterCommit: 12,
-		fault.BeforeCheckpoint: 12, fault.AfterCheckpoint: 12, fault.DuringShutdown: 3}[point]
+	maxN := map[string]int{fault.AfterDecode: 10, fault.AfterDataFiles: 4, fault.AfterCommit: 6,
+		fault.BeforeCheckpoint: 6, fault.AfterCheckpoint: 6, fault.DuringShutdown: 2}[point]
 	if c.rng.IntN(100) < 15 {
-		p := map[string]string{fault.AfterDecode: "0.05", fault.AfterDataFiles: "0.2", fault.AfterCommit: "0.1",
-			fault.BeforeCheckpoint: "0.1", fault.AfterCheckpoint: "0.1", fault.DuringShutdown: "0.5"}[point]
+		p := map[string]string{fault.AfterDecode: "0.2", fault.AfterDataFiles: "0.3", fault.AfterCommit: "0.2",
+			fault.BeforeCheckpoint: "0.2", fault.AfterCheckpoint: "0.2", fault.DuringShutdown: "0.5"}[point]
 		return point, point + "%" + p
 	}
 	return point, fmt.Sprintf("%s@%d", point, 1+c.rng.IntN(maxN))
@@ -1128,7 +1132,7 @@ func (c *chaosRun) doFault() string {
 			how = "SIGTERM " + w.id
 		}
 		id = w.id
-		if c.rng.IntN(10) < 2 {
+		if c.rng.IntN(10) == 0 {
 			id = c.freeID()
 		}
 	default:
@@ -1246,33 +1250,16 @@ func (c *chaosRun) doRemove() string {
 	return "removed " + w.id
 }
 
-func (c *chaosRun) doSplit() string {
-	_, open, err := c.shardList()
-	if err != nil {
-		c.t.Fatalf("list shards: %v", err)
-	}
-	if len(open) >= c.opt.MaxShards {
-		return c.doMerge()
-	}
-	s := open[c.rng.IntN(len(open))]
-	mid := new(big.Int).Rsh(new(big.Int).Add(s.lo, s.hi), 1)
-	mid.Add(mid, big.NewInt(1))
-	if _, err := c.kc.SplitShard(c.ctx, &kinesis.SplitShardInput{StreamName: aws.String(c.stream),
-		ShardToSplit: aws.String(s.id), NewStartingHashKey: aws.String(mid.String())}); err != nil {
-		c.t.Fatalf("split %s: %v", s.id, err)
-	}
-	c.waitActive()
-	c.mu.Lock()
-	c.st.splits++
-	if !c.gen.Exited() {
-		c.st.reshardsLive++
-	}
-	c.mu.Unlock()
-	return fmt.Sprintf("split %s (%d open shards before)", s.id, len(open))
-}
+func (c *chaosRun) doSplit() string { return c.reshard(actSplit, true) }
 
-func (c *chaosRun) doMerge() string {
-	_, open, err := c.shardList()
+func (c *chaosRun) doMerge() string { return c.reshard(actMerge, true) }
+
+// reshard splits an open shard at the middle of its hash range or merges two adjacent ones. The
+// other kind is done when this one is not possible (shard bounds, no adjacent pair), and a kill
+// when the stream's shard budget is spent: kinesis-mock counts closed shards against its
+// account limit (50 shards by default, shared by every stream of the emulator).
+func (c *chaosRun) reshard(kind string, fallback bool) string {
+	all, open, err := c.shardList()
 	if err != nil {
 		c.t.Fatalf("list shards: %v", err)
 	}
@@ -1282,22 +1269,50 @@ func (c *chaosRun) doMerge() string {
 			pairs = append(pairs, [2]openShard{open[i], open[i+1]})
 		}
 	}
-	if len(open) <= c.opt.MinShards || len(pairs) == 0 {
-		return c.doSplit()
+	canSplit := len(open) < c.opt.MaxShards && len(all)+2 <= c.opt.MaxTotalShards
+	canMerge := len(open) > c.opt.MinShards && len(pairs) > 0 && len(all)+1 <= c.opt.MaxTotalShards
+	switch {
+	case kind == actSplit && !canSplit && fallback && canMerge:
+		return c.reshard(actMerge, false)
+	case kind == actMerge && !canMerge && fallback && canSplit:
+		return c.reshard(actSplit, false)
+	case (kind == actSplit && !canSplit) || (kind == actMerge && !canMerge):
+		return fmt.Sprintf("no %s possible (%d open, %d shards in all): %s", kind, len(open), len(all), c.doKill())
 	}
-	p := pairs[c.rng.IntN(len(pairs))]
-	if _, err := c.kc.MergeShards(c.ctx, &kinesis.MergeShardsInput{StreamName: aws.String(c.stream),
-		ShardToMerge: aws.String(p[0].id), AdjacentShardToMerge: aws.String(p[1].id)}); err != nil {
-		c.t.Fatalf("merge %s and %s: %v", p[0].id, p[1].id, err)
+	var what string
+	if kind == actSplit {
+		sh := open[c.rng.IntN(len(open))]
+		mid := new(big.Int).Rsh(new(big.Int).Add(sh.lo, sh.hi), 1)
+		mid.Add(mid, big.NewInt(1))
+		_, err = c.kc.SplitShard(c.ctx, &kinesis.SplitShardInput{StreamName: aws.String(c.stream),
+			ShardToSplit: aws.String(sh.id), NewStartingHashKey: aws.String(mid.String())})
+		what = fmt.Sprintf("split %s (%d open shards before)", sh.id, len(open))
+	} else {
+		p := pairs[c.rng.IntN(len(pairs))]
+		_, err = c.kc.MergeShards(c.ctx, &kinesis.MergeShardsInput{StreamName: aws.String(c.stream),
+			ShardToMerge: aws.String(p[0].id), AdjacentShardToMerge: aws.String(p[1].id)})
+		what = fmt.Sprintf("merged %s and %s (%d open shards before)", p[0].id, p[1].id, len(open))
+	}
+	var limit *kintypes.LimitExceededException
+	switch {
+	case errors.As(err, &limit):
+		// Other tests' streams share the emulator's shard limit.
+		return fmt.Sprintf("%s refused by the emulator's shard limit (%v): %s", kind, err, c.doKill())
+	case err != nil:
+		c.t.Fatalf("%s: %v", what, err)
 	}
 	c.waitActive()
 	c.mu.Lock()
-	c.st.merges++
+	if kind == actSplit {
+		c.st.splits++
+	} else {
+		c.st.merges++
+	}
 	if !c.gen.Exited() {
 		c.st.reshardsLive++
 	}
 	c.mu.Unlock()
-	return fmt.Sprintf("merged %s and %s (%d open shards before)", p[0].id, p[1].id, len(open))
+	return what
 }
 
 // ---- the run -----------------------------------------------------------------------------
@@ -1315,6 +1330,27 @@ func (c *chaosRun) describeWorkers() string {
 }
 
 var genProgress = regexp.MustCompile(`gen: (\d+)/(\d+) records sent`)
+
+// pace returns how long to wait so that the cycles do not run ahead of the traffic (done is the
+// fraction of cycles done): chaos is meant to happen while the generator writes.
+func (c *chaosRun) pace(done float64) time.Duration {
+	if c.gen.Exited() {
+		return 0
+	}
+	lines := strings.Split(strings.TrimSpace(c.gen.Log()), "\n")
+	m := genProgress.FindStringSubmatch(lines[len(lines)-1])
+	if m == nil {
+		return 0
+	}
+	sent, _ := strconv.Atoi(m[1])
+	total, _ := strconv.Atoi(m[2])
+	ahead := done - float64(sent)/float64(max(total, 1))
+	if ahead <= 0 {
+		return 0
+	}
+	d := time.Duration(ahead * float64(total) / c.opt.Rate * float64(time.Second))
+	return min(d, 20*time.Second)
+}
 
 func (c *chaosRun) genStatus() string {
 	if c.gen.Exited() {
@@ -1383,7 +1419,7 @@ func (c *chaosRun) run() {
 		}
 		_, open, _ := c.shardList()
 		c.logf("cycle %d/%d %-6s %s | workers %s | %d open shards | gen %s", i+1, len(plan), a, what, c.describeWorkers(), len(open), c.genStatus())
-		c.sleep(c.between(c.opt.MinDwell, c.opt.MaxDwell))
+		c.sleep(c.between(c.opt.MinDwell, c.opt.MaxDwell) + c.pace(float64(i+1)/float64(len(plan))))
 	}
 	c.finish(func() { stopObs(); obs.Wait() })
 }
@@ -1516,6 +1552,9 @@ var (
 	landedLine  = regexp.MustCompile(`commit outcome was unknown; the table already holds this batch`)
 	// errorLine matches a console log line at ERROR level and captures its component and message.
 	errorLine = regexp.MustCompile(`(?m)^\S+\tERROR\t([^\n]*?)(?:\t\{[^\n]*)?$`)
+	// numbers and workerName make messages that differ only by shard, line or worker one.
+	numbers    = regexp.MustCompile(`[0-9]+`)
+	workerName = regexp.MustCompile(`worker: \S+`)
 )
 
 // report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
@@ -1534,7 +1573,8 @@ func (c *chaosRun) report() {
 		}
 		landed += len(landedLine.FindAll(b, -1))
 		for _, m := range errorLine.FindAllSubmatch(b, -1) {
-			errs[strings.ReplaceAll(string(m[1]), "\t", " ")]++
+			msg := strings.ReplaceAll(string(m[1]), "\t", " ")
+			errs[numbers.ReplaceAllString(workerName.ReplaceAllString(msg, "worker: W"), "N")]++
 		}
 	}
 	c.mu.Lock()
