@@ -25,6 +25,7 @@ func newCfgHarness(t *testing.T, dir string, tableDLQ bool, mod func(*Config), o
 	cfg.Catalog = DefaultCatalogConfig(dir)
 	cfg.Stream = "st"
 	cfg.FlushInterval = time.Hour
+	cfg.Maintenance.Enabled = false
 	if mod != nil {
 		mod(&cfg)
 	}

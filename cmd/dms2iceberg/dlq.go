@@ -290,6 +290,7 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		return res, nil
 	}
 	scfg := cfg.Sink
+	scfg.Maintenance.Enabled = false // the service maintains the tables
 	tdl := sink.NewTableDeadLetters(c, scfg.DeadLetters, scfg.CommitRetries, log.Named("dead-letters"), nil)
 	dlq := &replayDLQ{TableDeadLetters: tdl, failed: map[[3]string]string{}}
 	snk, err := sink.New(scfg, c, dlq, sink.WithLogger(log))

@@ -72,7 +72,7 @@ func runSink(t *testing.T, cfg Config, records ...[]byte) {
 func TestDLQReplayAfterAFix(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, []byte("stream: st\ndata_dir: "+dir+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("stream: st\ndata_dir: "+dir+"\nsink:\n  maintenance:\n    enabled: false\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg, err := loadConfig(path)
