@@ -180,6 +180,8 @@ func loadConfig(path string) (Config, error) {
 		cfg.DeadLetterFile = filepath.Join(cfg.DataDir, "dead-letters.jsonl")
 	}
 	cfg.Sink.Stream = cfg.Stream
+	// The maintenance lease names this worker, like its shard leases.
+	cfg.Sink.Maintenance.Owner = cfg.WorkerID
 	if err := applyTableEnv(&cfg.Sink, os.Getenv); err != nil {
 		return cfg, err
 	}

@@ -58,11 +58,26 @@ type promMetrics struct {
 	// Process.
 	ready prometheus.Gauge
 
-	// Maintenance metrics go here (sink/maintenance*.go, sink.MaintenanceMetrics): add the
-	// vectors to this struct, create them in newPromMetrics with the subsystem "maintenance"
-	// (dms2iceberg_maintenance_..., label "table"), implement the interface on *promMetrics
-	// below the sink's methods, and plug it in serve with sink.WithMaintenanceMetrics(metrics):
-	// the sink.Metrics that serve passes may be commitFanout, which hides extra methods.
+	// Maintenance (sink.MaintenanceMetrics).
+	maintDeleteFiles  *prometheus.GaugeVec
+	maintDeleteRows   *prometheus.GaugeVec
+	maintDataFiles    *prometheus.GaugeVec
+	maintSnapshots    *prometheus.GaugeVec
+	maintMetadata     *prometheus.GaugeVec
+	maintLeaseHeld    *prometheus.GaugeVec
+	maintLastCompact  *prometheus.GaugeVec
+	maintRuns         *prometheus.CounterVec
+	maintDuration     *prometheus.HistogramVec
+	maintDeletesFreed *prometheus.CounterVec
+	maintFailures     *prometheus.CounterVec
+
+	// Table state and schema changes (sink.StatusMetrics).
+	tableStatus        *prometheus.GaugeVec
+	tableSchemaChanges *prometheus.CounterVec
+	tableDLQClass      *prometheus.CounterVec
+	sourceFiltered     *prometheus.CounterVec
+	dlqCommits         prometheus.Counter
+	dlqRows            prometheus.Counter
 
 	now func() time.Time
 }
@@ -123,6 +138,25 @@ func newPromMetrics() *promMetrics {
 	m.tableFreshness = gauge("table", "freshness_seconds", "For the last commit: time from the arrival of its oldest change at the table writer until the commit.", table)
 	m.tableLastCommit = gauge("table", "last_commit_timestamp_seconds", "Unix time of the table's last commit by this worker.", table)
 	m.tableDeadLetters = counter("table", "dead_letters_total", "Changes of the table sent to the dead-letter file (unconvertible, or updates and deletes of a keyless table).", table)
+
+	m.maintDeleteFiles = gauge("maintenance", "delete_files", "Equality-delete files outstanding in the current snapshot (every scan applies them).", table)
+	m.maintDeleteRows = gauge("maintenance", "delete_rows", "Equality-delete rows outstanding in the current snapshot.", table)
+	m.maintDataFiles = gauge("maintenance", "data_files", "Data files in the current snapshot.", table)
+	m.maintSnapshots = gauge("maintenance", "snapshots", "Snapshots in the table metadata.", table)
+	m.maintMetadata = gauge("maintenance", "metadata_bytes", "Size of the current metadata file.", table)
+	m.maintLeaseHeld = gauge("maintenance", "lease_held", "1 while this worker holds the table's maintenance lease.", table)
+	m.maintLastCompact = gauge("maintenance", "last_compaction_timestamp_seconds", "When the table was last compacted (by any worker).", table)
+	m.maintRuns = counter("maintenance", "runs_total", "Maintenance runs that changed something, by trigger.", []string{"table", "trigger"})
+	m.maintDuration = histogram("maintenance", "duration_seconds", "Duration of maintenance runs.", commitBuckets, table)
+	m.maintDeletesFreed = counter("maintenance", "delete_files_removed_total", "Equality-delete files applied and removed by compaction.", table)
+	m.maintFailures = counter("maintenance", "failures_total", "Failed maintenance steps (compact, expire, manifests, orphans, lease).", []string{"table", "step"})
+	m.tableStatus = gauge("table", "status", "1 for the table's current state (active, paused, dropped).", []string{"table", "status"})
+	m.tableSchemaChanges = counter("table", "schema_changes_total", "Schema changes applied (or refused: incompatible) by kind.", []string{"table", "kind"})
+	m.tableDLQClass = counter("table", "dead_letters_by_class_total", "Dead letters by class.", []string{"table", "class"})
+	m.sourceFiltered = counter("source", "filtered_total", "Records of source tables that are not replicated (include/exclude/enabled).", []string{"source"})
+	m.dlqCommits = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "commits_total", Help: "Commits of the dead-letter table."})
+	m.dlqRows = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "rows_total", Help: "Rows committed to the dead-letter table."})
+	m.reg.MustRegister(m.dlqCommits, m.dlqRows)
 
 	m.hookRuns = counter("post_commit", "runs_total", "Post-commit hook runs by result (ok, error, timeout).", []string{"table", "result"})
 	m.hookDropped = counter("post_commit", "dropped_total", "Post-commit notifications dropped because the queue was full (a later snapshot of the table is still notified), or pending at shutdown.", table)
@@ -286,15 +320,75 @@ func (m *promMetrics) SetReady(ok bool) {
 	}
 }
 
+var (
+	_ sink.MaintenanceMetrics = (*promMetrics)(nil)
+	_ sink.StatusMetrics      = (*promMetrics)(nil)
+)
+
+func (m *promMetrics) MaintenanceChecked(st sink.MaintenanceStatus) {
+	m.maintDeleteFiles.WithLabelValues(st.Table).Set(float64(st.DeleteFiles))
+	m.maintDeleteRows.WithLabelValues(st.Table).Set(float64(st.DeleteRows))
+	m.maintDataFiles.WithLabelValues(st.Table).Set(float64(st.DataFiles))
+	m.maintSnapshots.WithLabelValues(st.Table).Set(float64(st.Snapshots))
+	if st.MetadataBytes >= 0 {
+		m.maintMetadata.WithLabelValues(st.Table).Set(float64(st.MetadataBytes))
+	}
+	held := 0.0
+	if st.LeaseHeld {
+		held = 1
+	}
+	m.maintLeaseHeld.WithLabelValues(st.Table).Set(held)
+	if !st.LastCompaction.IsZero() {
+		m.maintLastCompact.WithLabelValues(st.Table).Set(float64(st.LastCompaction.UnixNano()) / 1e9)
+	}
+}
+
+func (m *promMetrics) Maintained(r sink.MaintenanceReport) {
+	m.maintRuns.WithLabelValues(r.Table, r.Trigger).Inc()
+	m.maintDuration.WithLabelValues(r.Table).Observe(r.Took.Seconds())
+	m.maintDeletesFreed.WithLabelValues(r.Table).Add(float64(r.DeleteFilesRemoved))
+}
+
+func (m *promMetrics) MaintenanceFailed(table, step string) {
+	m.maintFailures.WithLabelValues(table, step).Inc()
+}
+
+func (m *promMetrics) TableStatus(table, status, _ string) {
+	for _, s := range []string{"active", "paused", "dropped"} {
+		v := 0.0
+		if s == status {
+			v = 1
+		}
+		m.tableStatus.WithLabelValues(table, s).Set(v)
+	}
+}
+
+func (m *promMetrics) SchemaChanged(table, kind string, n int) {
+	m.tableSchemaChanges.WithLabelValues(table, kind).Add(float64(n))
+}
+
+func (m *promMetrics) DeadLetterClass(table, class string) {
+	m.tableDLQClass.WithLabelValues(table, class).Inc()
+}
+
+func (m *promMetrics) Filtered(source string, n int) {
+	m.sourceFiltered.WithLabelValues(source).Add(float64(n))
+}
+
+func (m *promMetrics) DeadLettersCommitted(rows int, _ time.Duration) {
+	m.dlqCommits.Inc()
+	m.dlqRows.Add(float64(rows))
+}
+
 // commitFanout is the sink.Metrics the service plugs in: Prometheus first, then the
 // post-commit hook's queue (which never blocks).
 type commitFanout struct {
-	sink.Metrics
-	hook *postCommitHook
+	*promMetrics // embedded as the concrete type, so the optional sink interfaces stay visible
+	hook         *postCommitHook
 }
 
 func (f commitFanout) Committed(c sink.CommitInfo) {
-	f.Metrics.Committed(c)
+	f.promMetrics.Committed(c)
 	if f.hook != nil {
 		f.hook.Notify(c)
 	}

@@ -84,7 +84,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	var sinkMetrics sink.Metrics = metrics
 	if cfg.PostCommit.Enabled() {
 		hook = newPostCommitHook(cfg.PostCommit, log, metrics)
-		sinkMetrics = commitFanout{Metrics: metrics, hook: hook}
+		sinkMetrics = commitFanout{promMetrics: metrics, hook: hook}
 	}
 	snk, err := sink.New(cfg.Sink, cat, dlq, sink.WithLogger(log), sink.WithMetrics(sinkMetrics))
 	if err != nil {
