@@ -342,20 +342,24 @@ func (p *pipeline) sparkCheck(catalogName string, props map[string]string, names
 // state: equality deletes, primary-key changes, keyless tables and every DMS type family. Two
 // workloads: plain CDC, and the schema-change scenario (columns added, renamed, widened and
 // dropped, tables created and dropped mid-stream), which Spark must read through the evolved
-// schemas (field ids, not names).
-//
-// TODO(maintenance): read again after `dms2iceberg maintain` (compaction, snapshot expiry,
-// orphan removal) once issue 5 has landed; cmd/dms2iceberg/maintain.go was not committed when
-// this test was written.
+// schemas (field ids, not names); and plain CDC with in-process maintenance on aggressive
+// thresholds followed by `dms2iceberg maintain` (compaction with dead equality deletes removed,
+// snapshot expiry, manifest rewrite), which Spark must read with the rewritten files.
 func TestSparkReadsTables(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		genArgs []string
 		config  map[string]any // merged into sink
+		// maintain runs `dms2iceberg maintain` after the service stopped.
+		maintain bool
 	}{
 		{name: "cdc", genArgs: []string{"--changes", "2000", "--seed", "11"}},
 		{name: "schema_changes", genArgs: []string{"--changes", "3000", "--load-rows", "300", "--seed", "12", "--schema-changes"},
 			config: map[string]any{"drop_table": "mark"}},
+		{name: "after_maintenance", genArgs: []string{"--changes", "2000", "--seed", "13"},
+			config: map[string]any{"flush_interval": "300ms", "maintenance": map[string]any{
+				"max_delete_files": 2, "min_interval": "1s", "check_interval": "1s", "keep_last": 2, "snapshot_retention": "1s"}},
+			maintain: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := sparkPipeline(t, 2, tc.genArgs, tc.config)
@@ -365,6 +369,14 @@ func TestSparkReadsTables(t *testing.T) {
 				t.Fatalf("graceful stop: %v", err)
 			}
 			p.mustVerify()
+			if tc.maintain {
+				out, stderr, err := RunCLI(t, p.bin, "maintain", "--config", p.config, "--ignore-lease")
+				if err != nil {
+					t.Fatalf("maintain: %v\n%s%s", err, out, stderr)
+				}
+				t.Logf("maintain:\n%s", out)
+				p.mustVerify()
+			}
 			p.sparkCheck("dms2iceberg", map[string]string{
 				"type":                "jdbc",
 				"uri":                 "jdbc:sqlite:" + filepath.Join(p.dataDir, "catalog.db"),
