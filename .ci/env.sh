@@ -10,6 +10,8 @@ fi
 # Go lives in /usr/local/go/bin on these machines; keep any Go already first on PATH.
 command -v go >/dev/null 2>&1 || PATH="$PATH:/usr/local/go/bin"
 command -v go >/dev/null 2>&1 || { echo "no Go toolchain on PATH (looked in /usr/local/go/bin too)" >&2; exit 1; }
+# System tools (runuser for PostgreSQL, ...) live in sbin, which a thin PATH may lack.
+case ":$PATH:" in *:/usr/sbin:*) ;; *) PATH="$PATH:/usr/sbin:/sbin" ;; esac
 export PATH="$EMU_DIR/bin:$PATH"
 # Use the installed toolchain as it is (go.mod's go line matches it); never download another.
 export GOTOOLCHAIN=${GOTOOLCHAIN:-local}
