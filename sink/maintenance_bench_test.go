@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -172,7 +173,12 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	rctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- s.Run(rctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+			b.Errorf("sink Run: %v", err)
+		}
+	}()
 
 	ack := &counter{}
 	seq := 0

@@ -51,7 +51,12 @@ func newMaintHarness(t *testing.T, dir string, mod func(*MaintenanceConfig), opt
 	rctx, cancel := context.WithCancel(ctx)
 	h.stop = cancel
 	go func() { h.done <- h.s.Run(rctx) }()
-	t.Cleanup(func() { cancel(); <-h.done })
+	t.Cleanup(func() {
+		cancel()
+		if err := <-h.done; err != nil && !errors.Is(err, context.Canceled) {
+			t.Errorf("sink Run: %v", err)
+		}
+	})
 	return h
 }
 
@@ -298,12 +303,12 @@ func TestCompactionAndCDCCommitConflict(t *testing.T) {
 	if conflicts != 1 || !rep.Compacted || rep.CompactionAttempts != 2 {
 		t.Fatalf("conflicts %d, report %+v: want a compaction that needed 2 attempts", conflicts, rep)
 	}
-	rows, tbl := scanRows(t, h.cat, "users")
+	rows, _ := scanRows(t, h.cat, "users")
 	eq(t, rows, m.want()...)
 	// The writer's table is stale now; its next commit conflicts, reloads and lands.
 	m.batch(4, 100)
 	m.batch(5, 100)
-	rows, tbl = scanRows(t, h.cat, "users")
+	rows, tbl := scanRows(t, h.cat, "users")
 	eq(t, rows, m.want()...)
 	wm := watermarks(tbl)
 	if wm["s0"] != fmt.Sprint(m.seq) || wm["s1"] == "" {
