@@ -4,6 +4,7 @@ package integration
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -46,7 +47,7 @@ func newPipeline(t *testing.T, shards, changes int, seed int64) *pipeline {
 	}
 	p.records = countRecords(t, p.stream)
 	t.Logf("gen wrote %d records to %d shards in %s", p.records, shards, time.Since(start).Round(time.Millisecond))
-	p.writeConfig()
+	p.writeConfig(nil)
 	return p
 }
 
@@ -67,7 +68,7 @@ func newPipelineLive(t *testing.T, shards, changes int, seed int64, rate int) (*
 		_, e2 := os.Stat(p.tablesCfg)
 		return e1 == nil && e2 == nil, nil
 	}, "gen to write the expected state and the tables config")
-	p.writeConfig()
+	p.writeConfig(nil)
 	return p, gen
 }
 
@@ -89,8 +90,9 @@ func (p *pipeline) genArgs(shards, changes int, seed int64, rate int) []string {
 }
 
 // writeConfig writes the service configuration: the generator's tables config plus the
-// stream, a private data directory (SQLite catalog, local warehouse) and short test timings.
-func (p *pipeline) writeConfig() {
+// stream, a private data directory (SQLite catalog, local warehouse), short test timings, no
+// HTTP server, and sinkExtra merged into the sink section.
+func (p *pipeline) writeConfig(sinkExtra map[string]any) {
 	t := p.t
 	t.Helper()
 	tablesCfg := p.tablesCfg
@@ -110,10 +112,12 @@ func (p *pipeline) writeConfig() {
 		snk = map[string]any{}
 	}
 	snk["flush_interval"] = "1s"
+	maps.Copy(snk, sinkExtra)
 	cfg["sink"] = snk
 	cfg["stream"] = p.stream
 	cfg["data_dir"] = p.dataDir
 	cfg["shutdown_timeout"] = "60s"
+	cfg["http_addr"] = ""
 	cfg["consumer"] = map[string]any{"shard_sync": "1s", "failover": "6s", "idle_between_reads": "200ms"}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -17,7 +16,6 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go/table"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 	"github.com/dms2iceberg/dms2iceberg/sink"
@@ -31,45 +29,17 @@ import (
 func TestSchemaChangesAndDeadLetters(t *testing.T) {
 	RequireEmulators(t)
 	const bad = 16
-	p := &pipeline{t: t, bin: BuildBinary(t), stream: UniqueName(t.Name()), dataDir: t.TempDir()}
-	p.app = "dms2iceberg-" + p.stream
-	p.expected = filepath.Join(p.dataDir, "expected.json")
-	tablesCfg := filepath.Join(p.dataDir, "tables.yaml")
-	t.Cleanup(func() { DeleteStream(t, p.stream); DeleteTable(t, p.app) })
+	p := preparePipeline(t)
 	start := time.Now()
 	_, stderr, err := RunCLI(t, p.bin, "gen", "--stream", p.stream, "--shards", "4", "--changes", "6000",
 		"--load-rows", "300", "--seed", "11", "--schema-changes", "--bad-records", strconv.Itoa(bad),
-		"--expected", p.expected, "--tables-config", tablesCfg)
+		"--expected", p.expected, "--tables-config", p.tablesCfg)
 	if err != nil {
 		t.Fatalf("gen: %v\n%s", err, stderr)
 	}
 	p.records = countRecords(t, p.stream)
 	t.Logf("gen wrote %d records in %s", p.records, time.Since(start).Round(time.Millisecond))
-
-	var cfg map[string]any
-	b, err := os.ReadFile(tablesCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	snk, _ := cfg["sink"].(map[string]any)
-	snk["flush_interval"] = "1s"
-	snk["drop_table"] = "mark"
-	cfg["stream"] = p.stream
-	cfg["data_dir"] = p.dataDir
-	cfg["shutdown_timeout"] = "60s"
-	cfg["http_addr"] = ""
-	cfg["consumer"] = map[string]any{"shard_sync": "1s", "failover": "6s", "idle_between_reads": "200ms"}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.config = filepath.Join(p.dataDir, "config.yaml")
-	if err := os.WriteFile(p.config, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	p.writeConfig(map[string]any{"drop_table": "mark"})
 
 	svc := StartService(t, p.bin, p.config)
 	p.waitVerified(10*time.Minute, svc)

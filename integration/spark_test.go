@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"maps"
 	"math"
 	"math/big"
 	"os"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/google/uuid"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
@@ -391,50 +389,15 @@ func TestSparkReadsTables(t *testing.T) {
 // service's sink configuration.
 func sparkPipeline(t *testing.T, shards int, genArgs []string, sinkCfg map[string]any) *pipeline {
 	t.Helper()
-	RequireEmulators(t)
-	p := &pipeline{t: t, bin: BuildBinary(t), stream: UniqueName(t.Name()), dataDir: t.TempDir()}
-	p.app = "dms2iceberg-" + p.stream
-	p.expected = filepath.Join(p.dataDir, "expected.json")
-	tablesCfg := filepath.Join(p.dataDir, "tables.yaml")
-	t.Cleanup(func() { DeleteStream(t, p.stream); DeleteTable(t, p.app) })
+	p := preparePipeline(t)
 	start := time.Now()
 	args := append([]string{"gen", "--stream", p.stream, "--shards", strconv.Itoa(shards),
-		"--expected", p.expected, "--tables-config", tablesCfg}, genArgs...)
+		"--expected", p.expected, "--tables-config", p.tablesCfg}, genArgs...)
 	if _, stderr, err := RunCLI(t, p.bin, args...); err != nil {
 		t.Fatalf("gen: %v\n%s", err, stderr)
 	}
 	p.records = countRecords(t, p.stream)
 	t.Logf("gen %s wrote %d records in %s", strings.Join(genArgs, " "), p.records, time.Since(start).Round(time.Millisecond))
-	var cfg map[string]any
-	b, err := os.ReadFile(tablesCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatalf("tables config: %v", err)
-	}
-	if cfg == nil {
-		cfg = map[string]any{}
-	}
-	snk, _ := cfg["sink"].(map[string]any)
-	if snk == nil {
-		snk = map[string]any{}
-	}
-	snk["flush_interval"] = "1s"
-	maps.Copy(snk, sinkCfg)
-	cfg["sink"] = snk
-	cfg["stream"] = p.stream
-	cfg["data_dir"] = p.dataDir
-	cfg["shutdown_timeout"] = "60s"
-	cfg["http_addr"] = ""
-	cfg["consumer"] = map[string]any{"shard_sync": "1s", "failover": "6s", "idle_between_reads": "200ms"}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.config = filepath.Join(p.dataDir, "config.yaml")
-	if err := os.WriteFile(p.config, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	p.writeConfig(sinkCfg)
 	return p
 }
