@@ -132,7 +132,7 @@ type chaosStats struct {
 	stopsMoved  int            // ... during which a lease of the frozen worker moved
 	terms       int            // graceful stops (exit 0 in time)
 	maxStop     time.Duration  // the longest graceful stop
-	slowStops   int            // graceful stops past shutdown_timeout under commit contention
+	slowStops   int            // graceful stops that left handed-on changes uncommitted at shutdown_timeout
 	// workerSamples counts the observer's one-second samples by running workers (0-3).
 	workerSamples [4]int
 	starts        int // worker processes started
@@ -468,20 +468,19 @@ func (c *chaosRun) term(w *chaosWorker) {
 		c.mu.Unlock()
 		c.logf("worker %s stopped gracefully in %s", w.id, took.Round(100*time.Millisecond))
 		// A graceful stop commits and checkpoints everything it handed on, within
-		// shutdown_timeout. Commits that keep losing to other writers of the table may take
-		// longer (the records are read again and trimmed: no harm); a drain that waits without
-		// any commit in flight is stuck, which is a bug.
+		// shutdown_timeout, also while its commits lose races to other writers of the table
+		// (a conflict is re-staged within a quarter second while closing).
 		log := w.svc.Log()
 		if m := undrainedLine.FindString(log); m != "" {
-			if i := strings.LastIndex(log, "shutting down: flushing"); i >= 0 && strings.Contains(log[i:], "commit failed; reloading") {
-				c.mu.Lock()
-				c.st.slowStops++
-				c.mu.Unlock()
-				c.logf("worker %s hit shutdown_timeout while its commits kept losing to other writers (%s); log %s", w.id, m, w.svc.LogPath)
-			} else {
-				c.problem("worker %s (pid %d) stopped without committing what it had handed on, with no commit in flight (%s, after %s); log %s",
-					w.id, w.svc.Pid(), m, took.Round(100*time.Millisecond), w.svc.LogPath)
+			contended := ""
+			if i := strings.LastIndex(log, "shutting down: flushing"); i >= 0 {
+				contended = fmt.Sprintf("; %d commit attempts lost during the stop", strings.Count(log[i:], "commit failed; reloading"))
 			}
+			c.mu.Lock()
+			c.st.slowStops++
+			c.mu.Unlock()
+			c.problem("worker %s (pid %d) stopped without committing what it had handed on within shutdown_timeout (%s, after %s%s); log %s",
+				w.id, w.svc.Pid(), m, took.Round(100*time.Millisecond), contended, w.svc.LogPath)
 		}
 		return
 	}
@@ -1634,7 +1633,7 @@ func (c *chaosRun) report() {
 		c.opt.Seed, st.cycles, time.Since(c.start).Round(time.Second), st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges, st.rows, len(st.violations))
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (lost attempts %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout under commit contention %d; problems %d",
+	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (lost attempts %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
 		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
 		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, landed,
 		commits, conflicts, contended, maxAttempts, st.slowStops, len(st.problems))

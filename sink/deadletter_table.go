@@ -334,7 +334,7 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 		}
 		d.log.Warn("dead-letter commit failed; reloading", zap.Int("attempt", attempt+1), zap.Error(err))
 		d.tbl = nil
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, err, false)); err != nil {
 			return err
 		}
 	}

@@ -324,7 +324,7 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 		if err := w.reload(ctx); err != nil {
 			return err
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
 			return err
 		}
 	}
@@ -484,7 +484,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		if err := w.reload(ctx); err != nil {
 			return err
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
 			return err
 		}
 	}
@@ -559,7 +559,7 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		if w.lay.keyed() {
 			return nil
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
 			return err
 		}
 	}

@@ -72,6 +72,8 @@ type writer struct {
 	status, reason string
 	// dl counts dead letters handed to an AsyncDeadLetterer and not yet durable.
 	dl dlWait
+	// closing is set once the queue is closed: the final flush of a graceful stop.
+	closing bool
 	// pub is the published copy of the status for TableStatuses.
 	pubMu sync.Mutex
 	pub   TableStatus
@@ -104,6 +106,7 @@ func (w *writer) run(ctx context.Context) error {
 			return ctx.Err()
 		case it, ok := <-w.in:
 			if !ok {
+				w.closing = true
 				return w.flush(ctx)
 			}
 			if it.flush != nil {
@@ -473,7 +476,7 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		if len(w.unknownColumns(ev)) == 0 {
 			return nil // another worker added them
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
 			return err
 		}
 	}
@@ -612,7 +615,9 @@ func (w *writer) flush(ctx context.Context) error {
 			return ctx.Err()
 		}
 		w.s.metrics.CommitFailed(w.name)
-		if attempt >= w.s.cfg.CommitRetries {
+		// A closing writer keeps trying until its context ends (shutdown_timeout bounds it):
+		// giving up would only leave the records for the next owner to read again.
+		if attempt >= w.s.cfg.CommitRetries && !w.closing {
 			return fmt.Errorf("commit %s: giving up after %d attempts: %w", w.name, attempt+1, err)
 		}
 		w.log.Warn("commit failed; reloading", zap.Int("attempt", attempt+1), zap.Error(err))
@@ -622,7 +627,7 @@ func (w *writer) flush(ctx context.Context) error {
 			w.log.Info("commit outcome was unknown; the table already holds this batch")
 			break
 		}
-		if err := sleep(ctx, backoff(attempt)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
 			return err
 		}
 	}
@@ -638,13 +643,18 @@ func (w *writer) flush(ctx context.Context) error {
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
 			zap.Int("trimmed", b.trimmed), zap.Int64("snapshot", snapshotID(w.tbl)), zap.Int("attempts", attempt+1),
 			zap.Duration("took", took))
-		w.maint.afterCommit(ctx, w.tbl, w.use)
 	}
 	if b.trimmed > 0 {
 		w.s.metrics.Skipped(w.name, b.trimmed)
 	}
 	fault.Hit(fault.AfterCommit)
+	committed := len(b.upserts) > 0 || len(b.deletes) > 0
 	w.release()
+	// Maintenance handed to the writer runs after the acknowledgements, so it never delays a
+	// checkpoint, and not at all in the final flush of a graceful stop.
+	if committed && !w.closing {
+		w.maint.afterCommit(ctx, w.tbl, w.use)
+	}
 	return nil
 }
 
@@ -761,10 +771,37 @@ func (w *writer) commit(ctx context.Context, b batch, f *staged) error {
 	return w.use(tbl)
 }
 
-func backoff(attempt int) time.Duration {
-	d := 50 * time.Millisecond << min(attempt, 9)
-	if d > 20*time.Second {
-		d = 20 * time.Second
+// backoff is the capped, jittered exponential wait before attempt+1 of work that failed for
+// reasons other than losing a race to another writer (catalog or storage trouble, unknown
+// outcomes), and of maintenance commits, which yield to the writers: 25–50 ms growing to 10–20 s.
+func backoff(attempt int) time.Duration { return jitter(50*time.Millisecond, attempt, 20*time.Second) }
+
+// retryDelay is the wait before re-staging a commit of the writer that failed with err.
+//
+// A conflict (table.ErrCommitFailed: another writer moved the table first) is retried soon: the
+// loser only has to re-stage on the new head, and every longer wait lets more commits land
+// before it, so under contention an exponential wait made single commits take tens of seconds
+// (a graceful stop overran shutdown_timeout that way). Conflicts wait 10–20 ms growing to
+// 0.5–1 s; other failures use backoff. While the writer is closing, both are capped lower (250 ms
+// and 2 s) so that the final commit keeps trying within shutdown_timeout.
+func retryDelay(attempt int, err error, closing bool) time.Duration {
+	conflict := errors.Is(err, table.ErrCommitFailed)
+	switch {
+	case conflict && closing:
+		return jitter(20*time.Millisecond, attempt, 250*time.Millisecond)
+	case conflict:
+		return jitter(20*time.Millisecond, attempt, time.Second)
+	case closing:
+		return jitter(50*time.Millisecond, attempt, 2*time.Second)
+	}
+	return backoff(attempt)
+}
+
+// jitter returns a random wait in [d/2, d] for d = base doubled attempt times, at most limit.
+func jitter(base time.Duration, attempt int, limit time.Duration) time.Duration {
+	d := base << min(attempt, 16)
+	if d > limit || d <= 0 {
+		d = limit
 	}
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
