@@ -25,6 +25,28 @@ var tableProperties = iceberg.Properties{
 	"dms2iceberg.created-by":                     "dms2iceberg",
 }
 
+// dictionaryProps turns Parquet dictionary encoding off for the table and back on for the string
+// columns outside the key. Hashing every value into a dictionary is a large share of the write
+// cost; it pays off only where values repeat (status codes, names, countries), which in a CDC
+// table are the non-key strings. Keys, numbers, decimals and timestamps are mostly distinct per
+// row, and zstd compresses what repeats in them.
+func dictionaryProps(s *iceberg.Schema) iceberg.Properties {
+	props := iceberg.Properties{"parquet.enable.dictionary": "false"}
+	keys := map[int]bool{}
+	for _, id := range s.IdentifierFieldIDs {
+		keys[id] = true
+	}
+	for _, f := range s.Fields() {
+		if keys[f.ID] {
+			continue
+		}
+		if _, ok := f.Type.(iceberg.StringType); ok {
+			props["write.parquet.dict-encoding-enabled.column."+f.Name] = "true"
+		}
+	}
+	return props
+}
+
 // layout is what a writer needs to know about its table's current schema. It is rebuilt after
 // every schema change.
 type layout struct {

@@ -410,9 +410,9 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	if err != nil {
 		return nil, &schemaError{fmt.Errorf("schema for %s: %w", w.src, err)}
 	}
-	props := tableProperties
+	props := maps.Clone(tableProperties)
+	maps.Copy(props, dictionaryProps(schema))
 	if def != nil && w.defTS != "" {
-		props = maps.Clone(tableProperties)
 		controlTSProp(props, nil, w.defTS)
 	}
 	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
