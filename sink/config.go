@@ -19,7 +19,8 @@ type Config struct {
 	FlushBytes int64 `yaml:"flush_bytes"`
 	// QueueLength bounds each table writer's intake queue (events). Default 8192.
 	QueueLength int `yaml:"queue_length"`
-	// CommitRetries bounds how often one batch is re-staged after a commit conflict. Default 20.
+	// CommitRetries bounds how often one batch is re-staged after a failed commit. Default 20. The
+	// final flush of a graceful stop is bounded by the shutdown deadline instead.
 	CommitRetries int `yaml:"commit_retries"`
 	// TimestampTZ stores DMS DATETIME columns as timestamptz instead of timestamp. Default false.
 	TimestampTZ bool `yaml:"timestamptz"`
