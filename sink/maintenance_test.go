@@ -643,3 +643,79 @@ func TestCompactionSupersededByAnother(t *testing.T) {
 	}
 	h.close()
 }
+
+// The sink maintains its dead-letter table too: a storm of dead letters, one commit each, is
+// compacted and its snapshots expired, and every dead letter stays readable exactly once.
+func TestDeadLetterTableIsMaintained(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Catalog = DefaultCatalogConfig(t.TempDir())
+	cfg.Stream = "st"
+	cfg.FlushInterval = time.Hour
+	cfg.Maintenance.Owner = "w1"
+	cfg.Maintenance.MaxDeleteFiles = 3
+	cfg.Maintenance.MinInterval = 0
+	cfg.Maintenance.CheckInterval = 20 * time.Millisecond
+	cfg.Maintenance.KeepLast = 3
+	cfg.Maintenance.SnapshotRetention = 0
+	cat, err := OpenCatalog(ctx, cfg.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &maintRecorder{}
+	s, err := New(cfg, cat, nil, WithMetrics(rec), WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	dlq := s.DeadLetters()
+	ident := s.tdl.Ident()
+	name := ident[0] + "." + ident[1]
+	const n = 24
+	for i := range n {
+		// Every second one is the same record again (a replay): upserted, not duplicated.
+		dl := change.DeadLetter{Stream: "st", Shard: "s0", Seq: fmt.Sprint(100 + i - i%2), Reason: "bad", Raw: []byte{byte(i)}}
+		if err := dlq.DeadLetter(ctx, dl); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		compacted := false
+		rec.mu.Lock()
+		for _, r := range rec.reports {
+			compacted = compacted || (r.Table == name && r.Compacted)
+		}
+		rec.mu.Unlock()
+		if compacted {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the dead-letter table %s was not compacted (reports %+v, failed %v)", name, rec.reports, rec.failed)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	rows, err := ReadDeadLetters(ctx, cat, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != n/2 {
+		t.Fatalf("%d dead letters, want %d", len(rows), n/2)
+	}
+	tbl, err := cat.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := len(tbl.Metadata().Snapshots()); k >= n {
+		t.Fatalf("%d snapshots after %d dead-letter commits: expiry did not run", k, n)
+	}
+}

@@ -112,7 +112,18 @@ func (s *Iceberg) Run(ctx context.Context) error {
 		return nil
 	})
 	if s.tdl != nil {
-		g.Go(func() error { return s.tdl.Run(gctx) })
+		// The dead-letter table is maintained like the others (its keyed upserts leave equality
+		// deletes and a snapshot per commit), by a maintainer that commits on its own and stops
+		// when the table's writer has finished.
+		mctx, stopMaint := context.WithCancel(gctx)
+		g.Go(func() error {
+			defer stopMaint()
+			return s.tdl.Run(gctx)
+		})
+		if s.cfg.Maintenance.Enabled {
+			m := newMaintainer(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics)
+			g.Go(func() error { return m.run(mctx) })
+		}
 	}
 	close(s.started)
 	return g.Wait()
