@@ -320,7 +320,9 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 	start := time.Now()
 	var err error
 	for attempt := 0; ; attempt++ {
+		base := ""
 		if err = d.open(ctx); err == nil {
+			base = d.tbl.MetadataLocation()
 			err = d.write(ctx, rows)
 		}
 		if err == nil {
@@ -334,7 +336,11 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 		}
 		d.log.Warn("dead-letter commit failed; reloading", zap.Int("attempt", attempt+1), zap.Error(err))
 		d.tbl = nil
-		if err := sleep(ctx, retryDelay(attempt, err, false)); err != nil {
+		lost := errors.Is(err, table.ErrCommitFailed)
+		if base != "" && d.open(ctx) == nil && d.tbl.MetadataLocation() != base {
+			lost = true // another commit (the table's maintainer) moved it
+		}
+		if err := sleep(ctx, retryDelay(attempt, lost, false)); err != nil {
 			return err
 		}
 	}

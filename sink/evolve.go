@@ -296,6 +296,7 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 	flushed := false
 	var plan dms.SchemaPlan
 	for attempt := 0; ; attempt++ {
+		base := w.tbl.MetadataLocation()
 		plan = dms.PlanSchema(w.lay.columnStates(), desired, op == "rename-column")
 		if plan.Empty() && !clearDrop && len(plan.Incompatible) == 0 {
 			break
@@ -324,7 +325,7 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 		if err := w.reload(ctx); err != nil {
 			return err
 		}
-		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
 			return err
 		}
 	}
@@ -458,6 +459,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
+		base := w.tbl.MetadataLocation()
 		txn := w.tbl.NewTransaction()
 		props := iceberg.Properties{propStatus: statusDropped, propDroppedAt: at}
 		controlTSProp(props, w.tbl.Properties(), ev.Meta.Timestamp)
@@ -484,7 +486,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		if err := w.reload(ctx); err != nil {
 			return err
 		}
-		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
 			return err
 		}
 	}
@@ -526,6 +528,7 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		return err
 	}
 	for attempt := 0; ; attempt++ {
+		base := w.tbl.MetadataLocation()
 		txn := w.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, true)
 		paths := make([][]string, len(keys))
@@ -559,7 +562,7 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		if w.lay.keyed() {
 			return nil
 		}
-		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
 			return err
 		}
 	}

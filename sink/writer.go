@@ -447,6 +447,7 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		return err
 	}
 	for attempt := 0; ; attempt++ {
+		base := w.tbl.MetadataLocation()
 		txn := w.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, false)
 		added := map[string]bool{}
@@ -476,7 +477,7 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		if len(w.unknownColumns(ev)) == 0 {
 			return nil // another worker added them
 		}
-		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
 			return err
 		}
 	}
@@ -597,6 +598,7 @@ func (w *writer) flush(ctx context.Context) error {
 		if len(b.upserts) == 0 && len(b.deletes) == 0 {
 			break // nothing left that the table does not already hold
 		}
+		base := w.tbl.MetadataLocation()
 		err := func() error {
 			if files == nil {
 				f, err := w.writeFiles(ctx, b)
@@ -627,7 +629,7 @@ func (w *writer) flush(ctx context.Context) error {
 			w.log.Info("commit outcome was unknown; the table already holds this batch")
 			break
 		}
-		if err := sleep(ctx, retryDelay(attempt, err, w.closing)); err != nil {
+		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
 			return err
 		}
 	}
@@ -776,16 +778,25 @@ func (w *writer) commit(ctx context.Context, b batch, f *staged) error {
 // outcomes), and of maintenance commits, which yield to the writers: 25–50 ms growing to 10–20 s.
 func backoff(attempt int) time.Duration { return jitter(50*time.Millisecond, attempt, 20*time.Second) }
 
-// retryDelay is the wait before re-staging a commit of the writer that failed with err.
+// lostRace reports whether a commit staged on the table at metadata location base and failed
+// with err lost a race to another commit: the catalog says so (table.ErrCommitFailed), or the
+// reloaded table has moved on. The SQL and Glue catalogs report most lost races as a failed
+// requirement ("branch main has changed"), which carries no sentinel error, so the reload is
+// the reliable sign. Call it after the reload.
+func (w *writer) lostRace(err error, base string) bool {
+	return errors.Is(err, table.ErrCommitFailed) || (w.tbl != nil && w.tbl.MetadataLocation() != base)
+}
+
+// retryDelay is the wait before re-staging a commit that failed, conflict telling whether it
+// lost a race to another commit (see lostRace).
 //
-// A conflict (table.ErrCommitFailed: another writer moved the table first) is retried soon: the
+// A conflict (another writer moved the table first) is retried soon: the
 // loser only has to re-stage on the new head, and every longer wait lets more commits land
 // before it, so under contention an exponential wait made single commits take tens of seconds
 // (a graceful stop overran shutdown_timeout that way). Conflicts wait 10–20 ms growing to
 // 0.5–1 s; other failures use backoff. While the writer is closing, both are capped lower (250 ms
 // and 2 s) so that the final commit keeps trying within shutdown_timeout.
-func retryDelay(attempt int, err error, closing bool) time.Duration {
-	conflict := errors.Is(err, table.ErrCommitFailed)
+func retryDelay(attempt int, conflict, closing bool) time.Duration {
 	switch {
 	case conflict && closing:
 		return jitter(20*time.Millisecond, attempt, 250*time.Millisecond)
