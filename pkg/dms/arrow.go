@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/bits"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -301,6 +302,17 @@ func RenderArrow(arr arrow.Array, i int, t iceberg.Type) (string, bool) {
 		}
 	}
 	return Render(t, d), true
+}
+
+// DatumAt reads element i of an Arrow column read back from an Iceberg table (any type
+// RenderArrow accepts) as the Datum Convert produces for a value of the column's type, so that
+// a stored value can be written again or encoded with AppendKey. Strings and bytes are copied:
+// the Datum outlives the record batch. Decimals keep the unscaled value as stored (an Iceberg
+// decimal column never changes its scale).
+func DatumAt(arr arrow.Array, i int) Datum {
+	d, _ := datumAt(arr, i)
+	d.S = strings.Clone(d.S)
+	return d
 }
 
 func datumAt(arr arrow.Array, i int) (Datum, bool) {

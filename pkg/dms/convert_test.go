@@ -352,8 +352,9 @@ func TestRenderReconvert(t *testing.T) {
 	}
 }
 
-// TestArrowRoundTrip: Convert → AppendDatum → array → RenderArrow equals Render, for every
-// successful conversion case and a null, through the Arrow types ArrowSchema produces.
+// TestArrowRoundTrip: Convert → AppendDatum → array → RenderArrow equals Render, and DatumAt
+// gives back the converted Datum, for every successful conversion case and a null, through the
+// Arrow types ArrowSchema produces.
 func TestArrowRoundTrip(t *testing.T) {
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
@@ -387,6 +388,7 @@ func TestArrowRoundTrip(t *testing.T) {
 		b := array.NewBuilder(mem, f.Type)
 		cases := byType[typ.String()]
 		var want []string
+		var datums []Datum
 		for _, tc := range cases {
 			d, err := Convert(typ, tc.v)
 			if err != nil {
@@ -394,6 +396,7 @@ func TestArrowRoundTrip(t *testing.T) {
 			}
 			AppendDatum(b, typ, d)
 			want = append(want, Render(typ, d))
+			datums = append(datums, d)
 		}
 		AppendDatum(b, typ, Datum{Null: true})
 		arr := b.NewArray()
@@ -406,9 +409,15 @@ func TestArrowRoundTrip(t *testing.T) {
 			if !ok || got != want[j] {
 				t.Errorf("%v row %d: RenderArrow %q %v, want %q", typ, j, got, ok, want[j])
 			}
+			if d := DatumAt(arr, j); d != datums[j] {
+				t.Errorf("%v row %d: DatumAt %+v, want %+v", typ, j, d, datums[j])
+			}
 		}
 		if got, ok := RenderArrow(arr, len(cases), typ); ok || got != "" {
 			t.Errorf("%v: null rendered as %q %v", typ, got, ok)
+		}
+		if d := DatumAt(arr, len(cases)); d != (Datum{Null: true}) {
+			t.Errorf("%v: null read as %+v", typ, d)
 		}
 		arr.Release()
 	}
