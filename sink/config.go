@@ -30,6 +30,12 @@ type Config struct {
 	TimeType string `yaml:"time_type"`
 	// Namespace overrides the target namespace of every table. Default "": the source schema.
 	Namespace string `yaml:"namespace"`
+	// AbsentColumns is what a column an update image leaves out becomes: "null" (default) or
+	// "keep" (the value the row had before the update: Oracle sources without ALL COLUMNS
+	// supplemental logging send only the changed columns). "keep" needs the DMS endpoint setting
+	// IncludeNullAndEmpty=true, so that NULL arrives as an explicit null. Tables override it with
+	// TableConfig.AbsentColumns.
+	AbsentColumns string `yaml:"absent_columns"`
 	// Tables holds per-source-table settings keyed by "schema.table", or by a glob of such names
 	// ("shop.*"); an exact key wins over globs, and the longest matching glob over shorter ones.
 	// Default none.
@@ -93,6 +99,9 @@ type TableConfig struct {
 	// whatever the table's default. Default none.
 	TimestampTZColumns []string `yaml:"timestamptz_columns"`
 	TimestampColumns   []string `yaml:"timestamp_columns"`
+	// AbsentColumns overrides sink.absent_columns for this table: "null" or "keep". Default "":
+	// the sink's.
+	AbsentColumns string `yaml:"absent_columns"`
 	// FlushInterval, FlushRows and FlushBytes override the sink's flush thresholds for this
 	// table. Default 0: the sink's.
 	FlushInterval time.Duration `yaml:"flush_interval"`
@@ -144,6 +153,7 @@ func DefaultConfig() Config {
 		CommitRetries: 20,
 		Maintenance:   DefaultMaintenanceConfig(),
 		DropTable:     DropTableIgnore,
+		AbsentColumns: AbsentNull,
 		DeadLetters:   DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
 }
@@ -172,6 +182,9 @@ func (c Config) Validate() error {
 	case "", "string", "time":
 	default:
 		return fmt.Errorf("sink.time_type: %q is not string or time", c.TimeType)
+	}
+	if err := validAbsent(c.AbsentColumns); err != nil {
+		return fmt.Errorf("sink.absent_columns: %w", err)
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)

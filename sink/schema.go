@@ -56,6 +56,7 @@ type layout struct {
 	byName    map[string]int
 	keyIdx    []int // positions of the identifier fields
 	keyIDs    []int
+	live      []int // non-key columns not dropped at the source: an update may leave them out (absent_columns keep)
 	arrow     *arrow.Schema
 	keyArrow  *arrow.Schema
 	watermark map[string]string // shard -> highest committed sequence number
@@ -76,6 +77,11 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 				l.keyIdx = append(l.keyIdx, i)
 				l.keyIDs = append(l.keyIDs, id)
 			}
+		}
+	}
+	for i, f := range fields {
+		if !slices.Contains(l.keyIdx, i) && !strings.HasPrefix(f.Doc, droppedDoc) {
+			l.live = append(l.live, i)
 		}
 	}
 	as, err := dms.ArrowSchema(s)

@@ -30,6 +30,21 @@ const (
 	DeadLettersFile  = "file"
 )
 
+// Values of Config.AbsentColumns and TableConfig.AbsentColumns ("" means the default: the sink's
+// value, null for the sink).
+const (
+	AbsentNull = "null"
+	AbsentKeep = "keep"
+)
+
+func validAbsent(v string) error {
+	switch v {
+	case "", AbsentNull, AbsentKeep:
+		return nil
+	}
+	return fmt.Errorf("%q is not null or keep", v)
+}
+
 // maskText replaces the values of masked columns.
 const maskText = "****"
 
@@ -158,6 +173,9 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 			return fmt.Errorf("%s[%d]: %q is also in timestamp_columns", field("timestamptz_columns"), i, c)
 		}
 	}
+	if err := validAbsent(t.AbsentColumns); err != nil {
+		return fmt.Errorf("%s: %w", field("absent_columns"), err)
+	}
 	if t.FlushInterval < 0 {
 		return fmt.Errorf("%s: must not be negative, got %s", field("flush_interval"), t.FlushInterval)
 	}
@@ -279,13 +297,17 @@ type settings struct {
 	mask          map[string]bool
 	tsTZ, ts      map[string]bool
 	hashKey       []byte
+	// keepAbsent: a column an update image leaves out keeps its previous value (absent_columns
+	// keep) instead of becoming NULL.
+	keepAbsent bool
 }
 
 func (c Config) settingsFor(src string) *settings {
 	tc, _ := c.TableConfigFor(src)
 	st := &settings{tc: tc, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
-		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey}
+		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
+		keepAbsent: c.AbsentColumns == AbsentKeep}
 	if tc.FlushInterval > 0 {
 		st.flushInterval = tc.FlushInterval
 	}
@@ -297,6 +319,9 @@ func (c Config) settingsFor(src string) *settings {
 	}
 	if tc.TimestampTZ != nil {
 		st.timestampTZ = *tc.TimestampTZ
+	}
+	if tc.AbsentColumns != "" {
+		st.keepAbsent = tc.AbsentColumns == AbsentKeep
 	}
 	return st
 }

@@ -61,6 +61,14 @@ func TestTableConfigValidation(t *testing.T) {
 		{"flush_rows", func(c *Config) {
 			c.Tables = map[string]TableConfig{"s.t": {FlushRows: -1}}
 		}, "sink.tables[s.t].flush_rows"},
+		{"absent_columns keep", func(c *Config) {
+			c.AbsentColumns = AbsentKeep
+			c.Tables = map[string]TableConfig{"s.t": {AbsentColumns: AbsentNull}}
+		}, ""},
+		{"absent_columns", func(c *Config) { c.AbsentColumns = "skip" }, `sink.absent_columns: "skip" is not null or keep`},
+		{"table absent_columns", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {AbsentColumns: "NULL"}}
+		}, `sink.tables[s.t].absent_columns: "NULL" is not null or keep`},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

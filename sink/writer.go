@@ -36,6 +36,9 @@ type row struct {
 	del    bool
 	vals   []dms.Datum // one per column; deletes fill only the key columns
 	oldKey []dms.Datum // the old key of a primary-key change, else nil
+	// absent lists, in column order, the live columns a partial update image left out
+	// (absent_columns keep); nil for complete images, and always nil in the default null mode.
+	absent []int32
 	shard  string
 	seq    string
 	// replay marks a row re-applied from the dead-letter table: never trimmed by, and never
@@ -63,6 +66,8 @@ type writer struct {
 	lastAk change.Acker
 	lastN  int
 	keyBuf []byte
+	seen   []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
+	merged []dms.Datum // writeFiles' scratch: a partial image completed from the table
 	maint  *maintainer // nil when maintenance is off
 	// def is the latest table-def seen in a control record of this table, defTS that record's
 	// metadata.timestamp.
@@ -276,10 +281,23 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 	for i := range r.vals {
 		r.vals[i].Null = true
 	}
+	// With absent_columns keep, an update notes which columns its image carried: the live ones
+	// it leaves out keep their values (partial.go).
+	keep := w.set.keepAbsent && ev.Op == change.OpUpdate && len(l.live) > 0 && l.keyed()
+	if keep {
+		if cap(w.seen) < len(l.types) {
+			w.seen = make([]bool, len(l.types))
+		}
+		w.seen = w.seen[:len(l.types)]
+		clear(w.seen)
+	}
 	for pos, c := range ev.Columns {
 		i, ok := l.index(pos, c.Name)
 		if !ok || (r.del && !isKey(l, i)) {
 			continue // excluded, or a non-key column of a delete
+		}
+		if keep {
+			w.seen[i] = true
 		}
 		v := c.Value
 		if w.set.transformed() {
@@ -304,6 +322,9 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 		if changed {
 			r.oldKey = old
 		}
+	}
+	if keep {
+		r.absent = w.absentColumns()
 	}
 	return r, ""
 }
@@ -497,6 +518,15 @@ type batch struct {
 	deletes [][]dms.Datum // keys to delete (every touched key, for upsert semantics)
 	maxSeq  map[string]string
 	trimmed int
+	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
+	// that need the table's row, fill the rows found (by index into w.rows) on snapshot fillSnap;
+	// fromBuffer counts images completed within the batch, missing those of a key deleted
+	// earlier in the batch.
+	lookups             []lookup
+	fill                map[int][]dms.Datum
+	filled              bool
+	fillSnap            int64
+	fromBuffer, missing int
 }
 
 // plan drops rows the table already holds and collapses the rest to the last change per key.
@@ -518,20 +548,20 @@ func (w *writer) plan() batch {
 	type state struct {
 		row int // index of the surviving image, -1 for a delete
 		key []dms.Datum
+		// src is the key whose stored row completes the surviving image when it is partial
+		// (absent_columns keep); nil when nothing can: the key was deleted in this batch.
+		src []dms.Datum
 	}
 	last := make(map[string]int, len(w.rows)) // key -> index into states
 	var states []state
-	set := func(key []dms.Datum, rowIdx int) {
-		w.keyBuf = w.keyBuf[:0]
-		for ki, i := range l.keyIdx {
-			w.keyBuf = dms.AppendKey(w.keyBuf, l.types[i], key[ki])
-		}
+	set := func(key []dms.Datum, rowIdx int, src []dms.Datum) {
+		w.keyBuf = w.encodeKey(w.keyBuf[:0], key)
 		if si, ok := last[string(w.keyBuf)]; ok {
-			states[si].row = rowIdx
+			states[si].row, states[si].src = rowIdx, src
 			return
 		}
 		last[string(w.keyBuf)] = len(states)
-		states = append(states, state{row: rowIdx, key: key})
+		states = append(states, state{row: rowIdx, key: key, src: src})
 	}
 	for i := range w.rows {
 		r := &w.rows[i]
@@ -540,23 +570,51 @@ func (w *writer) plan() batch {
 			continue
 		}
 		b.noteSeq(r)
-		if r.oldKey != nil {
-			set(r.oldKey, -1)
-		}
 		key := make([]dms.Datum, len(l.keyIdx))
 		for ki, ci := range l.keyIdx {
 			key[ki] = r.vals[ci]
 		}
+		var src []dms.Datum
+		if len(r.absent) > 0 {
+			// A partial image keeps the values of the row it updates: the latest earlier image
+			// of that key (the old key of a key change) in this batch, else the table's row.
+			from := key
+			if r.oldKey != nil {
+				from = r.oldKey
+			}
+			w.keyBuf = w.encodeKey(w.keyBuf[:0], from)
+			si, ok := last[string(w.keyBuf)]
+			switch {
+			case !ok:
+				src = from
+			case states[si].row >= 0:
+				mergeEarlier(r, &w.rows[states[si].row])
+				src = states[si].src
+			}
+		}
+		if r.oldKey != nil {
+			set(r.oldKey, -1, nil)
+		}
 		if r.del {
-			set(key, -1)
+			set(key, -1, nil)
 		} else {
-			set(key, i)
+			set(key, i, src)
 		}
 	}
 	for _, st := range states {
 		b.deletes = append(b.deletes, st.key)
-		if st.row >= 0 {
-			b.upserts = append(b.upserts, st.row)
+		if st.row < 0 {
+			continue
+		}
+		b.upserts = append(b.upserts, st.row)
+		switch r := &w.rows[st.row]; {
+		case r.absent == nil:
+		case len(r.absent) == 0:
+			b.fromBuffer++
+		case st.src != nil:
+			b.lookups = append(b.lookups, lookup{row: st.row, key: st.src})
+		default:
+			b.missing++
 		}
 	}
 	return b
@@ -600,6 +658,17 @@ func (w *writer) flush(ctx context.Context) error {
 		}
 		base := w.tbl.MetadataLocation()
 		err := func() error {
+			// Partial images keep values read from the snapshot the commit is staged on: read
+			// them for new files, and again after a reload moved the table.
+			if len(b.lookups) > 0 && (files == nil || !b.filled || b.fillSnap != snapshotID(w.tbl)) {
+				changed, err := w.lookup(ctx, &b)
+				if err != nil {
+					return err
+				}
+				if changed {
+					files = nil
+				}
+			}
 			if files == nil {
 				f, err := w.writeFiles(ctx, b)
 				if err != nil {
@@ -645,6 +714,7 @@ func (w *writer) flush(ctx context.Context) error {
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
 			zap.Int("trimmed", b.trimmed), zap.Int64("snapshot", snapshotID(w.tbl)), zap.Int("attempts", attempt+1),
 			zap.Duration("took", took))
+		w.logPartial(&b)
 	}
 	if b.trimmed > 0 {
 		w.s.metrics.Skipped(w.name, b.trimmed)
@@ -707,8 +777,12 @@ func (w *writer) writeFiles(ctx context.Context, b batch) (*staged, error) {
 		rb := array.NewRecordBuilder(mem, l.arrow)
 		for _, ri := range b.upserts {
 			r := &w.rows[ri]
+			vals := r.vals
+			if len(r.absent) > 0 {
+				vals = w.completed(r, b.fill[ri])
+			}
 			for ci, t := range l.types {
-				dms.AppendDatum(rb.Field(ci), t, r.vals[ci])
+				dms.AppendDatum(rb.Field(ci), t, vals[ci])
 			}
 		}
 		rec := rb.NewRecordBatch()
