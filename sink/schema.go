@@ -2,6 +2,7 @@ package sink
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 
@@ -205,4 +206,90 @@ func (l *layout) columnStates() []dms.ColumnState {
 			Dropped: strings.HasPrefix(f.Doc, droppedDoc)}
 	}
 	return out
+}
+
+// relayRows re-lays rows built for layout old for layout nu, the table's schema after another
+// worker changed it: values move by field id, columns the old schema did not have are null, and
+// promoted values are converted (float to double; int to long and decimal widening keep their
+// Datum). Files written before the change stay valid (Iceberg reads them by field id); this is
+// for writing the rows again, which a re-planned batch does.
+func relayRows(rows []row, old, nu *layout) {
+	oldPos := make(map[int]int, len(old.types))
+	for i, f := range old.schema.Fields() {
+		oldPos[f.ID] = i
+	}
+	from := make([]int, len(nu.types)) // new position -> old position, or -1
+	to := make([]int, len(old.types))  // old position -> new position, or -1
+	for i := range to {
+		to[i] = -1
+	}
+	same := len(old.types) == len(nu.types)
+	for j, f := range nu.schema.Fields() {
+		i, ok := oldPos[f.ID]
+		if !ok {
+			from[j] = -1
+			same = false
+			continue
+		}
+		from[j], to[i] = i, j
+		if i != j || !old.types[i].Equals(nu.types[j]) {
+			same = false
+		}
+	}
+	if same {
+		return
+	}
+	// Key columns by field id: the old key's datum order follows old.keyIdx.
+	oldKeyPos := make(map[int]int, len(old.keyIdx))
+	for ki, ci := range old.keyIdx {
+		oldKeyPos[old.schema.Fields()[ci].ID] = ki
+	}
+	for k := range rows {
+		r := &rows[k]
+		vals := make([]dms.Datum, len(nu.types))
+		for j, i := range from {
+			if i < 0 || i >= len(r.vals) {
+				vals[j] = dms.Datum{Null: true}
+				continue
+			}
+			vals[j] = promote(r.vals[i], old.types[i], nu.types[j])
+		}
+		r.vals = vals
+		if r.oldKey != nil {
+			key := make([]dms.Datum, len(nu.keyIdx))
+			for ki, ci := range nu.keyIdx {
+				oi, ok := oldKeyPos[nu.schema.Fields()[ci].ID]
+				if !ok || oi >= len(r.oldKey) {
+					key[ki] = dms.Datum{Null: true}
+					continue
+				}
+				key[ki] = promote(r.oldKey[oi], old.types[old.keyIdx[oi]], nu.types[ci])
+			}
+			r.oldKey = key
+		}
+		if len(r.absent) > 0 {
+			absent := r.absent[:0]
+			for _, i := range r.absent {
+				if j := to[i]; j >= 0 {
+					absent = append(absent, int32(j))
+				}
+			}
+			slices.Sort(absent)
+			r.absent = absent
+		}
+	}
+}
+
+// promote converts a value of type from to the promoted type to. Only float to double changes
+// the Datum's bits; every other promotion Iceberg allows keeps them.
+func promote(d dms.Datum, from, to iceberg.Type) dms.Datum {
+	if d.Null {
+		return d
+	}
+	if _, ok := from.(iceberg.Float32Type); ok {
+		if _, ok := to.(iceberg.Float64Type); ok {
+			d.I = int64(math.Float64bits(float64(math.Float32frombits(uint32(d.I)))))
+		}
+	}
+	return d
 }

@@ -417,6 +417,10 @@ func (w *writer) use(tbl *table.Table) error {
 	if err != nil {
 		return fmt.Errorf("table %s: %w", w.name, err)
 	}
+	if w.lay != nil && len(w.rows) > 0 {
+		// A reload picked up another worker's schema change while rows are buffered.
+		relayRows(w.rows, w.lay, lay)
+	}
 	w.tbl, w.lay = tbl, lay
 	return nil
 }
