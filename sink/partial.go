@@ -34,6 +34,13 @@ import (
 // Inserts and loads are full images, deletes are applied by key, and with the default null mode
 // nothing here runs (row.absent stays nil).
 
+// PartialImageMetrics is implemented by a Metrics value that also counts partial update images
+// (absent_columns keep) per flush, by where their absent columns came from: an earlier change of
+// the key in the batch, the row the table held, or nowhere (the key was unknown: NULL written).
+type PartialImageMetrics interface {
+	PartialImages(table string, fromBatch, fromTable, notFound int)
+}
+
 // lookup is a surviving partial image that needs the stored row of key.
 type lookup struct {
 	row int         // index into w.rows
@@ -271,6 +278,9 @@ func (w *writer) logPartial(b *batch) {
 		}
 	}
 	missing := b.missing + len(b.lookups) - fromTable
+	if m, ok := w.s.metrics.(PartialImageMetrics); ok {
+		m.PartialImages(w.name, b.fromBuffer, fromTable, missing)
+	}
 	log := w.log.Debug
 	if missing > 0 {
 		log = w.log.Info

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/apache/iceberg-go"
@@ -314,5 +315,41 @@ func TestPartialUpdateKeyTypes(t *testing.T) {
 	}
 	if len(h.dlq.dls) != 0 {
 		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	}
+}
+
+type partialRecorder struct {
+	nopMetrics
+	mu                          sync.Mutex
+	fromBatch, fromTable, unkey int
+}
+
+func (r *partialRecorder) PartialImages(_ string, fromBatch, fromTable, notFound int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fromBatch += fromBatch
+	r.fromTable += fromTable
+	r.unkey += notFound
+}
+
+// Each flush reports its partial images by where their absent columns came from, so that an
+// operator sees updates of keys the table does not have (NULL written).
+func TestPartialImagesAreCounted(t *testing.T) {
+	rec := &partialRecorder{}
+	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+		c.Tables = map[string]TableConfig{"shop.cust": custDef}
+	}, WithMetrics(rec))
+	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
+	h.flush()
+	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "1"), col("name", "'anna'")), nil)                                           // from the table
+	h.submit("s0", 3, change.OpInsert, "cust", cols(col("id", "5"), col("name", "'eve'"), col("amount", "5"), col("city", "'riga'")), nil) // full
+	h.submit("s0", 4, change.OpUpdate, "cust", cols(col("id", "5"), col("city", "'oslo'")), nil)                                           // from the batch
+	h.submit("s0", 5, change.OpUpdate, "cust", cols(col("id", "99"), col("name", "'ghost'")), nil)                                         // unknown key
+	h.flush()
+	h.close()
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.fromBatch != 1 || rec.fromTable != 1 || rec.unkey != 1 {
+		t.Fatalf("partial images counted from batch %d, table %d, none %d; want 1, 1, 1", rec.fromBatch, rec.fromTable, rec.unkey)
 	}
 }

@@ -75,6 +75,7 @@ type promMetrics struct {
 	tableStatus        *prometheus.GaugeVec
 	tableSchemaChanges *prometheus.CounterVec
 	tableDLQClass      *prometheus.CounterVec
+	tablePartial       *prometheus.CounterVec
 	sourceFiltered     *prometheus.CounterVec
 	dlqCommits         prometheus.Counter
 	dlqRows            prometheus.Counter
@@ -153,6 +154,7 @@ func newPromMetrics() *promMetrics {
 	m.tableStatus = gauge("table", "status", "1 for the table's current state (active, paused, dropped).", []string{"table", "status"})
 	m.tableSchemaChanges = counter("table", "schema_changes_total", "Schema changes applied (or refused: incompatible) by kind.", []string{"table", "kind"})
 	m.tableDLQClass = counter("table", "dead_letters_by_class_total", "Dead letters by class.", []string{"table", "class"})
+	m.tablePartial = counter("table", "partial_images_total", "Partial update images (absent_columns keep) by where their absent columns came from: batch (an earlier change of the key), table (the stored row), none (unknown key: NULL written).", []string{"table", "completed_from"})
 	m.sourceFiltered = counter("source", "filtered_total", "Records of source tables that are not replicated (include/exclude/enabled).", []string{"source"})
 	m.dlqCommits = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "commits_total", Help: "Commits of the dead-letter table."})
 	m.dlqRows = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "rows_total", Help: "Rows committed to the dead-letter table."})
@@ -321,8 +323,9 @@ func (m *promMetrics) SetReady(ok bool) {
 }
 
 var (
-	_ sink.MaintenanceMetrics = (*promMetrics)(nil)
-	_ sink.StatusMetrics      = (*promMetrics)(nil)
+	_ sink.MaintenanceMetrics  = (*promMetrics)(nil)
+	_ sink.StatusMetrics       = (*promMetrics)(nil)
+	_ sink.PartialImageMetrics = (*promMetrics)(nil)
 )
 
 func (m *promMetrics) MaintenanceChecked(st sink.MaintenanceStatus) {
@@ -361,6 +364,13 @@ func (m *promMetrics) TableStatus(table, status, _ string) {
 		}
 		m.tableStatus.WithLabelValues(table, s).Set(v)
 	}
+}
+
+// PartialImages implements sink.PartialImageMetrics.
+func (m *promMetrics) PartialImages(table string, fromBatch, fromTable, notFound int) {
+	m.tablePartial.WithLabelValues(table, "batch").Add(float64(fromBatch))
+	m.tablePartial.WithLabelValues(table, "table").Add(float64(fromTable))
+	m.tablePartial.WithLabelValues(table, "none").Add(float64(notFound))
 }
 
 func (m *promMetrics) SchemaChanged(table, kind string, n int) {
