@@ -58,55 +58,18 @@ type genOptions struct {
 	timestampTZ  bool
 	schema       bool
 	bad          int
+	partial      bool
 }
 
 func runGen(ctx context.Context, args []string) error {
-	var o genOptions
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), genUsage)
-		fs.PrintDefaults()
-	}
-	fs.StringVar(&o.stream, "stream", "", "Kinesis stream name (required)")
-	fs.IntVar(&o.shards, "shards", 4, "shard count used when the stream has to be created")
-	fs.IntVar(&o.changes, "changes", 20000, "number of CDC records after the full load")
-	fs.IntVar(&o.loadRows, "load-rows", 1000, "rows of each table's full load")
-	fs.Int64Var(&o.seed, "seed", 1, "workload seed (equal seeds give identical records)")
-	fs.StringVar(&o.expected, "expected", "", "write the expected final state (JSON) to this file (required)")
-	fs.StringVar(&o.tablesConfig, "tables-config", "", "write a service config fragment (YAML, sink.tables) with the tables' keys and column types to this file")
-	fs.Float64Var(&o.rate, "rate", 0, "records per second; 0 sends as fast as the stream accepts")
-	fs.StringVar(&o.region, "region", "", "AWS region (default: $AWS_REGION, else us-east-1)")
-	fs.BoolVar(&o.timestampTZ, "timestamptz", false, "render DATETIME columns as timestamptz in the expected state (must match sink.timestamptz)")
-	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
-	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
-	if err := fs.Parse(args); err != nil {
+	o, err := parseGenArgs(args)
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
-		return exitCode(2)
+		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	switch {
-	case o.stream == "":
-		return errors.New("--stream is required")
-	case o.expected == "":
-		return errors.New("--expected is required")
-	case o.shards < 1:
-		return fmt.Errorf("--shards must be at least 1, got %d", o.shards)
-	case o.changes < 0:
-		return fmt.Errorf("--changes must not be negative, got %d", o.changes)
-	case o.loadRows < 0:
-		return fmt.Errorf("--load-rows must not be negative, got %d", o.loadRows)
-	case o.rate < 0:
-		return fmt.Errorf("--rate must not be negative, got %g", o.rate)
-	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
-		return fmt.Errorf("--bad-records must be between 0 and --changes, got %d", o.bad)
-	}
-
-	gen := workload.New(workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
-		SchemaChanges: o.schema, BadRecords: o.bad})
+	gen := workload.New(o.workloadConfig())
 	// The expected state is written first: it also proves that every generated value converts.
 	exp, err := gen.Expected()
 	if err != nil {
@@ -140,6 +103,61 @@ func runGen(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintf(os.Stderr, "gen: expected state written to %s\n", o.expected)
 	return nil
+}
+
+// parseGenArgs parses and checks gen's flags; flag.ErrHelp after -h.
+func parseGenArgs(args []string) (genOptions, error) {
+	var o genOptions
+	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), genUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&o.stream, "stream", "", "Kinesis stream name (required)")
+	fs.IntVar(&o.shards, "shards", 4, "shard count used when the stream has to be created")
+	fs.IntVar(&o.changes, "changes", 20000, "number of CDC records after the full load")
+	fs.IntVar(&o.loadRows, "load-rows", 1000, "rows of each table's full load")
+	fs.Int64Var(&o.seed, "seed", 1, "workload seed (equal seeds give identical records)")
+	fs.StringVar(&o.expected, "expected", "", "write the expected final state (JSON) to this file (required)")
+	fs.StringVar(&o.tablesConfig, "tables-config", "", "write a service config fragment (YAML, sink.tables) with the tables' keys and column types to this file")
+	fs.Float64Var(&o.rate, "rate", 0, "records per second; 0 sends as fast as the stream accepts")
+	fs.StringVar(&o.region, "region", "", "AWS region (default: $AWS_REGION, else us-east-1)")
+	fs.BoolVar(&o.timestampTZ, "timestamptz", false, "render DATETIME columns as timestamptz in the expected state (must match sink.timestamptz)")
+	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
+	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
+	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return o, err
+		}
+		return o, exitCode(2)
+	}
+	if fs.NArg() > 0 {
+		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	switch {
+	case o.stream == "":
+		return o, errors.New("--stream is required")
+	case o.expected == "":
+		return o, errors.New("--expected is required")
+	case o.shards < 1:
+		return o, fmt.Errorf("--shards must be at least 1, got %d", o.shards)
+	case o.changes < 0:
+		return o, fmt.Errorf("--changes must not be negative, got %d", o.changes)
+	case o.loadRows < 0:
+		return o, fmt.Errorf("--load-rows must not be negative, got %d", o.loadRows)
+	case o.rate < 0:
+		return o, fmt.Errorf("--rate must not be negative, got %g", o.rate)
+	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
+		return o, fmt.Errorf("--bad-records must be between 0 and --changes, got %d", o.bad)
+	}
+	return o, nil
+}
+
+// workload is the generator configuration of the options.
+func (o genOptions) workloadConfig() workload.Config {
+	return workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
+		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial}
 }
 
 func kinesisClient(ctx context.Context, region string) (*kinesis.Client, error) {

@@ -350,6 +350,23 @@ func TestGenFlags(t *testing.T) {
 	if commands["gen"] == nil || commands["verify"] == nil {
 		t.Fatal("gen and verify are not registered")
 	}
+	// The workload flags reach the generator configuration.
+	o, err := parseGenArgs([]string{"--stream", "s", "--expected", "x", "--changes", "50", "--seed", "3",
+		"--schema-changes", "--bad-records", "2", "--partial-updates"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := workload.Config{Seed: 3, Changes: 50, LoadRows: 1000, SchemaChanges: true, BadRecords: 2, PartialUpdates: true}
+	if got := o.workloadConfig(); got != want {
+		t.Fatalf("workload config %+v, want %+v", got, want)
+	}
+	o, err = parseGenArgs([]string{"--stream", "s", "--expected", "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.workloadConfig(); got.PartialUpdates || got.SchemaChanges || got.BadRecords != 0 {
+		t.Fatalf("default workload config %+v", got)
+	}
 }
 
 func TestWriteExpected(t *testing.T) {

@@ -43,6 +43,14 @@
 // cJSON formatting: tabs) or json-unformatted (one line plus a newline). NUMERIC values appear
 // with all scale digits, with trailing zeros trimmed, or padded to six fractional digits.
 //
+// With Config.PartialUpdates, CDC updates of the keyed tables are written as Oracle without ALL
+// COLUMNS supplemental logging writes them: data holds the key columns and only the columns the
+// update changed (a column set to NULL is an explicit null; an update that changed nothing
+// carries the key alone). The before-image stays as above. Inserts, loads and deletes, the
+// sequence of operations, every value and the expected state are those of the same Config
+// without it; the service matches the expected state only if an absent column keeps the row's
+// previous value (sink.absent_columns keep).
+//
 // # The expected-state file
 //
 // Expected.Encode writes JSON with one line per table header and one line per row

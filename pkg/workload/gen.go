@@ -39,6 +39,15 @@ type Config struct {
 	// phase and rotating over malformed JSON, records DMS would never send, values that do not
 	// convert, and updates of a keyless table. Expected.DeadLetters lists them. Default 0.
 	BadRecords int
+	// PartialUpdates writes CDC updates of keyed tables the way Oracle without ALL COLUMNS
+	// supplemental logging does: data holds the key columns and only the columns whose value the
+	// update changed (a column changed to NULL is an explicit null); the columns it leaves out
+	// keep their previous values. The before-image is as without it ({} or the old key of a
+	// primary-key change). Inserts, loads and deletes are unchanged, and so are the sequence of
+	// operations, every value and the expected state (the full rows): the service must
+	// reconstruct them, which it does with sink.absent_columns keep. Default false; the default
+	// workload is unchanged by this field.
+	PartialUpdates bool
 }
 
 func (c Config) withDefaults() Config {
@@ -397,7 +406,7 @@ func (r *run) load(emit func(Message) bool) bool {
 		t := r.tables[i]
 		row := r.newRow(t)
 		r.upsert(t, row)
-		if !emit(r.dataMessage(t, "load", row, nil, -1, nil, false)) {
+		if !emit(r.dataMessage(t, "load", row, nil, nil, nil, false)) {
 			return false
 		}
 	}
@@ -486,21 +495,27 @@ func (r *run) change(t *tableState, x *tx) Message {
 	if t.def.key == nil {
 		row := r.newRow(t)
 		r.upsert(t, row)
-		return r.dataMessage(t, "insert", row, nil, -1, x, false)
+		return r.dataMessage(t, "insert", row, nil, nil, x, false)
 	}
 	switch op := r.chooseOp(t, t.def.name == Customers); op {
 	case "insert":
 		row := r.newRow(t)
 		r.upsert(t, row)
-		return r.dataMessage(t, "insert", row, nil, -1, x, false)
+		return r.dataMessage(t, "insert", row, nil, nil, x, false)
 	case "update":
 		old := r.randomRow(t)
 		row := r.updated(t, old)
-		omit := -1
+		var omit []bool
 		// An NCLOB that stays NULL is sometimes left out of the image: absent and null then
 		// mean the same whether the consumer reads absence as NULL or as "unchanged".
 		if t.def.name == OrderItems && old[oNote].Kind == change.KindNull && row[oNote].Kind == change.KindNull && r.rng.IntN(2) == 0 {
-			omit = oNote
+			omit = make([]bool, len(row))
+			omit[oNote] = true
+		}
+		if r.cfg.PartialUpdates {
+			// Leaves the note out as well when it stays NULL. The random draw above is made
+			// in both modes, so the partial workload keeps the full one's operations and values.
+			omit = t.unchanged(old, row)
 		}
 		r.upsert(t, row)
 		return r.dataMessage(t, "update", row, &object{}, omit, x, false)
@@ -508,10 +523,15 @@ func (r *run) change(t *tableState, x *tx) Message {
 		old := r.randomRow(t)
 		row := r.updated(t, old)
 		copy(row[:1], r.newKey(t)) // customers: the key is the first column
+		var omit []bool
+		if r.cfg.PartialUpdates {
+			// The old key's row is what the absent columns keep (before-image below).
+			omit = t.unchanged(old, row)
+		}
 		r.remove(t, old)
 		r.upsert(t, row)
 		before := (&object{}).set(t.def.columns[cID].Name, old[cID])
-		return r.dataMessage(t, "update", row, before, -1, x, true)
+		return r.dataMessage(t, "update", row, before, omit, x, true)
 	default: // delete
 		old := r.randomRow(t)
 		r.remove(t, old)
@@ -525,7 +545,7 @@ func (r *run) change(t *tableState, x *tx) Message {
 			}
 			img[cID] = old[cID]
 		}
-		return r.dataMessage(t, "delete", img, nil, -1, x, false)
+		return r.dataMessage(t, "delete", img, nil, nil, x, false)
 	}
 }
 
@@ -550,12 +570,23 @@ func (r *run) upsert(t *tableState, row []change.Value) {
 
 func (r *run) remove(t *tableState, row []change.Value) { t.remove(row) }
 
-// dataMessage builds a data record. before is the before-image object (updates), omit a column
-// left out of data (-1 for none), x the transaction (nil for load).
-func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *object, omit int, x *tx, keyChange bool) Message {
+// unchanged marks the non-key columns of an update whose value is the one old had (written
+// exactly so: same JSON kind and text), which a partial update image (Config.PartialUpdates)
+// leaves out. Key columns are always written.
+func (t *tableState) unchanged(old, row []change.Value) []bool {
+	omit := make([]bool, len(row))
+	for i := range row {
+		omit[i] = !t.isKey(i) && row[i] == old[i]
+	}
+	return omit
+}
+
+// dataMessage builds a data record. before is the before-image object (updates), omit marks the
+// columns left out of data (nil: none), x the transaction (nil for load).
+func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *object, omit []bool, x *tx, keyChange bool) Message {
 	data := &object{}
 	for i, c := range t.def.columns {
-		if i != omit && !t.def.isDropped(i) {
+		if (omit == nil || !omit[i]) && !t.def.isDropped(i) {
 			data.set(c.Name, row[i])
 		}
 	}
