@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -34,8 +35,9 @@ func opsFreeAddr(t *testing.T) string {
 	return addr
 }
 
-// opsEditConfig rewrites the pipeline's YAML configuration with extra top-level keys.
-func opsEditConfig(t *testing.T, path string, set map[string]any) {
+// editConfig rewrites a service's YAML configuration: the keys of set replace those of section
+// ("" for the top level, "sink" for the sink section), other keys stay.
+func editConfig(t *testing.T, path, section string, set map[string]any) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -45,9 +47,15 @@ func opsEditConfig(t *testing.T, path string, set map[string]any) {
 	if err := yaml.Unmarshal(b, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	for k, v := range set {
-		cfg[k] = v
+	dst := cfg
+	if section != "" {
+		dst, _ = cfg[section].(map[string]any)
+		if dst == nil {
+			dst = map[string]any{}
+		}
+		cfg[section] = dst
 	}
+	maps.Copy(dst, set)
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -130,7 +138,7 @@ func TestOpsMetricsAndStatus(t *testing.T) {
 	p := newPipeline(t, 2, 2000, 7)
 	addr := opsFreeAddr(t)
 	hookOut := filepath.Join(t.TempDir(), "hook.log")
-	opsEditConfig(t, p.config, map[string]any{
+	editConfig(t, p.config, "", map[string]any{
 		"http_addr":  addr,
 		"log_format": "json",
 		"post_commit": map[string]any{

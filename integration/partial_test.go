@@ -4,41 +4,11 @@ package integration
 
 import (
 	"fmt"
-	"maps"
-	"os"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
-
-// setSinkOptions rewrites the sink section of a service configuration file with set.
-func setSinkOptions(t *testing.T, path string, set map[string]any) {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	snk, _ := cfg["sink"].(map[string]any)
-	if snk == nil {
-		snk = map[string]any{}
-	}
-	maps.Copy(snk, set)
-	cfg["sink"] = snk
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		t.Fatal(err)
-	}
-}
 
 // waitConsumed waits until the pipeline's KCL application has checkpointed every shard at its
 // last record: everything was read and committed (checkpoints follow commits).
@@ -91,10 +61,10 @@ func TestPartialUpdatesEndToEnd(t *testing.T) {
 	// small flushes make most of them read the row the table holds.
 	p.writeConfig(map[string]any{"absent_columns": "keep", "flush_rows": 100})
 	addr := opsFreeAddr(t)
-	opsEditConfig(t, p.config, map[string]any{"http_addr": addr})
+	editConfig(t, p.config, "", map[string]any{"http_addr": addr})
 	// null: the same stream into its own catalog (data directory) with its own KCL application.
 	q := p.withCatalog(t, "null", t.TempDir(), nil, "")
-	setSinkOptions(t, q.config, map[string]any{"absent_columns": "null"})
+	editConfig(t, q.config, "sink", map[string]any{"absent_columns": "null"})
 
 	// Both consume at once: the machine has two cores and most of the time is waiting.
 	start = time.Now()
