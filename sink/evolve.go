@@ -296,7 +296,6 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 	flushed := false
 	var plan dms.SchemaPlan
 	for attempt := 0; ; attempt++ {
-		base := w.tbl.MetadataLocation()
 		plan = dms.PlanSchema(w.lay.columnStates(), desired, op == "rename-column")
 		if plan.Empty() && !clearDrop && len(plan.Incompatible) == 0 {
 			break
@@ -322,10 +321,11 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 			return fmt.Errorf("apply %s to %s: %w", op, w.name, err)
 		}
 		w.log.Warn("schema change failed; reloading", zap.String("operation", op), zap.Int("attempt", attempt+1), zap.Error(err))
-		if err := w.reload(ctx); err != nil {
-			return err
+		moved, rerr := w.reload(ctx)
+		if rerr != nil {
+			return rerr
 		}
-		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
+		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
 			return err
 		}
 	}
@@ -459,7 +459,6 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		base := w.tbl.MetadataLocation()
 		txn := w.tbl.NewTransaction()
 		props := iceberg.Properties{propStatus: statusDropped, propDroppedAt: at}
 		controlTSProp(props, w.tbl.Properties(), ev.Meta.Timestamp)
@@ -483,10 +482,11 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		if attempt >= w.s.cfg.CommitRetries {
 			return fmt.Errorf("mark %s dropped: %w", w.name, err)
 		}
-		if err := w.reload(ctx); err != nil {
-			return err
+		moved, rerr := w.reload(ctx)
+		if rerr != nil {
+			return rerr
 		}
-		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
+		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
 			return err
 		}
 	}
@@ -528,7 +528,6 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		base := w.tbl.MetadataLocation()
 		txn := w.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, true)
 		paths := make([][]string, len(keys))
@@ -556,13 +555,14 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		if attempt >= w.s.cfg.CommitRetries {
 			return fmt.Errorf("set primary key of %s: %w", w.name, err)
 		}
-		if err := w.reload(ctx); err != nil {
-			return err
+		moved, rerr := w.reload(ctx)
+		if rerr != nil {
+			return rerr
 		}
 		if w.lay.keyed() {
 			return nil
 		}
-		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
+		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
 			return err
 		}
 	}

@@ -202,7 +202,7 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 		for r := 0; r < int(rec.NumRows()); r++ {
 			buf = buf[:0]
 			for _, ki := range l.keyIdx {
-				buf = dms.AppendKey(buf, l.types[ki], dms.DatumAt(cols[ki], r))
+				buf = dms.AppendKey(buf, l.types[ki], dms.DatumView(cols[ki], r))
 			}
 			lis, ok := want[string(buf)]
 			if !ok {

@@ -45,7 +45,7 @@ func TestRetryDelay(t *testing.T) {
 }
 
 // The SQL catalog reports a lost race as a failed requirement without table.ErrCommitFailed;
-// lostRace still recognises it through the reloaded table, so the re-stage follows quickly.
+// reload still recognises it by the moved table, so the re-stage follows quickly.
 func TestLostRaceRecognisedAfterReload(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.users": usersDef})
@@ -68,15 +68,22 @@ func TestLostRaceRecognisedAfterReload(t *testing.T) {
 	if errors.Is(lost, table.ErrCommitFailed) {
 		t.Logf("this catalog wraps table.ErrCommitFailed: %v", lost)
 	}
-	w := &writer{tbl: stale}
-	if w.lostRace(errors.New("dial tcp: connection refused"), stale.MetadataLocation()) {
-		t.Fatal("a failure that did not move the table counted as a lost race")
-	}
-	if w.tbl, err = h.cat.LoadTable(ctx, ident); err != nil {
+	// The writer's table is the stale one its commit was staged on; the reload finds the other
+	// commit. A reload with nothing new in between reports no race.
+	w := &writer{s: h.s, ident: ident, name: "shop.users", tbl: stale}
+	moved, err := w.reload(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !w.lostRace(lost, stale.MetadataLocation()) {
+	if !moved {
 		t.Fatalf("lost race not recognised after reload: %v", lost)
+	}
+	moved, err = w.reload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if moved {
+		t.Fatal("a reload of an unchanged table counted as a lost race")
 	}
 }
 

@@ -214,8 +214,12 @@ func (l *layout) columnStates() []dms.ColumnState {
 // Datum). Files written before the change stay valid (Iceberg reads them by field id); this is
 // for writing the rows again, which a re-planned batch does.
 func relayRows(rows []row, old, nu *layout) {
+	if old.schema.ID == nu.schema.ID {
+		return // the same schema (a reload or commit without a schema change)
+	}
+	oldFields, nuFields := old.schema.Fields(), nu.schema.Fields()
 	oldPos := make(map[int]int, len(old.types))
-	for i, f := range old.schema.Fields() {
+	for i, f := range oldFields {
 		oldPos[f.ID] = i
 	}
 	from := make([]int, len(nu.types)) // new position -> old position, or -1
@@ -224,7 +228,7 @@ func relayRows(rows []row, old, nu *layout) {
 		to[i] = -1
 	}
 	same := len(old.types) == len(nu.types)
-	for j, f := range nu.schema.Fields() {
+	for j, f := range nuFields {
 		i, ok := oldPos[f.ID]
 		if !ok {
 			from[j] = -1
@@ -239,10 +243,19 @@ func relayRows(rows []row, old, nu *layout) {
 	if same {
 		return
 	}
-	// Key columns by field id: the old key's datum order follows old.keyIdx.
+	// Key columns by field id: keyFrom[k] is the position in the old key of the new key's
+	// column k (the old key's datum order follows old.keyIdx), or -1.
 	oldKeyPos := make(map[int]int, len(old.keyIdx))
 	for ki, ci := range old.keyIdx {
-		oldKeyPos[old.schema.Fields()[ci].ID] = ki
+		oldKeyPos[oldFields[ci].ID] = ki
+	}
+	keyFrom := make([]int, len(nu.keyIdx))
+	for ki, ci := range nu.keyIdx {
+		oi, ok := oldKeyPos[nuFields[ci].ID]
+		if !ok {
+			oi = -1
+		}
+		keyFrom[ki] = oi
 	}
 	for k := range rows {
 		r := &rows[k]
@@ -258,8 +271,8 @@ func relayRows(rows []row, old, nu *layout) {
 		if r.oldKey != nil {
 			key := make([]dms.Datum, len(nu.keyIdx))
 			for ki, ci := range nu.keyIdx {
-				oi, ok := oldKeyPos[nu.schema.Fields()[ci].ID]
-				if !ok || oi >= len(r.oldKey) {
+				oi := keyFrom[ki]
+				if oi < 0 || oi >= len(r.oldKey) {
 					key[ki] = dms.Datum{Null: true}
 					continue
 				}

@@ -472,7 +472,6 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		return err
 	}
 	for attempt := 0; ; attempt++ {
-		base := w.tbl.MetadataLocation()
 		txn := w.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, false)
 		added := map[string]bool{}
@@ -496,24 +495,36 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		if attempt >= w.s.cfg.CommitRetries {
 			return fmt.Errorf("add columns to %s: %w", w.name, err)
 		}
-		if err := w.reload(ctx); err != nil {
-			return err
+		moved, rerr := w.reload(ctx)
+		if rerr != nil {
+			return rerr
 		}
 		if len(w.unknownColumns(ev)) == 0 {
 			return nil // another worker added them
 		}
-		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
+		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
 			return err
 		}
 	}
 }
 
-func (w *writer) reload(ctx context.Context) error {
+// reload loads the table again after a failed commit. moved reports whether another commit
+// landed since the writer's table was loaded (its metadata location changed): the failed commit
+// lost a race. The SQL and Glue catalogs report most lost races as a failed requirement
+// ("branch main has changed") without table.ErrCommitFailed, so this is the reliable sign.
+func (w *writer) reload(ctx context.Context) (moved bool, err error) {
 	tbl, err := w.s.cat.LoadTable(ctx, w.ident)
 	if err != nil {
-		return fmt.Errorf("reload %s: %w", w.name, err)
+		return false, fmt.Errorf("reload %s: %w", w.name, err)
 	}
-	return w.use(tbl)
+	moved = w.tbl == nil || tbl.MetadataLocation() != w.tbl.MetadataLocation()
+	return moved, w.use(tbl)
+}
+
+// retryWait waits before attempt+1 of a commit that failed with err; moved is what reload
+// reported.
+func (w *writer) retryWait(ctx context.Context, attempt int, err error, moved bool) error {
+	return sleep(ctx, retryDelay(attempt, moved || errors.Is(err, table.ErrCommitFailed), w.closing))
 }
 
 // batch is the deduplicated content of one commit.
@@ -558,6 +569,8 @@ func (w *writer) plan() batch {
 	}
 	last := make(map[string]int, len(w.rows)) // key -> index into states
 	var states []state
+	nk := len(l.keyIdx)
+	keys := make([]dms.Datum, len(w.rows)*nk) // every row's key, one allocation per plan
 	set := func(key []dms.Datum, rowIdx int, src []dms.Datum) {
 		w.keyBuf = w.encodeKey(w.keyBuf[:0], key)
 		if si, ok := last[string(w.keyBuf)]; ok {
@@ -574,7 +587,7 @@ func (w *writer) plan() batch {
 			continue
 		}
 		b.noteSeq(r)
-		key := make([]dms.Datum, len(l.keyIdx))
+		key := keys[i*nk : (i+1)*nk : (i+1)*nk]
 		for ki, ci := range l.keyIdx {
 			key[ki] = r.vals[ci]
 		}
@@ -660,7 +673,6 @@ func (w *writer) flush(ctx context.Context) error {
 		if len(b.upserts) == 0 && len(b.deletes) == 0 {
 			break // nothing left that the table does not already hold
 		}
-		base := w.tbl.MetadataLocation()
 		err := func() error {
 			// Partial images keep values read from the snapshot the commit is staged on: read
 			// them for new files, and again after a reload moved the table.
@@ -696,13 +708,14 @@ func (w *writer) flush(ctx context.Context) error {
 			return fmt.Errorf("commit %s: giving up after %d attempts: %w", w.name, attempt+1, err)
 		}
 		w.log.Warn("commit failed; reloading", zap.Int("attempt", attempt+1), zap.Error(err))
-		if rerr := w.reload(ctx); rerr != nil {
+		moved, rerr := w.reload(ctx)
+		if rerr != nil {
 			w.log.Warn("reload failed", zap.Error(rerr))
 		} else if w.landed(b) {
 			w.log.Info("commit outcome was unknown; the table already holds this batch")
 			break
 		}
-		if err := sleep(ctx, retryDelay(attempt, w.lostRace(err, base), w.closing)); err != nil {
+		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
 			return err
 		}
 	}
@@ -856,17 +869,8 @@ func (w *writer) commit(ctx context.Context, b batch, f *staged) error {
 // outcomes), and of maintenance commits, which yield to the writers: 25–50 ms growing to 10–20 s.
 func backoff(attempt int) time.Duration { return jitter(50*time.Millisecond, attempt, 20*time.Second) }
 
-// lostRace reports whether a commit staged on the table at metadata location base and failed
-// with err lost a race to another commit: the catalog says so (table.ErrCommitFailed), or the
-// reloaded table has moved on. The SQL and Glue catalogs report most lost races as a failed
-// requirement ("branch main has changed"), which carries no sentinel error, so the reload is
-// the reliable sign. Call it after the reload.
-func (w *writer) lostRace(err error, base string) bool {
-	return errors.Is(err, table.ErrCommitFailed) || (w.tbl != nil && w.tbl.MetadataLocation() != base)
-}
-
 // retryDelay is the wait before re-staging a commit that failed, conflict telling whether it
-// lost a race to another commit (see lostRace).
+// lost a race to another commit (see reload).
 //
 // A conflict (another writer moved the table first) is retried soon: the
 // loser only has to re-stage on the new head, and every longer wait lets more commits land

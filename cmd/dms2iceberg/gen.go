@@ -154,7 +154,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 	return o, nil
 }
 
-// workload is the generator configuration of the options.
+// workloadConfig is the generator configuration of the options.
 func (o genOptions) workloadConfig() workload.Config {
 	return workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
 		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial}

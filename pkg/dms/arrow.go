@@ -315,6 +315,13 @@ func DatumAt(arr arrow.Array, i int) Datum {
 	return d
 }
 
+// DatumView is DatumAt without the copy: strings and bytes point into arr's buffers and are
+// valid only while the record batch is. For comparing and encoding keys (AppendKey).
+func DatumView(arr arrow.Array, i int) Datum {
+	d, _ := datumAt(arr, i)
+	return d
+}
+
 func datumAt(arr arrow.Array, i int) (Datum, bool) {
 	if arr.IsNull(i) {
 		return Datum{Null: true}, false

@@ -409,6 +409,9 @@ func TestArrowRoundTrip(t *testing.T) {
 			if !ok || got != want[j] {
 				t.Errorf("%v row %d: RenderArrow %q %v, want %q", typ, j, got, ok, want[j])
 			}
+			if d := DatumView(arr, j); d != datums[j] {
+				t.Errorf("%v row %d: DatumView %+v, want %+v", typ, j, d, datums[j])
+			}
 			if d := DatumAt(arr, j); d != datums[j] {
 				t.Errorf("%v row %d: DatumAt %+v, want %+v", typ, j, d, datums[j])
 			}

@@ -14,6 +14,16 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
+// expected is the expected state of cfg's workload.
+func expected(t *testing.T, cfg Config) Expected {
+	t.Helper()
+	exp, err := New(cfg).Expected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return exp
+}
+
 func collect(g *Generator) []Message {
 	var out []Message
 	for m := range g.Messages() {
@@ -38,15 +48,7 @@ func TestDeterministic(t *testing.T) {
 	if c := collect(g); !reflect.DeepEqual(a, c) {
 		t.Fatal("second iteration of one generator differs")
 	}
-	ea, err := New(cfg).Expected()
-	if err != nil {
-		t.Fatal(err)
-	}
-	eb, err := New(cfg).Expected()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(ea, eb) {
+	if !reflect.DeepEqual(expected(t, cfg), expected(t, cfg)) {
 		t.Fatal("expected state is not deterministic")
 	}
 	other := collect(New(Config{Seed: 8, Changes: 500, LoadRows: 50}))

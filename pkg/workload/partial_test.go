@@ -144,15 +144,8 @@ func TestPartialUpdates(t *testing.T) {
 
 	// The expected state is the full rows, equal to the workload without partial images, and
 	// the partial messages give it when absent columns keep their values, not when they are NULL.
-	want, err := New(cfg).Expected()
-	if err != nil {
-		t.Fatal(err)
-	}
-	exp, err := New(pcfg).Expected()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(exp, want) {
+	exp := expected(t, pcfg)
+	if !reflect.DeepEqual(exp, expected(t, cfg)) {
 		t.Fatal("expected state with partial updates differs from the one without")
 	}
 	kept, nulled := replay(t, part, true), replay(t, part, false)
@@ -187,15 +180,7 @@ func TestPartialUpdatesWithScenario(t *testing.T) {
 	cfg := Config{Seed: 17, Changes: 3000, LoadRows: 50, SchemaChanges: true, BadRecords: 8}
 	pcfg := cfg
 	pcfg.PartialUpdates = true
-	want, err := New(cfg).Expected()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := New(pcfg).Expected()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !reflect.DeepEqual(got, want) {
+	if !reflect.DeepEqual(expected(t, pcfg), expected(t, cfg)) {
 		t.Fatal("expected state with partial updates differs from the one without")
 	}
 	full, part := collect(New(cfg)), collect(New(pcfg))
