@@ -1,0 +1,189 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+)
+
+// Loader loads the newest version of a table; catalog.Catalog satisfies it.
+type Loader interface {
+	LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error)
+}
+
+// Policy says how often and how long a commit is tried.
+type Policy struct {
+	// Retries bounds the attempts after the first; it is not counted while Closing says true.
+	Retries int
+	// Closing reports whether the committer is in the final flush of a graceful stop: it then
+	// keeps trying until its context ends (shutdown_timeout bounds it), with shorter waits,
+	// since giving up would only leave the records for the next owner to read again. Nil: never.
+	Closing func() bool
+	// Yield makes every wait the long, capped backoff, for commits that should give way to the
+	// table writers (maintenance).
+	Yield bool
+}
+
+// Op is one kind of commit.
+type Op struct {
+	// Name is used in errors: "commit shop.orders", "add columns to shop.orders".
+	Name string
+	// Stage stages the change on tbl (the newest table the loop has) and commits it. It returns
+	// the committed table, or nil and nil when there is nothing left to commit (the table
+	// already holds everything). An error wrapped with Permanent is not retried.
+	Stage func(ctx context.Context, tbl *table.Table, attempt int) (*table.Table, error)
+	// Reload loads the table after a failed attempt; nil uses the Loader given to Run.
+	Reload func(ctx context.Context) (*table.Table, error)
+	// Reloaded is told of every table reloaded after a failed attempt, before the next one: the
+	// caller adopts it and re-checks what the table already holds (watermarks, control
+	// staleness). It returns done when the reloaded table already holds the whole change (a
+	// commit whose outcome was unknown did land, or another worker committed the same records);
+	// the loop then ends without error. An error from it ends the loop.
+	Reloaded func(tbl *table.Table) (done bool, err error)
+	// Failed is told of every failed attempt (metrics, logs); reloadErr is the error of the
+	// reload that followed it, if any. Optional.
+	Failed func(attempt int, err, reloadErr error)
+}
+
+// Result says how a Run ended.
+type Result struct {
+	// Table is the committed table, or nil when nothing was committed.
+	Table *table.Table
+	// Attempts counts the calls of Stage.
+	Attempts int
+	// Landed is true when the loop ended because Reloaded said the table already holds the change.
+	Landed bool
+}
+
+type permanent struct{ err error }
+
+func (p permanent) Error() string { return p.err.Error() }
+func (p permanent) Unwrap() error { return p.err }
+
+// Permanent wraps err so that Run returns it at once instead of trying again.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanent{err}
+}
+
+// IsPermanent reports whether err was wrapped with Permanent.
+func IsPermanent(err error) bool {
+	var p permanent
+	return errors.As(err, &p)
+}
+
+// Run commits op on tbl (which may be nil when Stage loads its own), reloading and re-staging
+// after each failure as Policy says. See the package comment.
+func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Table, p Policy, op Op) (Result, error) {
+	reload := op.Reload
+	if reload == nil {
+		reload = func(ctx context.Context) (*table.Table, error) { return cat.LoadTable(ctx, ident) }
+	}
+	head := tbl
+	for attempt := 0; ; attempt++ {
+		committed, err := op.Stage(ctx, head, attempt)
+		if err == nil {
+			return Result{Table: committed, Attempts: attempt + 1}, nil
+		}
+		if ctx.Err() != nil {
+			return Result{Attempts: attempt + 1}, ctx.Err()
+		}
+		if IsPermanent(err) {
+			return Result{Attempts: attempt + 1}, err
+		}
+		closing := p.Closing != nil && p.Closing()
+		if attempt >= p.Retries && !closing {
+			if op.Failed != nil {
+				op.Failed(attempt, err, nil)
+			}
+			return Result{Attempts: attempt + 1}, fmt.Errorf("%s: giving up after %d attempts: %w", op.Name, attempt+1, err)
+		}
+		conflict := errors.Is(err, table.ErrCommitFailed)
+		fresh, rerr := reload(ctx)
+		if op.Failed != nil {
+			op.Failed(attempt, err, rerr)
+		}
+		if rerr == nil && fresh != nil {
+			// The SQL and Glue catalogs report most lost races as a failed requirement ("branch
+			// main has changed") without table.ErrCommitFailed: a table that moved since the
+			// attempt was staged is the reliable sign.
+			conflict = conflict || Moved(head, fresh)
+			head = fresh
+			if op.Reloaded != nil {
+				done, err := op.Reloaded(fresh)
+				if err != nil {
+					return Result{Attempts: attempt + 1}, err
+				}
+				if done {
+					return Result{Attempts: attempt + 1, Landed: true}, nil
+				}
+			}
+		}
+		wait := RetryDelay(attempt, conflict, closing)
+		if p.Yield {
+			wait = Backoff(attempt)
+		}
+		if err := Sleep(ctx, wait); err != nil {
+			return Result{Attempts: attempt + 1}, err
+		}
+	}
+}
+
+// Moved reports whether fresh is a later version of the table than old: another commit landed
+// since old was loaded.
+func Moved(old, fresh *table.Table) bool {
+	return old == nil || fresh.MetadataLocation() != old.MetadataLocation()
+}
+
+// Backoff is the capped, jittered exponential wait before attempt+1 of work that failed for
+// reasons other than losing a race to another writer (catalog or storage trouble, unknown
+// outcomes), and of maintenance commits, which yield to the writers: 25–50 ms growing to 10–20 s.
+func Backoff(attempt int) time.Duration { return jitter(50*time.Millisecond, attempt, 20*time.Second) }
+
+// RetryDelay is the wait before re-staging a commit that failed, conflict telling whether it
+// lost a race to another commit.
+//
+// A conflict (another writer moved the table first) is retried soon: the loser only has to
+// re-stage on the new head, and every longer wait lets more commits land before it, so under
+// contention an exponential wait made single commits take tens of seconds (a graceful stop
+// overran shutdown_timeout that way). Conflicts wait 10–20 ms growing to 0.5–1 s; other failures
+// use Backoff. While the committer is closing, both are capped lower (250 ms and 2 s) so that the
+// final commit keeps trying within shutdown_timeout.
+func RetryDelay(attempt int, conflict, closing bool) time.Duration {
+	switch {
+	case conflict && closing:
+		return jitter(20*time.Millisecond, attempt, 250*time.Millisecond)
+	case conflict:
+		return jitter(20*time.Millisecond, attempt, time.Second)
+	case closing:
+		return jitter(50*time.Millisecond, attempt, 2*time.Second)
+	}
+	return Backoff(attempt)
+}
+
+// jitter returns a random wait in [d/2, d] for d = base doubled attempt times, at most limit.
+func jitter(base time.Duration, attempt int, limit time.Duration) time.Duration {
+	d := base << min(attempt, 16)
+	if d > limit || d <= 0 {
+		d = limit
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
+}
+
+// Sleep waits d or until ctx ends.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

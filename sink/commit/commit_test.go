@@ -1,0 +1,238 @@
+package commit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// A commit that lost to another writer is re-staged soon, at every attempt; other failures back
+// off exponentially; a closing committer waits less in both cases.
+func TestRetryDelay(t *testing.T) {
+	t.Parallel()
+	const conflict, other = true, false
+	cases := []struct {
+		name     string
+		conflict bool
+		closing  bool
+		attempt  int
+		min, max time.Duration
+	}{
+		{"conflict first", conflict, false, 0, 10 * time.Millisecond, 20 * time.Millisecond},
+		{"conflict late", conflict, false, 15, 500 * time.Millisecond, time.Second},
+		{"conflict closing", conflict, true, 15, 125 * time.Millisecond, 250 * time.Millisecond},
+		{"other first", other, false, 0, 25 * time.Millisecond, 50 * time.Millisecond},
+		{"other late", other, false, 15, 10 * time.Second, 20 * time.Second},
+		{"other closing", other, true, 15, time.Second, 2 * time.Second},
+		{"huge attempt", other, false, 1 << 20, 10 * time.Second, 20 * time.Second},
+	}
+	for _, c := range cases {
+		for range 200 {
+			d := RetryDelay(c.attempt, c.conflict, c.closing)
+			if d < c.min || d > c.max {
+				t.Fatalf("%s: RetryDelay(%d) = %s, want within [%s, %s]", c.name, c.attempt, d, c.min, c.max)
+			}
+		}
+	}
+}
+
+// fakeCatalog hands out versions of one table; every LoadTable returns the newest.
+type fakeCatalog struct {
+	meta    table.Metadata
+	version int
+	loads   int
+	fail    error // returned by LoadTable when set
+}
+
+func newFakeCatalog(t *testing.T) *fakeCatalog {
+	t.Helper()
+	sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	meta, err := table.NewMetadata(sc, iceberg.UnpartitionedSpec, table.UnsortedSortOrder, "file:///tmp/t", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fakeCatalog{meta: meta}
+}
+
+func (c *fakeCatalog) current() *table.Table {
+	return table.New(table.Identifier{"db", "t"}, c.meta, fmt.Sprintf("v%d.metadata.json", c.version), nil, nil)
+}
+
+// advance is another writer's commit: the table moves.
+func (c *fakeCatalog) advance() { c.version++ }
+
+func (c *fakeCatalog) LoadTable(context.Context, table.Identifier) (*table.Table, error) {
+	c.loads++
+	if c.fail != nil {
+		return nil, c.fail
+	}
+	return c.current(), nil
+}
+
+var ident = table.Identifier{"db", "t"}
+
+// A lost race (the table moved, with no ErrCommitFailed) is reloaded, told to the caller and
+// re-staged on the new head, which then commits.
+func TestRunRestagesOnTheReloadedHead(t *testing.T) {
+	t.Parallel()
+	cat := newFakeCatalog(t)
+	var staged []string
+	var reloaded []string
+	op := Op{
+		Name: "commit db.t",
+		Stage: func(_ context.Context, tbl *table.Table, attempt int) (*table.Table, error) {
+			staged = append(staged, tbl.MetadataLocation())
+			if attempt < 2 {
+				cat.advance() // another writer lands first
+				return nil, errors.New("requirement failed: branch main has changed")
+			}
+			cat.advance()
+			return cat.current(), nil
+		},
+		Reloaded: func(tbl *table.Table) (bool, error) {
+			reloaded = append(reloaded, tbl.MetadataLocation())
+			return false, nil
+		},
+	}
+	res, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 5}, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Attempts != 3 || res.Landed || res.Table == nil {
+		t.Fatalf("result = %+v, want 3 attempts, committed", res)
+	}
+	if want := []string{"v0.metadata.json", "v1.metadata.json", "v2.metadata.json"}; fmt.Sprint(staged) != fmt.Sprint(want) {
+		t.Fatalf("staged on %v, want %v", staged, want)
+	}
+	if want := []string{"v1.metadata.json", "v2.metadata.json"}; fmt.Sprint(reloaded) != fmt.Sprint(want) {
+		t.Fatalf("reloaded %v, want %v", reloaded, want)
+	}
+}
+
+// When the reloaded table already holds the change (an unknown outcome that landed), the loop
+// ends without another attempt.
+func TestRunEndsWhenTheReloadedTableHoldsTheChange(t *testing.T) {
+	t.Parallel()
+	cat := newFakeCatalog(t)
+	stages := 0
+	op := Op{
+		Name: "commit db.t",
+		Stage: func(context.Context, *table.Table, int) (*table.Table, error) {
+			stages++
+			cat.advance() // the commit landed, but its response was lost
+			return nil, errors.New("connection reset")
+		},
+		Reloaded: func(*table.Table) (bool, error) { return true, nil },
+	}
+	res, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 5}, op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Landed || res.Attempts != 1 || stages != 1 || res.Table != nil {
+		t.Fatalf("result = %+v after %d stages, want landed after 1", res, stages)
+	}
+}
+
+// Retries bound the attempts; a permanent error and an error from Reloaded end the loop at once.
+func TestRunGivesUp(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	cases := []struct {
+		name     string
+		stageErr error
+		reloaded func(*table.Table) (bool, error)
+		attempts int
+	}{
+		{"retries exhausted", table.ErrCommitFailed, nil, 3},
+		{"permanent", Permanent(boom), nil, 1},
+		{"reloaded refuses", table.ErrCommitFailed, func(*table.Table) (bool, error) { return false, boom }, 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cat := newFakeCatalog(t)
+			stages := 0
+			failed := 0
+			op := Op{
+				Name: "commit db.t",
+				Stage: func(context.Context, *table.Table, int) (*table.Table, error) {
+					stages++
+					return nil, c.stageErr
+				},
+				Reloaded: c.reloaded,
+				Failed:   func(int, error, error) { failed++ },
+			}
+			res, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 2}, op)
+			if err == nil {
+				t.Fatal("Run succeeded, want an error")
+			}
+			if stages != c.attempts || res.Attempts != c.attempts {
+				t.Fatalf("%d stages, result %+v, want %d", stages, res, c.attempts)
+			}
+			if c.name == "retries exhausted" && (!errors.Is(err, table.ErrCommitFailed) || failed != 3) {
+				t.Fatalf("err = %v after %d failures, want ErrCommitFailed after 3", err, failed)
+			}
+			if c.name != "retries exhausted" && !errors.Is(err, boom) {
+				t.Fatalf("err = %v, want boom", err)
+			}
+		})
+	}
+}
+
+// A closing committer does not count attempts: it keeps trying until its context ends.
+func TestRunWhileClosingTriesUntilTheContextEnds(t *testing.T) {
+	t.Parallel()
+	cat := newFakeCatalog(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stages := 0
+	op := Op{
+		Name: "commit db.t",
+		Stage: func(context.Context, *table.Table, int) (*table.Table, error) {
+			stages++
+			if stages == 8 {
+				cancel()
+			}
+			cat.advance()
+			return nil, table.ErrCommitFailed
+		},
+	}
+	_, err := Run(ctx, cat, ident, cat.current(), Policy{Retries: 1, Closing: func() bool { return true }}, op)
+	if !errors.Is(err, context.Canceled) || stages != 8 {
+		t.Fatalf("err = %v after %d stages, want context.Canceled after 8", err, stages)
+	}
+}
+
+// A failed reload keeps the old head and tries again; Failed sees the reload error.
+func TestRunSurvivesAFailedReload(t *testing.T) {
+	t.Parallel()
+	cat := newFakeCatalog(t)
+	cat.fail = errors.New("catalog unavailable")
+	var reloadErrs []error
+	op := Op{
+		Name: "commit db.t",
+		Stage: func(_ context.Context, tbl *table.Table, attempt int) (*table.Table, error) {
+			if attempt == 0 {
+				return nil, errors.New("timeout")
+			}
+			if tbl.MetadataLocation() != "v0.metadata.json" {
+				t.Errorf("attempt %d staged on %s, want the old head", attempt, tbl.MetadataLocation())
+			}
+			return tbl, nil
+		},
+		Reloaded: func(*table.Table) (bool, error) { t.Error("Reloaded called after a failed reload"); return false, nil },
+		Failed:   func(_ int, _, rerr error) { reloadErrs = append(reloadErrs, rerr) },
+	}
+	res, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 3}, op)
+	if err != nil || res.Attempts != 2 {
+		t.Fatalf("Run = %+v, %v; want success after 2 attempts", res, err)
+	}
+	if len(reloadErrs) != 1 || reloadErrs[0] == nil {
+		t.Fatalf("Failed saw reload errors %v, want one", reloadErrs)
+	}
+}

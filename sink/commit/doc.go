@@ -1,0 +1,15 @@
+// Package commit owns the one loop through which every Iceberg commit of the sink goes: table
+// batches, schema changes, drops, key changes, dead letters and maintenance.
+//
+// The caller passes an Op whose Stage function stages and commits its change on the table it is
+// given. The loop owns everything around that: how many attempts, reloading the table after a
+// failure, recognising a lost race (the reloaded table moved since the attempt was staged, or
+// table.ErrCommitFailed), the wait before the next attempt, the closing deadline (a closing
+// committer keeps trying until its context ends, with shorter waits), and telling the caller of
+// every reloaded table so that it re-checks its watermarks and control staleness before it
+// stages again (Op.Reloaded). An error wrapped with Permanent ends the loop at once.
+//
+// Concurrency: Run blocks until the commit landed, the caller said the reloaded table already
+// holds the change, the attempts ran out, or the context ended. It starts no goroutines; the
+// callbacks run on the calling goroutine.
+package commit

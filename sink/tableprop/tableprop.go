@@ -1,0 +1,86 @@
+// Package tableprop owns every name dms2iceberg persists in Iceberg metadata: the table
+// properties it sets and reads, and the keys it writes into snapshot summaries, each with its
+// meaning. Nothing else in the repository spells one of these strings; status, the tests and the
+// chaos oracle use these constants.
+//
+// Table properties survive snapshot expiry and compaction; snapshot summaries do not (they are
+// for audit). Changing a name here changes persisted state: keep old names readable across an
+// upgrade.
+//
+// Concurrency: constants and pure functions only.
+package tableprop
+
+import "strings"
+
+// Table properties.
+const (
+	// WatermarkPrefix starts every property that records, per stream and shard, the highest
+	// Kinesis sequence number whose change is in the table: "dms2iceberg.wm.<stream>.<shard>".
+	// These are the record of progress that makes replays harmless (design.md §2); the same
+	// values go into the summary of the commit that advanced them.
+	WatermarkPrefix = "dms2iceberg.wm."
+
+	// CreatedBy marks a table this service created; its value is "dms2iceberg".
+	CreatedBy = "dms2iceberg.created-by"
+
+	// Status is the table's state: StatusActive, StatusPaused or StatusDropped.
+	Status = "dms2iceberg.status"
+	// DroppedAt is the metadata.timestamp of the drop-table control record that dropped the
+	// table at the source; empty again after a later create-table.
+	DroppedAt = "dms2iceberg.dropped-at"
+	// IncompatibleChange describes the last source column change that could not be applied
+	// ("<column>: <from>→<to> not applied (<operation>, <timestamp>)").
+	IncompatibleChange = "dms2iceberg.incompatible-change"
+	// ControlTimestamp is the metadata.timestamp of the last control record applied to the
+	// table; an older control record read later is stale and is not applied.
+	ControlTimestamp = "dms2iceberg.control-timestamp"
+
+	// MaintenanceOwner names the process that holds the table's maintenance lease
+	// ("<owner>#<token>").
+	MaintenanceOwner = "dms2iceberg.maintenance.owner"
+	// MaintenanceUntil is when that lease ends unless renewed (RFC 3339, UTC).
+	MaintenanceUntil = "dms2iceberg.maintenance.until"
+	// LastCompaction is when the table was last compacted (RFC 3339, UTC).
+	LastCompaction = "dms2iceberg.maintenance.last-compaction"
+	// LastOrphanCleanup is when orphan files were last removed (RFC 3339, UTC).
+	LastOrphanCleanup = "dms2iceberg.maintenance.last-orphan-cleanup"
+)
+
+// Values of Status.
+const (
+	StatusActive  = "active"
+	StatusPaused  = "paused"
+	StatusDropped = "dropped"
+)
+
+// Snapshot summary keys.
+const (
+	// SummaryRows and SummaryDeletes count the row images and the deleted keys of a table batch.
+	SummaryRows    = "dms2iceberg.rows"
+	SummaryDeletes = "dms2iceberg.deletes"
+	// SummaryDeadLetters counts the records of a dead-letter table commit.
+	SummaryDeadLetters = "dms2iceberg.dead-letters"
+	// SummaryMaintenanceRun is a unique id of a compaction run (to recognise a commit whose
+	// outcome was unknown), SummaryMaintenanceTrigger what started it and
+	// SummaryMaintenanceStarting the snapshot it read.
+	SummaryMaintenanceRun      = "dms2iceberg.maintenance.run"
+	SummaryMaintenanceTrigger  = "dms2iceberg.maintenance.trigger"
+	SummaryMaintenanceStarting = "dms2iceberg.maintenance.starting-snapshot"
+)
+
+// Watermark is the watermark property of one shard of one stream.
+func Watermark(stream, shard string) string {
+	return WatermarkPrefix + stream + "." + shard
+}
+
+// Watermarks reads the watermarks of one stream from table properties into a map keyed by shard.
+func Watermarks(props map[string]string, stream string) map[string]string {
+	prefix := WatermarkPrefix + stream + "."
+	out := make(map[string]string)
+	for k, v := range props {
+		if shard, ok := strings.CutPrefix(k, prefix); ok {
+			out[shard] = v
+		}
+	}
+	return out
+}

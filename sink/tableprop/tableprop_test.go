@@ -1,0 +1,20 @@
+package tableprop
+
+import "testing"
+
+func TestWatermarks(t *testing.T) {
+	t.Parallel()
+	props := map[string]string{
+		Watermark("st", "shardId-1"):    "123",
+		Watermark("other", "shardId-1"): "999",
+		Watermark("st", "shardId-2"):    "7",
+		Status:                          StatusActive,
+	}
+	wm := Watermarks(props, "st")
+	if len(wm) != 2 || wm["shardId-1"] != "123" || wm["shardId-2"] != "7" {
+		t.Fatalf("Watermarks = %v", wm)
+	}
+	if got := Watermark("st", "shardId-1"); got != "dms2iceberg.wm.st.shardId-1" {
+		t.Fatalf("Watermark = %q: a persisted name changed", got)
+	}
+}
