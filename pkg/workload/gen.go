@@ -48,6 +48,13 @@ type Config struct {
 	// reconstruct them, which it does with sink.absent_columns keep. Default false; the default
 	// workload is unchanged by this field.
 	PartialUpdates bool
+	// Layout selects the partition keys (see Layout). Default LayoutTable, the workload of
+	// earlier versions.
+	Layout Layout
+	// Reload reloads one table in the middle of the CDC phase, after an outage in which rows
+	// were deleted and updated at the source without records (see Reload). Default none; the
+	// workload without it is unchanged by this field.
+	Reload Reload
 }
 
 func (c Config) withDefaults() Config {
@@ -77,7 +84,10 @@ func (c Config) Validate() error {
 	if c.BadRecords > 0 && c.Changes <= c.BadRecords {
 		return fmt.Errorf("workload: BadRecords (%d) needs more Changes (%d) to spread over", c.BadRecords, c.Changes)
 	}
-	return nil
+	if c.Layout < LayoutTable || c.Layout > LayoutPrimaryKey {
+		return fmt.Errorf("workload: unknown Layout %d", c.Layout)
+	}
+	return c.Reload.validate(c)
 }
 
 // Message is one Kinesis record as DMS would put it.
@@ -96,6 +106,8 @@ type Message struct {
 	// DeadLetter is the dead-letter class (decode, convert, keyless_change) of an injected bad
 	// record, which the service must dead-letter; "" for every other record.
 	DeadLetter string
+	// Reload marks the create-table and load records of the mid-stream reload (Config.Reload).
+	Reload bool
 }
 
 // Generator produces the workload of a Config. Its methods are safe for concurrent use; each
@@ -167,6 +179,10 @@ type run struct {
 	buf     []byte
 	// sc is the schema-change and bad-record scenario (nil unless configured).
 	sc *scenario
+	// rl is the mid-stream reload (nil unless configured); reloading is its table while its
+	// load runs, which then gets no CDC record.
+	rl        *reloadRun
+	reloading *tableState
 
 	txID      int64
 	prevTxID  int64
@@ -197,6 +213,7 @@ func newRun(cfg Config, endless bool) *run {
 	if cfg.SchemaChanges || cfg.BadRecords > 0 {
 		r.sc = newScenario(cfg)
 	}
+	r.rl = newReloadRun(cfg.Reload)
 	return r
 }
 
@@ -232,6 +249,9 @@ func (r *run) produce(ctx context.Context, yield func(Message) bool) {
 		if r.sc != nil && !r.sc.step(r, n, emit) {
 			return
 		}
+		if r.rl != nil && !r.rl.step(r, n, emit) {
+			return
+		}
 		limit := 1 + r.rng.IntN(4)
 		if !r.endless {
 			limit = min(limit, r.cfg.Changes-n)
@@ -240,6 +260,9 @@ func (r *run) produce(ctx context.Context, yield func(Message) bool) {
 			return
 		}
 		n += limit
+	}
+	if r.rl != nil {
+		r.rl.finish(r, emit)
 	}
 }
 
@@ -341,24 +364,36 @@ func (r *run) transaction(n int, emit func(Message) bool) bool {
 	}
 	for range n {
 		x.record++
-		var t *tableState
-		if r.sc != nil {
-			t = r.sc.pick(r)
-		} else {
-			w := r.rng.IntN(100)
-			i := 0
-			for w >= tableWeights[i] {
-				w -= tableWeights[i]
-				i++
-			}
-			t = r.tables[i]
-		}
-		if !emit(r.change(t, x)) {
+		if !emit(r.change(r.pickTable(), x)) {
 			return false
 		}
 		r.prevTxID, r.prevTxRec = x.id, x.record
 	}
 	return true
+}
+
+// pickTable chooses the table of the next CDC record, never the table being reloaded.
+func (r *run) pickTable() *tableState {
+	if r.sc != nil {
+		return r.sc.pick(r)
+	}
+	total := 0
+	for i, t := range r.tables {
+		if t != r.reloading {
+			total += tableWeights[i]
+		}
+	}
+	w := r.rng.IntN(total)
+	for i, t := range r.tables {
+		if t == r.reloading {
+			continue
+		}
+		if w < tableWeights[i] {
+			return t
+		}
+		w -= tableWeights[i]
+	}
+	panic("workload: no table to pick")
 }
 
 // chooseOp picks an operation for a keyed table, steering its size towards the load size.
@@ -486,15 +521,9 @@ func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *
 	meta.set("timestamp", r.tick())
 	meta.set("record-type", "data")
 	meta.set("operation", op)
-	meta.set("partition-key-type", t.def.partitionType)
-	pk := t.def.source()
-	if t.def.partitionType == pkPrimaryKey {
-		// IncludePartitionValue + PartitionIncludeSchemaTable; key parts joined with '.'.
-		parts := []string{Schema, t.def.name}
-		for _, k := range t.def.keyIdx {
-			parts = append(parts, row[k].Text)
-		}
-		pk = strings.Join(parts, ".")
+	pkType, pk := r.dataPartition(t, op, row)
+	meta.set("partition-key-type", pkType)
+	if pkType == pkPrimaryKey {
 		meta.set("partition-key-value", pk)
 	}
 	meta.set("schema-name", Schema)
