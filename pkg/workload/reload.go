@@ -73,6 +73,8 @@ type reloadRun struct {
 	// of a keyless table still to load.
 	keys      []string
 	next, end int
+	// size is the number of rows the table held when its load started.
+	size int
 	// deleted holds the key values (keyed table) or rows (keyless table) deleted during the
 	// outage.
 	deleted [][]change.Value
@@ -144,6 +146,7 @@ func (rl *reloadRun) start(r *run, emit func(Message) bool) bool {
 	} else {
 		rl.keys = slices.Clone(t.keys)
 	}
+	rl.size = t.size()
 	r.reloading = t
 	return rl.load(r, 0, emit)
 }
