@@ -55,6 +55,25 @@ func ParseLayout(s string) (Layout, error) {
 	return 0, fmt.Errorf("workload: unknown layout %q (want %s)", s, strings.Join(layoutNames, ", "))
 }
 
+// MarshalText returns the layout's name.
+func (l Layout) MarshalText() ([]byte, error) {
+	if l < LayoutTable || l > LayoutPrimaryKey {
+		return nil, fmt.Errorf("workload: unknown layout %d", int(l))
+	}
+	return []byte(l.String()), nil
+}
+
+// UnmarshalText reads a layout name (ParseLayout), so that a Layout works with flag.TextVar
+// and in JSON and YAML.
+func (l *Layout) UnmarshalText(b []byte) error {
+	v, err := ParseLayout(string(b))
+	if err != nil {
+		return err
+	}
+	*l = v
+	return nil
+}
+
 // Layouts returns every layout.
 func Layouts() []Layout { return []Layout{LayoutTable, LayoutDMSDefault, LayoutPrimaryKey} }
 

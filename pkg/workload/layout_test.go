@@ -20,6 +20,16 @@ func TestParseLayout(t *testing.T) {
 	if LayoutTable != 0 || LayoutTable.String() != "table" || LayoutDMSDefault.String() != "dms-default" || LayoutPrimaryKey.String() != "primary-key" {
 		t.Fatal("layout names or zero value changed")
 	}
+	var l Layout
+	if err := l.UnmarshalText([]byte("primary-key")); err != nil || l != LayoutPrimaryKey {
+		t.Fatalf("UnmarshalText: %v, %v", l, err)
+	}
+	if b, err := LayoutDMSDefault.MarshalText(); err != nil || string(b) != "dms-default" {
+		t.Fatalf("MarshalText: %s, %v", b, err)
+	}
+	if _, err := Layout(9).MarshalText(); err == nil || l.UnmarshalText([]byte("x")) == nil {
+		t.Fatal("unknown layout marshals or unmarshals")
+	}
 	if _, err := ParseLayout("shard"); err == nil {
 		t.Fatal("unknown layout accepted")
 	}
