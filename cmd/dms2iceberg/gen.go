@@ -59,6 +59,14 @@ type genOptions struct {
 	schema       bool
 	bad          int
 	partial      bool
+	// DMS partitioning, a lagging shard and a mid-stream reload (issues 11 and 16).
+	layout        workload.Layout
+	lagShard      int
+	lag           time.Duration
+	reloadTable   string
+	reloadAt      int
+	reloadDeletes int
+	reloadUpdates int
 }
 
 func runGen(ctx context.Context, args []string) error {
@@ -95,8 +103,15 @@ func runGen(ctx context.Context, args []string) error {
 	if o.schema {
 		total += 9 // the scenario's control records
 	}
+	if o.reloadTable != "" {
+		total = countMessages(gen)
+	}
+	src, err := lagSource(ctx, client, o, gen.Messages(), os.Stderr)
+	if err != nil {
+		return err
+	}
 	s := &sender{api: client, stream: o.stream, rate: o.rate, out: os.Stderr, total: total}
-	err = s.send(ctx, gen.Messages())
+	err = s.send(ctx, src)
 	s.summary()
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", o.stream, err)
@@ -126,6 +141,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
 	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
+	addGenDMSFlags(fs, &o)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return o, err
@@ -151,13 +167,20 @@ func parseGenArgs(args []string) (genOptions, error) {
 	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
 		return o, fmt.Errorf("--bad-records must be between 0 and --changes, got %d", o.bad)
 	}
+	if err := checkGenDMSFlags(&o); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 
 // workloadConfig is the generator configuration of the options.
 func (o genOptions) workloadConfig() workload.Config {
-	return workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
-		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial}
+	c := workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
+		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial, Layout: o.layout}
+	if o.reloadTable != "" {
+		c.Reload = workload.Reload{Table: o.reloadTable, At: o.reloadAt, Deletes: o.reloadDeletes, Updates: o.reloadUpdates}
+	}
+	return c
 }
 
 func kinesisClient(ctx context.Context, region string) (*kinesis.Client, error) {

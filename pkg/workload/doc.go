@@ -7,24 +7,26 @@
 //
 //   - customers (id INT4 pk, name WSTRING(64), email WSTRING(128), balance NUMERIC(12,2),
 //     active BOOLEAN, created_at DATETIME): load, insert, update, delete and primary-key changes.
-//     Load and CDC records use partition-key-type schema-table (Kinesis partition key
-//     "shop.customers"): an object-mapping rule that keeps every version of a key on one shard,
-//     which is what makes primary-key changes safe. Deletes carry the key and nulls, as
-//     PostgreSQL with the default replica identity and IncludeNullAndEmpty=true does.
+//     In LayoutTable, load and CDC records use partition-key-type schema-table (Kinesis
+//     partition key "shop.customers"): an object-mapping rule that keeps every version of a key
+//     on one shard, which is what makes primary-key changes safe without a cross-shard ordering
+//     guard. Deletes carry the key and nulls, as PostgreSQL with the default replica identity and
+//     IncludeNullAndEmpty=true does.
 //   - order_items (order_id INT8, line_no INT4 composite pk, sku WSTRING(32), qty INT4,
 //     price NUMERIC(10,2), note NCLOB): load, insert, update, delete, never a key change (the key
-//     would move between shards). Partition-key-type primary-key for load and CDC (ParallelApply
-//     style); partition-key-value and Kinesis partition key "shop.order_items.<order_id>.<line_no>".
+//     would move between shards). In LayoutTable partition-key-type primary-key for load and CDC
+//     (ParallelApply style); partition-key-value and Kinesis partition key
+//     "shop.order_items.<order_id>.<line_no>".
 //     A note that is and stays NULL is sometimes left out of an update image.
 //   - events (event_time DATETIME with 6 fractional digits, kind WSTRING(32), payload NCLOB with
 //     JSON text): no primary key (the table-def has none), load and insert only; partition key
-//     "shop.events".
+//     "shop.events" in every layout.
 //   - types (id INT8 pk plus one column per DMS type family: INT1/2/4/8, UINT1/2/4/8 with UINT8
 //     values above 2^63, REAL4/REAL8 holding exact multiples of 0.25, NUMERIC(38,10) and
 //     NUMERIC(5,0) with negatives, DATE, TIME, DATETIME with 0/3/6 fractional digits, BLOB as
 //     0x-prefixed upper-case hex, BOOLEAN as JSON true/false or "t"/"f", WSTRING with non-ASCII
-//     and control characters, NCLOB JSON): load, insert, update, delete; partition key
-//     "shop.types".
+//     and control characters, NCLOB JSON): load, insert, update, delete; in LayoutTable
+//     partition key "shop.types".
 //
 // # The records
 //
@@ -50,6 +52,30 @@
 // sequence of operations, every value and the expected state are those of the same Config
 // without it; the service matches the expected state only if an absent column keeps the row's
 // previous value (sink.absent_columns keep).
+//
+// # Partition layouts, a lagging shard, a reload
+//
+// Config.Layout chooses the partition keys and nothing else (the same Config in another layout
+// writes the same operations and values, and has the same expected state): LayoutTable as
+// above; LayoutDMSDefault as DMS without object mapping or ParallelApply (load records of keyed
+// tables by primary key, every CDC record by "shop.<table>", control records by the task);
+// LayoutPrimaryKey as ParallelApply (every data record of a keyed table by primary key, so a
+// customers key change goes under its new key while the old key's records sit on another
+// shard). In every layout a primary-key partitioned record carries partition-key-value equal to
+// its Kinesis partition key "shop.<table>.<key parts joined by .>", and the initial
+// create-table records go by "<TaskId>.shop.<table>" ("<TaskId>" for awsdms_apply_exceptions,
+// dms-format.md §1.1); control records written during CDC (schema changes, a reload) go by
+// "shop.<table>" in LayoutTable and by "<TaskId>.shop.<table>" otherwise. Every control record
+// has partition-key-type task-id and partition-key-value the task id.
+//
+// DelayShard wraps any message sequence so that the records whose partition key hashes (MD5,
+// as Kinesis does) into one shard's HashRange arrive Lag.Delay late; EvenHashRanges gives the
+// ranges of a fresh stream of n shards, ParseHashRange those ListShards reports.
+//
+// Config.Reload reloads one table mid-stream after an outage (see Reload): rows deleted and
+// updated at the source without records, a newer create-table, load records of the table's
+// current rows between other tables' CDC, then the table's CDC again. The expected state is
+// what the source holds: rows deleted during the outage are not in it.
 //
 // # The expected-state file
 //
@@ -77,4 +103,6 @@
 //
 // A Generator is immutable and safe for concurrent use; every Messages, Stream or Expected call
 // runs its own model, and the sequences it yields are not safe for concurrent iteration.
+// DelayShard starts no goroutine: it holds back records in a bounded queue (Lag.MaxHeld) and
+// sleeps, honouring its context, in the goroutine that iterates.
 package workload

@@ -48,6 +48,13 @@ type Config struct {
 	// reconstruct them, which it does with sink.absent_columns keep. Default false; the default
 	// workload is unchanged by this field.
 	PartialUpdates bool
+	// Layout selects the partition keys (see Layout). Default LayoutTable, the workload of
+	// earlier versions.
+	Layout Layout
+	// Reload reloads one table in the middle of the CDC phase, after an outage in which rows
+	// were deleted and updated at the source without records (see Reload). Default none; the
+	// workload without it is unchanged by this field.
+	Reload Reload
 }
 
 func (c Config) withDefaults() Config {
@@ -77,7 +84,10 @@ func (c Config) Validate() error {
 	if c.BadRecords > 0 && c.Changes <= c.BadRecords {
 		return fmt.Errorf("workload: BadRecords (%d) needs more Changes (%d) to spread over", c.BadRecords, c.Changes)
 	}
-	return nil
+	if c.Layout < LayoutTable || c.Layout > LayoutPrimaryKey {
+		return fmt.Errorf("workload: unknown Layout %d", c.Layout)
+	}
+	return c.Reload.validate(c)
 }
 
 // Message is one Kinesis record as DMS would put it.
@@ -96,6 +106,8 @@ type Message struct {
 	// DeadLetter is the dead-letter class (decode, convert, keyless_change) of an injected bad
 	// record, which the service must dead-letter; "" for every other record.
 	DeadLetter string
+	// Reload marks the create-table and load records of the mid-stream reload (Config.Reload).
+	Reload bool
 }
 
 // Generator produces the workload of a Config. Its methods are safe for concurrent use; each
@@ -157,103 +169,6 @@ func (g *Generator) FinalRows() map[string][][]change.Value {
 	return out
 }
 
-// tableState is the model of one table: its live rows, plus what the generator needs to choose
-// keys.
-type tableState struct {
-	def *tableDef
-	// rows holds the live rows of a keyed table by key text; keys lists the same keys for
-	// random choice, pos is each key's index in keys.
-	rows map[string][]change.Value
-	keys []string
-	pos  map[string]int
-	// keyless holds the rows of a keyless table in emission order (when kept).
-	keyless [][]change.Value
-	// deleted remembers recently deleted keys (bounded) so that some inserts reuse them.
-	deleted [][]change.Value
-	nextID  int64
-	// orders tracks order_items per order id.
-	orders map[int64]*orderInfo
-}
-
-type orderInfo struct {
-	live    int
-	maxLine int64
-}
-
-func (t *tableState) keyOf(row []change.Value) string {
-	if len(t.def.keyIdx) == 1 {
-		return row[t.def.keyIdx[0]].Text
-	}
-	parts := make([]string, len(t.def.keyIdx))
-	for i, k := range t.def.keyIdx {
-		parts[i] = row[k].Text
-	}
-	return strings.Join(parts, "|")
-}
-
-func (t *tableState) put(row []change.Value) {
-	k := t.keyOf(row)
-	if _, ok := t.rows[k]; !ok {
-		t.pos[k] = len(t.keys)
-		t.keys = append(t.keys, k)
-		if t.orders != nil {
-			t.order(row).live++
-		}
-	}
-	t.rows[k] = row
-}
-
-func (t *tableState) order(row []change.Value) *orderInfo {
-	id, _ := strconv.ParseInt(row[oOrderID].Text, 10, 64)
-	line, _ := strconv.ParseInt(row[oLineNo].Text, 10, 64)
-	o := t.orders[id]
-	if o == nil {
-		o = &orderInfo{}
-		t.orders[id] = o
-	}
-	o.maxLine = max(o.maxLine, line)
-	return o
-}
-
-func (t *tableState) remove(row []change.Value) {
-	k := t.keyOf(row)
-	i, ok := t.pos[k]
-	if !ok {
-		panic("workload: removing a key that is not live: " + k)
-	}
-	last := t.keys[len(t.keys)-1]
-	t.keys[i] = last
-	t.pos[last] = i
-	t.keys = t.keys[:len(t.keys)-1]
-	delete(t.pos, k)
-	delete(t.rows, k)
-	if t.orders != nil {
-		id, _ := strconv.ParseInt(row[oOrderID].Text, 10, 64)
-		if o := t.orders[id]; o != nil {
-			if o.live--; o.live <= 0 {
-				delete(t.orders, id)
-			}
-		}
-	}
-	keyVals := make([]change.Value, len(t.def.keyIdx))
-	for i, ki := range t.def.keyIdx {
-		keyVals[i] = row[ki]
-	}
-	if len(t.deleted) >= 256 {
-		t.deleted = t.deleted[1:]
-	}
-	t.deleted = append(t.deleted, keyVals)
-}
-
-func (t *tableState) live(k string) bool { _, ok := t.rows[k]; return ok }
-
-func (t *tableState) size() int {
-	if t.def.key == nil {
-		return len(t.keyless)
-	}
-	return len(t.keys)
-}
-
 // run is one pass of the model.
 type run struct {
 	cfg     Config
@@ -264,6 +179,10 @@ type run struct {
 	buf     []byte
 	// sc is the schema-change and bad-record scenario (nil unless configured).
 	sc *scenario
+	// rl is the mid-stream reload (nil unless configured); reloading is its table while its
+	// load runs, which then gets no CDC record.
+	rl        *reloadRun
+	reloading *tableState
 
 	txID      int64
 	prevTxID  int64
@@ -294,6 +213,7 @@ func newRun(cfg Config, endless bool) *run {
 	if cfg.SchemaChanges || cfg.BadRecords > 0 {
 		r.sc = newScenario(cfg)
 	}
+	r.rl = newReloadRun(cfg.Reload)
 	return r
 }
 
@@ -329,6 +249,9 @@ func (r *run) produce(ctx context.Context, yield func(Message) bool) {
 		if r.sc != nil && !r.sc.step(r, n, emit) {
 			return
 		}
+		if r.rl != nil && !r.rl.step(r, n, emit) {
+			return
+		}
 		limit := 1 + r.rng.IntN(4)
 		if !r.endless {
 			limit = min(limit, r.cfg.Changes-n)
@@ -337,6 +260,9 @@ func (r *run) produce(ctx context.Context, yield func(Message) bool) {
 			return
 		}
 		n += limit
+	}
+	if r.rl != nil {
+		r.rl.finish(r, emit)
 	}
 }
 
@@ -438,24 +364,36 @@ func (r *run) transaction(n int, emit func(Message) bool) bool {
 	}
 	for range n {
 		x.record++
-		var t *tableState
-		if r.sc != nil {
-			t = r.sc.pick(r)
-		} else {
-			w := r.rng.IntN(100)
-			i := 0
-			for w >= tableWeights[i] {
-				w -= tableWeights[i]
-				i++
-			}
-			t = r.tables[i]
-		}
-		if !emit(r.change(t, x)) {
+		if !emit(r.change(r.pickTable(), x)) {
 			return false
 		}
 		r.prevTxID, r.prevTxRec = x.id, x.record
 	}
 	return true
+}
+
+// pickTable chooses the table of the next CDC record, never the table being reloaded.
+func (r *run) pickTable() *tableState {
+	if r.sc != nil {
+		return r.sc.pick(r)
+	}
+	total := 0
+	for i, t := range r.tables {
+		if t != r.reloading {
+			total += tableWeights[i]
+		}
+	}
+	w := r.rng.IntN(total)
+	for i, t := range r.tables {
+		if t == r.reloading {
+			continue
+		}
+		if w < tableWeights[i] {
+			return t
+		}
+		w -= tableWeights[i]
+	}
+	panic("workload: no table to pick")
 }
 
 // chooseOp picks an operation for a keyed table, steering its size towards the load size.
@@ -570,17 +508,6 @@ func (r *run) upsert(t *tableState, row []change.Value) {
 
 func (r *run) remove(t *tableState, row []change.Value) { t.remove(row) }
 
-// unchanged marks the non-key columns of an update whose value is the one old had (written
-// exactly so: same JSON kind and text), which a partial update image (Config.PartialUpdates)
-// leaves out. Key columns are always written.
-func (t *tableState) unchanged(old, row []change.Value) []bool {
-	omit := make([]bool, len(row))
-	for i := range row {
-		omit[i] = !t.isKey(i) && row[i] == old[i]
-	}
-	return omit
-}
-
 // dataMessage builds a data record. before is the before-image object (updates), omit marks the
 // columns left out of data (nil: none), x the transaction (nil for load).
 func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *object, omit []bool, x *tx, keyChange bool) Message {
@@ -594,15 +521,9 @@ func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *
 	meta.set("timestamp", r.tick())
 	meta.set("record-type", "data")
 	meta.set("operation", op)
-	meta.set("partition-key-type", t.def.partitionType)
-	pk := t.def.source()
-	if t.def.partitionType == pkPrimaryKey {
-		// IncludePartitionValue + PartitionIncludeSchemaTable; key parts joined with '.'.
-		parts := []string{Schema, t.def.name}
-		for _, k := range t.def.keyIdx {
-			parts = append(parts, row[k].Text)
-		}
-		pk = strings.Join(parts, ".")
+	pkType, pk := r.dataPartition(t, op, row)
+	meta.set("partition-key-type", pkType)
+	if pkType == pkPrimaryKey {
 		meta.set("partition-key-value", pk)
 	}
 	meta.set("schema-name", Schema)
@@ -682,15 +603,6 @@ func (r *run) newRow(t *tableState) []change.Value {
 	return row
 }
 
-func (t *tableState) isKey(i int) bool {
-	for _, k := range t.def.keyIdx {
-		if k == i {
-			return true
-		}
-	}
-	return false
-}
-
 // updated returns a copy of old with one to three non-key columns given new values (or, rarely,
 // none: an UPDATE that changed nothing still produces a record).
 func (r *run) updated(t *tableState, old []change.Value) []change.Value {
@@ -705,158 +617,4 @@ func (r *run) updated(t *tableState, old []change.Value) []change.Value {
 		}
 	}
 	return row
-}
-
-// value returns a random value for column i of t (row holds the key columns already).
-func (r *run) value(t *tableState, i int, row []change.Value) change.Value {
-	if r.sc != nil {
-		if v, ok := r.sc.value(r, t, i, row); ok {
-			return v
-		}
-	}
-	rng := r.rng
-	switch t.def.name {
-	case Customers:
-		switch i {
-		case cName:
-			return str(personName(rng))
-		case cEmail:
-			if rng.IntN(10) == 0 {
-				return null
-			}
-			id, _ := strconv.ParseInt(row[cID].Text, 10, 64)
-			return str(email(rng, id))
-		case cBalance:
-			if rng.IntN(20) == 0 {
-				return null
-			}
-			return decimal(rng, 7, 2, true)
-		case cActive:
-			if rng.IntN(20) == 0 {
-				return null
-			}
-			return boolean(rng, rng.IntN(4) != 0)
-		case cCreatedAt:
-			if rng.IntN(20) == 0 {
-				return null
-			}
-			// 2010 to just before the workload starts
-			from := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
-			us := from + rng.Int64N(max(r.cfg.Start.UnixMicro()-from, 1))
-			if rng.IntN(2) == 0 {
-				return str(datetime(us, 0))
-			}
-			return str(datetime(us, 6))
-		}
-	case OrderItems:
-		switch i {
-		case oSKU:
-			return str(sku(rng))
-		case oQty:
-			return num(int64(1 + rng.IntN(100)))
-		case oPrice:
-			return decimal(rng, 5, 2, false)
-		case oNote:
-			if rng.IntN(3) == 0 {
-				return null
-			}
-			return str(note(rng))
-		}
-	case Events:
-		switch i {
-		case eEventTime:
-			return str(datetime(r.now-r.rng.Int64N(3_600_000_000), 6))
-		case eKind:
-			return str(eventKinds[rng.IntN(len(eventKinds))])
-		case ePayload:
-			kind := eventKinds[0]
-			if row[eKind].Kind == change.KindString {
-				kind = row[eKind].Text
-			}
-			return str(jsonText(rng, kind))
-		}
-	case Types:
-		if rng.IntN(12) == 0 {
-			return null
-		}
-		return typesValue(rng, i)
-	}
-	panic(fmt.Sprintf("workload: no value for %s column %d", t.def.name, i))
-}
-
-func typesValue(rng *rand.Rand, i int) change.Value {
-	edge := rng.IntN(10) == 0
-	pickEdge := func(vs ...int64) change.Value { return num(vs[rng.IntN(len(vs))]) }
-	switch i {
-	case tInt1:
-		if edge {
-			return pickEdge(-128, 127, 0)
-		}
-		return num(int64(rng.IntN(256) - 128))
-	case tInt2:
-		if edge {
-			return pickEdge(-32768, 32767)
-		}
-		return num(int64(rng.IntN(65536) - 32768))
-	case tInt4:
-		if edge {
-			return pickEdge(-2147483648, 2147483647)
-		}
-		return num(int64(int32(rng.Uint32())))
-	case tInt8:
-		if edge {
-			return pickEdge(-9223372036854775808, 9223372036854775807, 9007199254740993)
-		}
-		return num(int64(rng.Uint64()))
-	case tUint1:
-		return num(int64(rng.IntN(256)))
-	case tUint2:
-		return num(int64(rng.IntN(65536)))
-	case tUint4:
-		if edge {
-			return num(4294967295)
-		}
-		return num(int64(rng.Uint32()))
-	case tUint8:
-		if edge {
-			return unum(18446744073709551615)
-		}
-		if rng.IntN(4) == 0 {
-			return unum(rng.Uint64N(1 << 63))
-		}
-		return unum(1<<63 + rng.Uint64N(1<<63))
-	case tReal4:
-		return numText(quarter(rng.Int64N(800_001) - 400_000))
-	case tReal8:
-		return numText(quarter(rng.Int64N(1<<42) - 1<<41))
-	case tNum38:
-		if edge {
-			return numText(decimalText(rng, rng.IntN(2) == 0, strings.Repeat("9", 28), strings.Repeat("9", 10)))
-		}
-		return decimal(rng, 28, 10, true)
-	case tNum5:
-		if edge {
-			return pickEdge(-99999, 99999, 0)
-		}
-		return num(rng.Int64N(199999) - 99999)
-	case tDate:
-		return str(randDate(rng))
-	case tTime:
-		return str(randTime(rng))
-	case tDT0:
-		return str(datetime(randDatetime(rng), 0))
-	case tDT3:
-		return str(datetime(randDatetime(rng), 3))
-	case tDT6:
-		return str(datetime(randDatetime(rng), 6))
-	case tBlob:
-		return str(blob(rng))
-	case tBool:
-		return boolean(rng, rng.IntN(2) == 0)
-	case tWstr:
-		return str(wideString(rng))
-	case tJSON:
-		return str(jsonText(rng, eventKinds[rng.IntN(len(eventKinds))]))
-	}
-	panic(fmt.Sprintf("workload: no value for types column %d", i))
 }

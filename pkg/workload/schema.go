@@ -48,11 +48,12 @@ type milestone struct {
 	apply func(s *scenario, r *run) []Message
 }
 
-// scenario drives the schema changes and the injected bad records. Its control records use the
-// Kinesis partition key of their table's data ("shop.<table>", schema-table partitioning), so a
-// consumer reads them in order with that table's data: the only order in which the outcome is
-// deterministic (data read before the control record describing it is covered by the
-// service's unit tests).
+// scenario drives the schema changes and the injected bad records. In LayoutTable its control
+// records use the Kinesis partition key of their table's data ("shop.<table>", schema-table
+// partitioning), so a consumer reads them in order with that table's data: the only order in
+// which the outcome is deterministic without a cross-shard ordering guard (data read before the
+// control record describing it is covered by the service's unit tests). In the other layouts
+// they go by the task's key, as DMS writes them.
 type scenario struct {
 	cfg        Config
 	milestones []milestone
@@ -120,13 +121,13 @@ var scenarioWeights = map[string]int{Customers: 25, OrderItems: 30, Events: 15, 
 func (s *scenario) pick(r *run) *tableState {
 	total := 0
 	for _, t := range r.tables {
-		if s.live(t) {
+		if s.live(r, t) {
 			total += scenarioWeights[t.def.name]
 		}
 	}
 	w := r.rng.IntN(total)
 	for _, t := range r.tables {
-		if !s.live(t) {
+		if !s.live(r, t) {
 			continue
 		}
 		if w < scenarioWeights[t.def.name] {
@@ -137,7 +138,10 @@ func (s *scenario) pick(r *run) *tableState {
 	panic("workload: no table to pick")
 }
 
-func (s *scenario) live(t *tableState) bool {
+func (s *scenario) live(r *run, t *tableState) bool {
+	if t == r.reloading {
+		return false
+	}
 	switch t.def.name {
 	case Promotions, Sessions:
 		return s.active[t.def.name]
@@ -155,7 +159,7 @@ func (r *run) table(name string) *tableState {
 }
 
 // control builds a control record for table t with its current table-def (dropped columns left
-// out), on the partition key of t's data.
+// out), on r.tableControlKey.
 func (r *run) control(t *tableState, op string) Message {
 	def := *t.def
 	def.columns = nil
@@ -182,7 +186,7 @@ func (r *run) control(t *tableState, op string) Message {
 		doc.set("metadata", meta)
 		m.Data = r.encode(doc)
 	}
-	m.PartitionKey = t.def.source()
+	m.PartitionKey = r.tableControlKey(t.def)
 	m.Op = op
 	return m
 }

@@ -1,6 +1,7 @@
 package workload
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -327,4 +328,158 @@ func jsonText(rng *rand.Rand, kind string) string {
 	nested.set("ref", null)
 	o.set("ctx", nested)
 	return string(appendObject(nil, o, false, 1))
+}
+
+// value returns a random value for column i of t (row holds the key columns already).
+func (r *run) value(t *tableState, i int, row []change.Value) change.Value {
+	if r.sc != nil {
+		if v, ok := r.sc.value(r, t, i, row); ok {
+			return v
+		}
+	}
+	rng := r.rng
+	switch t.def.name {
+	case Customers:
+		switch i {
+		case cName:
+			return str(personName(rng))
+		case cEmail:
+			if rng.IntN(10) == 0 {
+				return null
+			}
+			id, _ := strconv.ParseInt(row[cID].Text, 10, 64)
+			return str(email(rng, id))
+		case cBalance:
+			if rng.IntN(20) == 0 {
+				return null
+			}
+			return decimal(rng, 7, 2, true)
+		case cActive:
+			if rng.IntN(20) == 0 {
+				return null
+			}
+			return boolean(rng, rng.IntN(4) != 0)
+		case cCreatedAt:
+			if rng.IntN(20) == 0 {
+				return null
+			}
+			// 2010 to just before the workload starts
+			from := time.Date(2010, 1, 1, 0, 0, 0, 0, time.UTC).UnixMicro()
+			us := from + rng.Int64N(max(r.cfg.Start.UnixMicro()-from, 1))
+			if rng.IntN(2) == 0 {
+				return str(datetime(us, 0))
+			}
+			return str(datetime(us, 6))
+		}
+	case OrderItems:
+		switch i {
+		case oSKU:
+			return str(sku(rng))
+		case oQty:
+			return num(int64(1 + rng.IntN(100)))
+		case oPrice:
+			return decimal(rng, 5, 2, false)
+		case oNote:
+			if rng.IntN(3) == 0 {
+				return null
+			}
+			return str(note(rng))
+		}
+	case Events:
+		switch i {
+		case eEventTime:
+			return str(datetime(r.now-r.rng.Int64N(3_600_000_000), 6))
+		case eKind:
+			return str(eventKinds[rng.IntN(len(eventKinds))])
+		case ePayload:
+			kind := eventKinds[0]
+			if row[eKind].Kind == change.KindString {
+				kind = row[eKind].Text
+			}
+			return str(jsonText(rng, kind))
+		}
+	case Types:
+		if rng.IntN(12) == 0 {
+			return null
+		}
+		return typesValue(rng, i)
+	}
+	panic(fmt.Sprintf("workload: no value for %s column %d", t.def.name, i))
+}
+
+func typesValue(rng *rand.Rand, i int) change.Value {
+	edge := rng.IntN(10) == 0
+	pickEdge := func(vs ...int64) change.Value { return num(vs[rng.IntN(len(vs))]) }
+	switch i {
+	case tInt1:
+		if edge {
+			return pickEdge(-128, 127, 0)
+		}
+		return num(int64(rng.IntN(256) - 128))
+	case tInt2:
+		if edge {
+			return pickEdge(-32768, 32767)
+		}
+		return num(int64(rng.IntN(65536) - 32768))
+	case tInt4:
+		if edge {
+			return pickEdge(-2147483648, 2147483647)
+		}
+		return num(int64(int32(rng.Uint32())))
+	case tInt8:
+		if edge {
+			return pickEdge(-9223372036854775808, 9223372036854775807, 9007199254740993)
+		}
+		return num(int64(rng.Uint64()))
+	case tUint1:
+		return num(int64(rng.IntN(256)))
+	case tUint2:
+		return num(int64(rng.IntN(65536)))
+	case tUint4:
+		if edge {
+			return num(4294967295)
+		}
+		return num(int64(rng.Uint32()))
+	case tUint8:
+		if edge {
+			return unum(18446744073709551615)
+		}
+		if rng.IntN(4) == 0 {
+			return unum(rng.Uint64N(1 << 63))
+		}
+		return unum(1<<63 + rng.Uint64N(1<<63))
+	case tReal4:
+		return numText(quarter(rng.Int64N(800_001) - 400_000))
+	case tReal8:
+		return numText(quarter(rng.Int64N(1<<42) - 1<<41))
+	case tNum38:
+		if edge {
+			return numText(decimalText(rng, rng.IntN(2) == 0, strings.Repeat("9", 28), strings.Repeat("9", 10)))
+		}
+		return decimal(rng, 28, 10, true)
+	case tNum5:
+		if edge {
+			return pickEdge(-99999, 99999, 0)
+		}
+		return num(rng.Int64N(199999) - 99999)
+	case tDate:
+		return str(randDate(rng))
+	case tTime:
+		return str(randTime(rng))
+	case tDT0:
+		return str(datetime(randDatetime(rng), 0))
+	case tDT3:
+		return str(datetime(randDatetime(rng), 3))
+	case tDT6:
+		return str(datetime(randDatetime(rng), 6))
+	case tBlob:
+		return str(blob(rng))
+	case tBool:
+		return boolean(rng, rng.IntN(2) == 0)
+	case tWstr:
+		return str(wideString(rng))
+	case tJSON:
+		return str(jsonText(rng, eventKinds[rng.IntN(len(eventKinds))]))
+	}
+	panic(fmt.Sprintf("workload: no value for types column %d", i))
 }
