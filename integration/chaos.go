@@ -38,6 +38,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 )
 
 // Environment variables of the chaos run.
@@ -161,7 +163,7 @@ type chaosRun struct {
 
 	mu   sync.Mutex
 	st   chaosStats
-	seen map[string]leaseRow // last observed lease per shard (observer)
+	seen map[string]checkpoint.LeaseRow // last observed lease per shard (observer)
 	// running is len(workers), for the observer.
 	running int
 	cycle   int
@@ -176,7 +178,7 @@ func newChaosRun(t *testing.T, opt chaosOptions) *chaosRun {
 	RequireEmulators(t)
 	c := &chaosRun{t: t, ctx: t.Context(), opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x9e3779b97f4a7c15)),
 		bin: BuildBinary(t), stream: UniqueName("chaos"), kc: Kinesis(t), ddb: DynamoDB(t),
-		workers: map[string]*chaosWorker{}, seen: map[string]leaseRow{}}
+		workers: map[string]*chaosWorker{}, seen: map[string]checkpoint.LeaseRow{}}
 	c.app = "dms2iceberg-" + c.stream
 	// One directory holds the data and every process's log; it is kept when the run fails. Its
 	// cleanup is registered first, so it runs last, after every process was killed.

@@ -238,7 +238,7 @@ func (c *chaosRun) doStop() string {
 			return false
 		}
 		for _, s := range had {
-			if r := rows[s]; r.owner != w.id && r.owner != "" && r.epoch > rows0[s].epoch {
+			if r := rows[s]; r.Owner != w.id && r.Owner != "" && r.Epoch > rows0[s].Epoch {
 				return true
 			}
 		}

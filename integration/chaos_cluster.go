@@ -20,7 +20,6 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"go.yaml.in/yaml/v3"
@@ -242,14 +241,10 @@ func (c *chaosRun) term(w *chaosWorker) {
 	c.exited(w, " during a graceful stop")
 }
 
-type leaseRow struct {
-	shard, owner, checkpoint string
-	timeout                  time.Time
-	epoch                    int64
-}
-
-func (c *chaosRun) leases(ctx context.Context) (map[string]leaseRow, error) {
-	rows := map[string]leaseRow{}
+// leases reads every lease row (checkpoint.ParseLeaseRow; a malformed timeout or epoch reads as
+// zero, as for status).
+func (c *chaosRun) leases(ctx context.Context) (map[string]checkpoint.LeaseRow, error) {
+	rows := map[string]checkpoint.LeaseRow{}
 	in := &dynamodb.ScanInput{TableName: aws.String(c.app), ConsistentRead: aws.Bool(true)}
 	for {
 		out, err := c.ddb.Scan(ctx, in)
@@ -257,18 +252,8 @@ func (c *chaosRun) leases(ctx context.Context) (map[string]leaseRow, error) {
 			return nil, err
 		}
 		for _, item := range out.Items {
-			str := func(k string) string {
-				if v, ok := item[k].(*ddbtypes.AttributeValueMemberS); ok {
-					return v.Value
-				}
-				return ""
-			}
-			r := leaseRow{shard: str("ShardID"), owner: str("AssignedTo"), checkpoint: str("Checkpoint")}
-			r.timeout, _ = time.Parse(time.RFC3339Nano, str("LeaseTimeout"))
-			if v, ok := item["LeaseEpoch"].(*ddbtypes.AttributeValueMemberN); ok {
-				r.epoch, _ = strconv.ParseInt(v.Value, 10, 64)
-			}
-			rows[r.shard] = r
+			r, _ := checkpoint.ParseLeaseRow(item)
+			rows[r.Shard] = r
 		}
 		if out.LastEvaluatedKey == nil {
 			return rows, nil
@@ -286,8 +271,8 @@ func (c *chaosRun) held() map[string][]string {
 	out := map[string][]string{}
 	now := time.Now()
 	for _, r := range rows {
-		if r.owner != "" && r.checkpoint != checkpoint.ShardEnd && r.timeout.After(now) {
-			out[r.owner] = append(out[r.owner], r.shard)
+		if r.Owner != "" && r.Checkpoint != checkpoint.ShardEnd && r.LeaseTimeout.After(now) {
+			out[r.Owner] = append(out[r.Owner], r.Shard)
 		}
 	}
 	for _, s := range out {

@@ -35,24 +35,24 @@ import (
 
 // noteLeases counts lease acquisitions (epoch increments) and moves (owner changes).
 // It also checks that a checkpoint never moves backwards and that SHARD_END is final.
-func (c *chaosRun) noteLeases(rows map[string]leaseRow) {
+func (c *chaosRun) noteLeases(rows map[string]checkpoint.LeaseRow) {
 	var bad []string
 	c.mu.Lock()
 	c.st.workerSamples[min(c.running, 3)]++
 	for shard, r := range rows {
 		prev := c.seen[shard]
-		if r.epoch > prev.epoch {
-			c.st.acquisitions += int(r.epoch - prev.epoch)
-			if prev.owner != "" && r.owner != prev.owner {
+		if r.Epoch > prev.Epoch {
+			c.st.acquisitions += int(r.Epoch - prev.Epoch)
+			if prev.Owner != "" && r.Owner != prev.Owner {
 				c.st.leaseMoves++
 			}
 		}
 		switch {
-		case prev.checkpoint == checkpoint.ShardEnd && r.checkpoint != checkpoint.ShardEnd:
-			bad = append(bad, fmt.Sprintf("shard %s: checkpoint SHARD_END was overwritten with %q (owner %s, epoch %d)", shard, r.checkpoint, r.owner, r.epoch))
-		case isSeq(prev.checkpoint) && isSeq(r.checkpoint) && change.CompareSeq(r.checkpoint, prev.checkpoint) < 0,
-			isSeq(prev.checkpoint) && r.checkpoint == "":
-			bad = append(bad, fmt.Sprintf("shard %s: checkpoint moved backwards from %s to %q (owner %s, epoch %d)", shard, prev.checkpoint, r.checkpoint, r.owner, r.epoch))
+		case prev.Checkpoint == checkpoint.ShardEnd && r.Checkpoint != checkpoint.ShardEnd:
+			bad = append(bad, fmt.Sprintf("shard %s: checkpoint SHARD_END was overwritten with %q (owner %s, epoch %d)", shard, r.Checkpoint, r.Owner, r.Epoch))
+		case isSeq(prev.Checkpoint) && isSeq(r.Checkpoint) && change.CompareSeq(r.Checkpoint, prev.Checkpoint) < 0,
+			isSeq(prev.Checkpoint) && r.Checkpoint == "":
+			bad = append(bad, fmt.Sprintf("shard %s: checkpoint moved backwards from %s to %q (owner %s, epoch %d)", shard, prev.Checkpoint, r.Checkpoint, r.Owner, r.Epoch))
 		}
 		c.seen[shard] = r
 	}
@@ -267,10 +267,10 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 	}
 	cps := map[string]string{}
 	for shard, r := range rows {
-		switch r.checkpoint {
+		switch r.Checkpoint {
 		case "", "TRIM_HORIZON", "LATEST", "AT_TIMESTAMP":
 		default:
-			cps[shard] = r.checkpoint
+			cps[shard] = r.Checkpoint
 		}
 	}
 	recs := map[string][]streamRecord{}
@@ -310,7 +310,7 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 		for src, seq := range last {
 			if wm := wms[src][shard]; !checkpoint.Covered(wm, seq) {
 				c.violation("%s check: shard %s is checkpointed at %s (owner %s, epoch %d) but table %s holds that shard only up to %q; its record %s at or below the checkpoint is not committed",
-					when, shard, cp, rows[shard].owner, rows[shard].epoch, src, wm, seq)
+					when, shard, cp, rows[shard].Owner, rows[shard].Epoch, src, wm, seq)
 			}
 		}
 	}
@@ -414,7 +414,7 @@ func (c *chaosRun) complete() (bool, string) {
 	var behind []string
 	for _, s := range all {
 		id := aws.ToString(s.ShardId)
-		cp := rows[id].checkpoint
+		cp := rows[id].Checkpoint
 		if s.SequenceNumberRange.EndingSequenceNumber != nil {
 			if cp != checkpoint.ShardEnd {
 				behind = append(behind, fmt.Sprintf("%s (closed) at %q", id, cp))
