@@ -60,9 +60,8 @@ type LeaseRow struct {
 	Exists bool
 }
 
-// Row is the former name of LeaseRow.
-//
-// Deprecated: use LeaseRow.
+// Row is the former name of LeaseRow, kept until its last users (the integration guard tests)
+// name LeaseRow; new code names LeaseRow.
 type Row = LeaseRow
 
 // LeaseKey is the key of a shard's lease row.
