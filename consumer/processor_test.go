@@ -41,11 +41,14 @@ func TestProcessorResumesAfterItsCheckpoint(t *testing.T) {
 	t.Parallel()
 	e := newProcEnv(t)
 	e.stream.first = "100"
-	if err := e.leases.Checkpoint(t.Context(), shard, func() int64 { e.take(e.leases, shard, me); return e.leases.Epoch(shard) }(), "200"); err != nil {
+	e.take(e.leases, shard, me)
+	if err := e.leases.Checkpoint(t.Context(), shard, e.leases.Epoch(shard), "200"); err != nil {
 		t.Fatal(err)
 	}
 	p := e.start(shard, "200")
 	e.sink.autoAck = true
+	deliver(p, "150") // a replayed record at or below the checkpoint
+	e.wantCheckpoint(shard, "200", "after a delivery below the checkpoint")
 	deliver(p, "201")
 	e.wantCheckpoint(shard, "201", "after the resumed delivery")
 	if _, _, _, trimmed := e.metrics.counts(); trimmed != 0 {
