@@ -3,10 +3,19 @@
 // finished, and the highest sequence number below which everything is committed. Only that
 // number may ever be written as the shard's Kinesis checkpoint (invariant 1).
 //
-// It also owns the names of the per-shard watermark properties that the sink writes into every
-// Iceberg commit.
+// It also owns the lease table and the persisted names:
+//
+//   - leaserow.go: every lease-table attribute (Attr*), LeaseRow and ParseLeaseRow, the one
+//     parser of lease rows;
+//   - leases.go: the lease rules and LeaseStore, the interface a shard processor uses;
+//   - dynamo.go: Leases, the DynamoDB store (the KCL's checkpointer, made safe);
+//   - memleases.go: MemLeaseTable and MemLeases, the in-memory store for tests, with the same
+//     rules (leasetest holds the contract both keep);
+//   - watermark.go: the per-shard watermark properties the sink writes into every Iceberg
+//     commit.
 //
 // Concurrency: a Shard is shared by the shard processor that registers deliveries (one goroutine
 // at a time) and the table writers that acknowledge events (many goroutines); every method is
-// safe for concurrent use. No lock is held across I/O.
+// safe for concurrent use. Leases and MemLeases are safe for concurrent use; each of their
+// writes is one conditional update. No lock is held across I/O.
 package checkpoint

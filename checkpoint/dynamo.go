@@ -15,24 +15,14 @@ import (
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
 )
 
-// Lease table attributes. The first five are the KCL's; LeaseEpoch is ours.
+// Short names of the lease-table attributes in this file's expressions.
 const (
-	attrShard   = chk.LeaseKeyKey
-	attrOwner   = chk.LeaseOwnerKey
-	attrTimeout = chk.LeaseTimeoutKey
-	attrSeq     = chk.SequenceNumberKey
-	attrParent  = chk.ParentShardIdKey
-	attrEpoch   = "LeaseEpoch"
-	// ShardEnd is the checkpoint of a shard that was read to its end and fully committed.
-	ShardEnd = chk.ShardEnd
+	attrOwner   = AttrAssignedTo
+	attrTimeout = AttrLeaseTimeout
+	attrSeq     = AttrCheckpoint
+	attrParent  = AttrParentShardID
+	attrEpoch   = AttrLeaseEpoch
 )
-
-// ErrFenced means a checkpoint was refused because the lease moved on: another worker holds
-// it, or this worker re-acquired it under a newer epoch.
-var ErrFenced = errors.New("checkpoint: lease is held by someone else or under a newer epoch")
-
-// ErrRegression means a checkpoint was refused because it would move backwards.
-var ErrRegression = errors.New("checkpoint: refusing to move a checkpoint backwards")
 
 // DynamoDBAPI is the part of the DynamoDB client the checkpointer uses (the KCL's interface).
 type DynamoDBAPI = chk.DynamoDBAPI
@@ -73,54 +63,15 @@ func (l *Leases) Epoch(shard string) int64 {
 	return l.epochs[shard]
 }
 
-func (l *Leases) key(shard string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{attrShard: &types.AttributeValueMemberS{Value: shard}}
-}
-
-// Row is one lease-table row.
-type Row struct {
-	Shard, Owner, Checkpoint, Parent string
-	LeaseTimeout                     time.Time
-	// LeaseTimeoutText is the stored text of LeaseTimeout (conditions compare the string).
-	LeaseTimeoutText string
-	Epoch            int64
-	Exists           bool
-}
-
 // Get reads a lease row with a consistent read.
-func (l *Leases) Get(ctx context.Context, shard string) (Row, error) {
-	out, err := l.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(l.table), Key: l.key(shard), ConsistentRead: aws.Bool(true)})
+func (l *Leases) Get(ctx context.Context, shard string) (LeaseRow, error) {
+	out, err := l.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(l.table), Key: LeaseKey(shard), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return Row{}, fmt.Errorf("read lease of %s: %w", shard, err)
+		return LeaseRow{}, fmt.Errorf("read lease of %s: %w", shard, err)
 	}
-	return parseRow(shard, out.Item)
-}
-
-func parseRow(shard string, item map[string]types.AttributeValue) (Row, error) {
-	r := Row{Shard: shard, Exists: item != nil}
-	str := func(k string) string {
-		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
-			return v.Value
-		}
-		return ""
-	}
-	r.Owner, r.Checkpoint, r.Parent = str(attrOwner), str(attrSeq), str(attrParent)
-	if t := str(attrTimeout); t != "" {
-		r.LeaseTimeoutText = t
-		ts, err := time.Parse(time.RFC3339Nano, t)
-		if err != nil {
-			return r, fmt.Errorf("lease of %s: bad %s %q: %w", shard, attrTimeout, t, err)
-		}
-		r.LeaseTimeout = ts
-	}
-	if v, ok := item[attrEpoch].(*types.AttributeValueMemberN); ok {
-		n, err := strconv.ParseInt(v.Value, 10, 64)
-		if err != nil {
-			return r, fmt.Errorf("lease of %s: bad %s %q: %w", shard, attrEpoch, v.Value, err)
-		}
-		r.Epoch = n
-	}
-	return r, nil
+	r, err := ParseLeaseRow(out.Item)
+	r.Shard = shard
+	return r, err
 }
 
 // GetLease takes or renews the lease of a shard for newOwner (the KCL calls it for both). It is
@@ -134,17 +85,9 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 		return err
 	}
 	now := l.now().UTC()
-	expired := !now.Before(cur.LeaseTimeout)
-	if cur.Owner != "" && cur.Owner != newOwner && !expired {
-		return chk.ErrLeaseNotAcquired{}
-	}
-	l.mu.Lock()
-	mine := l.epochs[shard.ID]
-	l.mu.Unlock()
-	renewal := cur.Owner == newOwner && !expired && mine != 0 && mine == cur.Epoch
-	epoch := cur.Epoch
-	if !renewal {
-		epoch = cur.Epoch + 1 // acquisition
+	epoch, err := leaseEpoch(cur, newOwner, l.Epoch(shard.ID), now)
+	if err != nil {
+		return err
 	}
 	timeout := now.Add(l.duration)
 	names := map[string]string{"#o": attrOwner, "#t": attrTimeout, "#e": attrEpoch}
@@ -176,7 +119,7 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 		cond += " AND #e = :old_epoch"
 		values[":old_epoch"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(cur.Epoch, 10)}
 	}
-	_, err = l.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(l.table), Key: l.key(shard.ID),
+	_, err = l.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(l.table), Key: LeaseKey(shard.ID),
 		UpdateExpression: aws.String(update), ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values})
 	if err != nil {
@@ -221,7 +164,7 @@ func (l *Leases) Checkpoint(ctx context.Context, shard string, epoch int64, seq 
 		values[":len"] = &types.AttributeValueMemberN{Value: strconv.Itoa(len(seq))}
 		cond += " AND (attribute_not_exists(#c) OR size(#c) < :len OR (size(#c) = :len AND #c <= :seq))"
 	}
-	_, err := l.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(l.table), Key: l.key(shard),
+	_, err := l.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(l.table), Key: LeaseKey(shard),
 		UpdateExpression: aws.String("SET #c = :seq"), ConditionExpression: aws.String(cond),
 		ExpressionAttributeNames: names, ExpressionAttributeValues: values})
 	if err == nil {
@@ -235,10 +178,7 @@ func (l *Leases) Checkpoint(ctx context.Context, shard string, epoch int64, seq 
 	if gerr != nil {
 		return fmt.Errorf("checkpoint %s at %s refused: %w", shard, seq, gerr)
 	}
-	if cur.Owner != l.worker || cur.Epoch != epoch {
-		return fmt.Errorf("%w (shard %s: owner %q epoch %d, ours %q epoch %d)", ErrFenced, shard, cur.Owner, cur.Epoch, l.worker, epoch)
-	}
-	return fmt.Errorf("%w (shard %s: stored %q, refused %q)", ErrRegression, shard, cur.Checkpoint, seq)
+	return refusal(cur, shard, l.worker, epoch, seq)
 }
 
 // ShardFinished reports whether a shard's lease row says it was read to its end and committed.

@@ -9,6 +9,7 @@ import (
 )
 
 func TestCommittedAdvancesOnlyOverFinishedPrefix(t *testing.T) {
+	t.Parallel()
 	s := NewShard("shardId-0", "5")
 	d1 := s.Begin("10", 2)
 	d2 := s.Begin("20", 1)
@@ -39,6 +40,7 @@ func TestCommittedAdvancesOnlyOverFinishedPrefix(t *testing.T) {
 }
 
 func TestEmptyDeliveryFinishesAtOnce(t *testing.T) {
+	t.Parallel()
 	s := NewShard("s", "")
 	s.Begin("7", 0)
 	if got := s.Committed(); got != "7" {
@@ -47,6 +49,7 @@ func TestEmptyDeliveryFinishesAtOnce(t *testing.T) {
 }
 
 func TestSequenceNumbersCompareNumerically(t *testing.T) {
+	t.Parallel()
 	s := NewShard("s", "99")
 	s.Begin("100", 0)
 	if got := s.Committed(); got != "100" {
@@ -55,6 +58,7 @@ func TestSequenceNumbersCompareNumerically(t *testing.T) {
 }
 
 func TestOverAckPanics(t *testing.T) {
+	t.Parallel()
 	s := NewShard("s", "")
 	d := s.Begin("1", 1)
 	d.Done(1)
@@ -67,6 +71,7 @@ func TestOverAckPanics(t *testing.T) {
 }
 
 func TestWaitIdleConcurrentAcks(t *testing.T) {
+	t.Parallel()
 	s := NewShard("s", "")
 	const deliveries, events = 50, 20
 	ds := make([]*Delivery, deliveries)
@@ -91,6 +96,7 @@ func TestWaitIdleConcurrentAcks(t *testing.T) {
 }
 
 func TestWatermarks(t *testing.T) {
+	t.Parallel()
 	props := map[string]string{
 		WatermarkKey("st", "shardId-1"):    "123",
 		WatermarkKey("other", "shardId-1"): "999",
@@ -109,6 +115,7 @@ func TestWatermarks(t *testing.T) {
 // never finishes: Abandon lets the deliveries before it drain and be committed, and keeps the
 // committed sequence number below it whatever is acknowledged later.
 func TestAbandonedDeliveryIsNeverCommittedAndDoesNotBlockTheDrain(t *testing.T) {
+	t.Parallel()
 	s := NewShard("s", "5")
 	d1 := s.Begin("10", 1)
 	d2 := s.Begin("20", 3) // only 2 of its 3 events were handed on

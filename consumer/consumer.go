@@ -109,7 +109,7 @@ type Consumer struct {
 	metrics Metrics
 	kclMon  kclmetrics.MonitoringService
 
-	leases *checkpoint.Leases
+	leases checkpoint.LeaseStore
 	kc     KinesisAPI
 	shards *shardMap
 
@@ -196,10 +196,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if kcfg.InitialPositionInStream == kclcfg.LATEST {
 		return errors.New("consumer: refusing to start at LATEST")
 	}
-	c.leases = checkpoint.NewLeases(chk.NewDynamoCheckpoint(kcfg).WithDynamoDB(ddb), ddb, c.cfg.Application, c.cfg.WorkerID, c.cfg.Failover)
+	leases := checkpoint.NewLeases(chk.NewDynamoCheckpoint(kcfg).WithDynamoDB(ddb), ddb, c.cfg.Application, c.cfg.WorkerID, c.cfg.Failover)
+	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
-	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(c.leases)
+	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(leases)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)
 	}
@@ -268,8 +269,8 @@ func ensureLeaseTable(ctx context.Context, ddb *dynamodb.Client, name string) er
 	}
 	_, err = ddb.CreateTable(ctx, &dynamodb.CreateTableInput{
 		TableName:            aws.String(name),
-		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("ShardID"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
-		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("ShardID"), KeyType: ddbtypes.KeyTypeHash}},
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(checkpoint.AttrShardID), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(checkpoint.AttrShardID), KeyType: ddbtypes.KeyTypeHash}},
 		BillingMode:          ddbtypes.BillingModePayPerRequest,
 	})
 	var inUse *ddbtypes.ResourceInUseException

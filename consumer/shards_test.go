@@ -45,6 +45,7 @@ func (f *fakeKinesis) GetRecords(_ context.Context, in *kinesis.GetRecordsInput,
 }
 
 func TestShardMapFollowsPagesAndKnowsBothParents(t *testing.T) {
+	t.Parallel()
 	f := &fakeKinesis{shards: []ktypes.Shard{
 		{ShardId: aws.String("s0")},
 		{ShardId: aws.String("s1")},
@@ -68,6 +69,7 @@ func TestShardMapFollowsPagesAndKnowsBothParents(t *testing.T) {
 }
 
 func TestTrimmedPastDetectsACheckpointOlderThanRetention(t *testing.T) {
+	t.Parallel()
 	f := &fakeKinesis{first: "200"}
 	gap, err := trimmedPast(context.Background(), f, "stream", "s0", "150")
 	if err != nil || !gap {

@@ -249,6 +249,7 @@ var convertCases = []convertCase{
 }
 
 func TestConvert(t *testing.T) {
+	t.Parallel()
 	for _, tc := range convertCases {
 		d, err := Convert(tc.t, tc.v)
 		name := tc.t.String() + " " + tc.v.Text
@@ -280,6 +281,7 @@ func TestConvert(t *testing.T) {
 }
 
 func TestConvertNull(t *testing.T) {
+	t.Parallel()
 	for _, tc := range convertCases {
 		d, err := Convert(tc.t, nullv)
 		if err != nil || d != (Datum{Null: true}) {
@@ -289,6 +291,7 @@ func TestConvertNull(t *testing.T) {
 }
 
 func TestConvertDatumLayout(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		t    iceberg.Type
 		v    change.Value
@@ -317,6 +320,7 @@ func TestConvertDatumLayout(t *testing.T) {
 }
 
 func TestConvertErrorText(t *testing.T) {
+	t.Parallel()
 	long := strings.Repeat("é", 40) // 80 bytes
 	_, err := Convert(tLong, str(long))
 	var ce *ConvertError
@@ -334,6 +338,7 @@ func TestConvertErrorText(t *testing.T) {
 
 // TestRenderReconvert: the text Render produces converts back to the same Datum.
 func TestRenderReconvert(t *testing.T) {
+	t.Parallel()
 	for _, tc := range convertCases {
 		if tc.err != "" {
 			continue
@@ -356,6 +361,7 @@ func TestRenderReconvert(t *testing.T) {
 // gives back the converted Datum, for every successful conversion case and a null, through the
 // Arrow types ArrowSchema produces.
 func TestArrowRoundTrip(t *testing.T) {
+	t.Parallel()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 
@@ -427,6 +433,7 @@ func TestArrowRoundTrip(t *testing.T) {
 }
 
 func TestArrowSchemaRequired(t *testing.T) {
+	t.Parallel()
 	sc := iceberg.NewSchemaWithIdentifiers(0, []int{1},
 		iceberg.NestedField{ID: 1, Name: "id", Type: tLong, Required: true},
 		iceberg.NestedField{ID: 2, Name: "ts", Type: tTSTZ},
@@ -452,6 +459,7 @@ func TestArrowSchemaRequired(t *testing.T) {
 
 // TestRenderArrowVariants covers Arrow types a scan may return instead of the written ones.
 func TestRenderArrowVariants(t *testing.T) {
+	t.Parallel()
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 
@@ -510,6 +518,7 @@ func TestRenderArrowVariants(t *testing.T) {
 }
 
 func TestAppendKey(t *testing.T) {
+	t.Parallel()
 	type col struct {
 		t iceberg.Type
 		v change.Value

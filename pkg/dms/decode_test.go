@@ -366,6 +366,7 @@ func cfgOf(c decodeCase) Config {
 }
 
 func TestDecodeGolden(t *testing.T) {
+	t.Parallel()
 	for _, tc := range decodeCases {
 		t.Run(tc.name, func(t *testing.T) {
 			d := NewDecoder(cfgOf(tc))
@@ -409,6 +410,7 @@ func TestDecodeGolden(t *testing.T) {
 // TestDecodeFormatting decodes every valid golden input in compact and in indented form: the
 // result must not depend on whitespace or a trailing newline.
 func TestDecodeFormatting(t *testing.T) {
+	t.Parallel()
 	for _, tc := range decodeCases {
 		if tc.kind != 0 || !json.Valid([]byte(tc.in)) {
 			continue
@@ -438,6 +440,7 @@ func TestDecodeFormatting(t *testing.T) {
 // TestDecodeNoAliasing checks that an event's strings survive the decoder being reused and
 // the input buffer being overwritten.
 func TestDecodeNoAliasing(t *testing.T) {
+	t.Parallel()
 	d := NewDecoder(biCfg)
 	var evs []*change.Event
 	var wants []string
@@ -475,6 +478,7 @@ func TestDecodeNoAliasing(t *testing.T) {
 // TestDecodeReuseEvent decodes into the same Event repeatedly: Columns capacity is reused and
 // nothing of the previous record leaks into the next.
 func TestDecodeReuseEvent(t *testing.T) {
+	t.Parallel()
 	decoders := map[Config]*Decoder{}
 	var ev change.Event
 	for round := 0; round < 3; round++ {
@@ -502,6 +506,7 @@ func TestDecodeReuseEvent(t *testing.T) {
 }
 
 func TestDecodeBigRecordGrowsArena(t *testing.T) {
+	t.Parallel()
 	// Nested values whose compact form is produced by fastjson; make sure many columns and
 	// long strings work and the arena growth path is exercised via escapes of keys in JSON.
 	var b strings.Builder
@@ -530,6 +535,7 @@ func TestDecodeBigRecordGrowsArena(t *testing.T) {
 }
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -553,6 +559,7 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestErrorKindStrings(t *testing.T) {
+	t.Parallel()
 	seen := map[string]bool{}
 	for k := ErrSyntax; k <= ErrBadField; k++ {
 		s := k.String()

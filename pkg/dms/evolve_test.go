@@ -9,6 +9,7 @@ import (
 )
 
 func TestPlanSchema(t *testing.T) {
+	t.Parallel()
 	i32, i64, str, f32, f64 := iceberg.PrimitiveTypes.Int32, iceberg.PrimitiveTypes.Int64, iceberg.PrimitiveTypes.String,
 		iceberg.PrimitiveTypes.Float32, iceberg.PrimitiveTypes.Float64
 	dec := iceberg.DecimalTypeOf
@@ -70,6 +71,7 @@ func TestPlanSchema(t *testing.T) {
 }
 
 func TestScannerSplitsBothFormats(t *testing.T) {
+	t.Parallel()
 	in := "\n{\"a\":1}\n{\n\t\"b\":\t{\n\t\t\"c\":\t\"}{\"\n\t}\n}\n  \n{\"d\":[1,{\"e\":2}]}{\"f\":3}\ngarbage\n{\"open\":\n{\"x\":1}\n{\"last\":true}"
 	sc := NewScanner(strings.NewReader(in))
 	var got []string

@@ -28,6 +28,7 @@ var update = flag.Bool("update", false, "rewrite the golden files of TestGolden"
 //
 // #config applies to the whole file and must come before the first message.
 func TestGolden(t *testing.T) {
+	t.Parallel()
 	inputs, err := filepath.Glob(filepath.Join("testdata", "golden", "*.dms"))
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ func defs(types ...string) []change.ColumnDef {
 }
 
 func TestDetectVocabulary(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		types []string
 		want  Vocabulary
@@ -45,6 +46,7 @@ func TestDetectVocabulary(t *testing.T) {
 }
 
 func TestIcebergType(t *testing.T) {
+	t.Parallel()
 	var (
 		I, P, U = VocabularyInternal, VocabularyParquet, VocabularyUnknown
 		tz      = TypeOptions{TimestampTZ: true}
@@ -136,6 +138,7 @@ func TestIcebergType(t *testing.T) {
 }
 
 func TestIcebergTypeUnknown(t *testing.T) {
+	t.Parallel()
 	got, err := IcebergType(change.ColumnDef{Name: "geo", Type: "GEOMETRY"}, VocabularyUnknown, TypeOptions{})
 	if !errors.Is(err, ErrUnknownType) {
 		t.Fatalf("err %v, want ErrUnknownType", err)
@@ -146,6 +149,7 @@ func TestIcebergTypeUnknown(t *testing.T) {
 }
 
 func TestInferType(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		v    change.Value
 		want iceberg.Type

@@ -1,0 +1,103 @@
+package checkpoint
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
+)
+
+// The attributes of a lease-table row: one row per shard, keyed by AttrShardID. All but
+// AttrLeaseEpoch are the KCL's (vmware-go-kcl-v2); every reader and writer of the lease table
+// names them through these constants, never through literals.
+const (
+	// AttrShardID (S) is the table's hash key: the Kinesis shard id.
+	AttrShardID = chk.LeaseKeyKey
+	// AttrAssignedTo (S) is the worker id of the lease's owner; absent for a lease never taken.
+	AttrAssignedTo = chk.LeaseOwnerKey
+	// AttrLeaseTimeout (S, RFC 3339 with nanoseconds, UTC) is when the owner's lease ends unless
+	// renewed. Conditions compare its stored text.
+	AttrLeaseTimeout = chk.LeaseTimeoutKey
+	// AttrCheckpoint (S) is the shard's checkpoint: the highest sequence number below which
+	// every change is committed to its tables, or ShardEnd. Written only by Leases.Checkpoint.
+	AttrCheckpoint = chk.SequenceNumberKey
+	// AttrParentShardID (S) is the shard's parent (a split's or a merge's first parent), as the
+	// KCL records it when it takes the lease.
+	AttrParentShardID = chk.ParentShardIdKey
+	// AttrClaimRequest (S) is the KCL's lease-stealing claim. dms2iceberg disables lease
+	// stealing, so it is never written; it is named here so that the list is complete.
+	AttrClaimRequest = chk.ClaimRequestKey
+	// AttrLeaseEpoch (N) is ours: incremented by every acquisition (never by a renewal), so that
+	// a checkpoint conditional on it is refused once the lease has moved on, even back to the
+	// same worker.
+	AttrLeaseEpoch = "LeaseEpoch"
+)
+
+// ShardEnd is the checkpoint of a shard that was read to its end and fully committed.
+const ShardEnd = chk.ShardEnd
+
+// LeaseRow is one lease-table row, as ParseLeaseRow reads it.
+type LeaseRow struct {
+	// Shard is AttrShardID.
+	Shard string
+	// Owner is AttrAssignedTo ("" for none).
+	Owner string
+	// Checkpoint is AttrCheckpoint ("" for none).
+	Checkpoint string
+	// Parent is AttrParentShardID ("" for none).
+	Parent string
+	// LeaseTimeout is AttrLeaseTimeout (zero when absent or malformed).
+	LeaseTimeout time.Time
+	// LeaseTimeoutText is the stored text of LeaseTimeout (conditions compare the string).
+	LeaseTimeoutText string
+	// Epoch is AttrLeaseEpoch (0 when absent or malformed: the lease was never acquired by
+	// dms2iceberg).
+	Epoch int64
+	// Exists is false when there is no row at all.
+	Exists bool
+}
+
+// Row is the former name of LeaseRow, kept until its last users (the integration guard tests)
+// name LeaseRow; new code names LeaseRow.
+type Row = LeaseRow
+
+// LeaseKey is the key of a shard's lease row.
+func LeaseKey(shard string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{AttrShardID: &types.AttributeValueMemberS{Value: shard}}
+}
+
+// ParseLeaseRow reads a lease-table item (from GetItem or Scan; nil for no row). A malformed
+// LeaseTimeout or LeaseEpoch is reported in the error and left zero in the row, whose other
+// fields are filled: a reader that only displays rows may ignore the error; the lease logic
+// does not.
+func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
+	str := func(k string) string {
+		if v, ok := item[k].(*types.AttributeValueMemberS); ok {
+			return v.Value
+		}
+		return ""
+	}
+	r := LeaseRow{Exists: item != nil, Shard: str(AttrShardID), Owner: str(AttrAssignedTo),
+		Checkpoint: str(AttrCheckpoint), Parent: str(AttrParentShardID), LeaseTimeoutText: str(AttrLeaseTimeout)}
+	var errs []error
+	if t := r.LeaseTimeoutText; t != "" {
+		ts, err := time.Parse(time.RFC3339Nano, t)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lease of %s: bad %s %q: %w", r.Shard, AttrLeaseTimeout, t, err))
+		} else {
+			r.LeaseTimeout = ts
+		}
+	}
+	if v, ok := item[AttrLeaseEpoch].(*types.AttributeValueMemberN); ok {
+		n, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lease of %s: bad %s %q: %w", r.Shard, AttrLeaseEpoch, v.Value, err))
+		} else {
+			r.Epoch = n
+		}
+	}
+	return r, errors.Join(errs...)
+}

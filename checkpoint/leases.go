@@ -1,0 +1,81 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// The lease rules, shared by the DynamoDB store (Leases) and the in-memory one (MemLeases):
+//
+//   - acquisition and renewal (GetLease) never write the checkpoint, so a renewal can never roll
+//     a checkpoint back;
+//   - every acquisition (not renewal) increments the epoch;
+//   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
+//     never over ShardEnd.
+
+// ErrFenced means a checkpoint was refused because the lease moved on: another worker holds
+// it, or this worker re-acquired it under a newer epoch.
+var ErrFenced = errors.New("checkpoint: lease is held by someone else or under a newer epoch")
+
+// ErrRegression means a checkpoint was refused because it would move backwards (or over
+// ShardEnd).
+var ErrRegression = errors.New("checkpoint: refusing to move a checkpoint backwards")
+
+// LeaseStore is what a shard processor needs of the lease table: the epoch it was started
+// under, the fenced checkpoint write, and whether a (parent) shard is finished. Leases (DynamoDB)
+// and MemLeases (in memory, for tests) implement it with the same semantics; both are safe for
+// concurrent use.
+type LeaseStore interface {
+	// Epoch returns the epoch under which this worker holds the shard's lease (0 if it does not).
+	Epoch(shard string) int64
+	// Checkpoint writes seq (a sequence number, or ShardEnd) as the shard's checkpoint, only if
+	// this worker still holds the lease under epoch (else ErrFenced), the stored checkpoint is
+	// not ShardEnd and, for a sequence number, not higher (else ErrRegression).
+	Checkpoint(ctx context.Context, shard string, epoch int64, seq string) error
+	// ShardFinished reports whether the shard's row says it was read to its end and committed.
+	ShardFinished(ctx context.Context, shard string) (bool, error)
+}
+
+var (
+	_ LeaseStore = (*Leases)(nil)
+	_ LeaseStore = (*MemLeases)(nil)
+)
+
+// leaseEpoch decides a GetLease of newOwner over the stored row cur: the KCL's
+// ErrLeaseNotAcquired while another owner's lease runs, else the epoch to write. It is a renewal
+// (same epoch) when newOwner holds the unexpired lease under the epoch it recorded (mine); anything
+// else is an acquisition (epoch + 1).
+func leaseEpoch(cur LeaseRow, newOwner string, mine int64, now time.Time) (int64, error) {
+	expired := !now.Before(cur.LeaseTimeout)
+	if cur.Owner != "" && cur.Owner != newOwner && !expired {
+		return 0, chk.ErrLeaseNotAcquired{}
+	}
+	if cur.Owner == newOwner && !expired && mine != 0 && mine == cur.Epoch {
+		return cur.Epoch, nil
+	}
+	return cur.Epoch + 1, nil
+}
+
+// checkpointAllowed is the checkpoint rule: worker may write seq over cur under epoch. (Leases
+// states the same rule as a DynamoDB condition expression.)
+func checkpointAllowed(cur LeaseRow, worker string, epoch int64, seq string) bool {
+	if cur.Owner != worker || cur.Epoch != epoch || cur.Checkpoint == ShardEnd {
+		return false
+	}
+	return seq == ShardEnd || change.CompareSeq(cur.Checkpoint, seq) <= 0
+}
+
+// refusal explains a refused checkpoint from the row as it is now: ErrFenced when the lease
+// moved on, else ErrRegression.
+func refusal(cur LeaseRow, shard, worker string, epoch int64, seq string) error {
+	if cur.Owner != worker || cur.Epoch != epoch {
+		return fmt.Errorf("%w (shard %s: owner %q epoch %d, ours %q epoch %d)", ErrFenced, shard, cur.Owner, cur.Epoch, worker, epoch)
+	}
+	return fmt.Errorf("%w (shard %s: stored %q, refused %q)", ErrRegression, shard, cur.Checkpoint, seq)
+}

@@ -1,0 +1,231 @@
+package leasetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
+	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+)
+
+// Store is one worker's view of a lease table: the processor's LeaseStore plus the KCL's lease
+// call and a consistent read of a row.
+type Store interface {
+	checkpoint.LeaseStore
+	// GetLease takes or renews the lease of a shard for newOwner.
+	GetLease(shard *par.ShardStatus, newOwner string) error
+	// Get reads a shard's row.
+	Get(ctx context.Context, shard string) (checkpoint.LeaseRow, error)
+}
+
+// Table is a lease table under test.
+type Table interface {
+	// Worker returns worker's store with a lease duration long enough that no lease expires
+	// during a test unless Expire ends it.
+	Worker(t *testing.T, worker string) Store
+	// Expire ends the shard's current lease now, as if its owner had stalled past the lease
+	// duration, without changing anything else of the row.
+	Expire(t *testing.T, shard string)
+}
+
+// Run runs the contract against the table newTable returns (called once).
+func Run(t *testing.T, newTable func(t *testing.T) Table) {
+	tbl := newTable(t)
+	for _, c := range []struct {
+		name string
+		run  func(t *testing.T, tbl Table, shard string)
+	}{
+		{"AcquireSetsOwnerAndFirstEpoch", acquire},
+		{"UnexpiredLeaseOfAnotherIsNotTaken", unexpiredNotTaken},
+		{"RenewalKeepsEpochAndNeverWritesCheckpoint", renewal},
+		{"TakeoverFencesOldOwner", takeover},
+		{"ReacquisitionFencesOwnOlderEpoch", reacquisition},
+		{"CheckpointNeverMovesBackwards", neverBackwards},
+		{"ShardEndIsFinal", shardEndFinal},
+		{"CheckpointWithoutLeaseIsFenced", withoutLease},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			c.run(t, tbl, "shardId-"+c.name)
+		})
+	}
+}
+
+func status(id, parent, inMemoryCheckpoint string) *par.ShardStatus {
+	return &par.ShardStatus{ID: id, ParentShardId: parent, Checkpoint: inMemoryCheckpoint, Mux: &sync.RWMutex{}}
+}
+
+func take(t *testing.T, s Store, shard, owner string) int64 {
+	t.Helper()
+	if err := s.GetLease(status(shard, "", ""), owner); err != nil {
+		t.Fatalf("%s takes %s: %v", owner, shard, err)
+	}
+	return s.Epoch(shard)
+}
+
+func row(t *testing.T, s Store, shard string) checkpoint.LeaseRow {
+	t.Helper()
+	r, err := s.Get(t.Context(), shard)
+	if err != nil {
+		t.Fatalf("read %s: %v", shard, err)
+	}
+	return r
+}
+
+func mustCheckpoint(t *testing.T, s Store, shard string, epoch int64, seq string) {
+	t.Helper()
+	if err := s.Checkpoint(t.Context(), shard, epoch, seq); err != nil {
+		t.Fatalf("checkpoint %s at %s (epoch %d): %v", shard, seq, epoch, err)
+	}
+}
+
+func refused(t *testing.T, s Store, shard string, epoch int64, seq string, want error) {
+	t.Helper()
+	if err := s.Checkpoint(t.Context(), shard, epoch, seq); !errors.Is(err, want) {
+		t.Fatalf("checkpoint %s at %s (epoch %d): %v, want %v", shard, seq, epoch, err, want)
+	}
+}
+
+func acquire(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	if e := a.Epoch(shard); e != 0 {
+		t.Fatalf("epoch %d before any lease, want 0", e)
+	}
+	if r := row(t, a, shard); r.Exists || r.Shard != shard {
+		t.Fatalf("row before any lease: %+v, want none", r)
+	}
+	sh := status(shard, "shardId-parent", "")
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatal(err)
+	}
+	r := row(t, a, shard)
+	if !r.Exists || r.Owner != "A" || r.Epoch != 1 || a.Epoch(shard) != 1 || r.Parent != "shardId-parent" || r.Checkpoint != "" {
+		t.Fatalf("row after the first acquisition: %+v (worker's epoch %d), want owner A, epoch 1, parent recorded, no checkpoint", r, a.Epoch(shard))
+	}
+	if r.LeaseTimeout.IsZero() || r.LeaseTimeoutText == "" || sh.GetLeaseOwner() != "A" || !sh.LeaseTimeout.Equal(r.LeaseTimeout) {
+		t.Fatalf("lease timeout %v (%q), shard status owner %q timeout %v", r.LeaseTimeout, r.LeaseTimeoutText, sh.GetLeaseOwner(), sh.LeaseTimeout)
+	}
+	if fin, err := a.ShardFinished(t.Context(), shard); err != nil || fin {
+		t.Fatalf("ShardFinished of a fresh lease = %v, %v", fin, err)
+	}
+}
+
+func unexpiredNotTaken(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	e := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, e, "100")
+	if err := b.GetLease(status(shard, "", ""), "B"); !errors.As(err, &chk.ErrLeaseNotAcquired{}) {
+		t.Fatalf("B took A's unexpired lease: %v", err)
+	}
+	if r := row(t, a, shard); r.Owner != "A" || r.Epoch != e || r.Checkpoint != "100" || b.Epoch(shard) != 0 {
+		t.Fatalf("row after B's refused attempt: %+v (B's epoch %d)", r, b.Epoch(shard))
+	}
+}
+
+func renewal(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	sh := status(shard, "", "")
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatal(err)
+	}
+	e := a.Epoch(shard)
+	mustCheckpoint(t, a, shard, e, "100")
+	sh.SetCheckpoint("38") // a stale in-memory value, as the KCL keeps it
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	if r := row(t, a, shard); r.Checkpoint != "100" || r.Epoch != e || a.Epoch(shard) != e {
+		t.Fatalf("row after the renewal: %+v (worker's epoch %d), want checkpoint 100 and epoch %d kept", r, a.Epoch(shard), e)
+	}
+	mustCheckpoint(t, a, shard, e, "200") // the renewed lease still checkpoints
+}
+
+func takeover(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	zombie := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, zombie, "100")
+	tbl.Expire(t, shard) // A stalls past the lease duration
+	eb := take(t, b, shard, "B")
+	if eb != zombie+1 {
+		t.Fatalf("takeover epoch %d, want %d", eb, zombie+1)
+	}
+	refused(t, a, shard, zombie, "200", checkpoint.ErrFenced)
+	if r := row(t, b, shard); r.Owner != "B" || r.Checkpoint != "100" || r.Epoch != eb {
+		t.Fatalf("row after the zombie's attempt: %+v", r)
+	}
+	if err := a.GetLease(status(shard, "", ""), "A"); !errors.As(err, &chk.ErrLeaseNotAcquired{}) {
+		t.Fatalf("the zombie took back B's unexpired lease: %v", err)
+	}
+	mustCheckpoint(t, b, shard, eb, "200")
+}
+
+func reacquisition(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	old := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, old, "100")
+	tbl.Expire(t, shard)
+	e := take(t, a, shard, "A") // expired: an acquisition, not a renewal
+	if e != old+1 {
+		t.Fatalf("re-acquisition epoch %d, want %d", e, old+1)
+	}
+	refused(t, a, shard, old, "300", checkpoint.ErrFenced)
+	mustCheckpoint(t, a, shard, e, "300")
+	if r := row(t, a, shard); r.Checkpoint != "300" || r.Epoch != e {
+		t.Fatalf("row: %+v", r)
+	}
+}
+
+func neverBackwards(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	e := take(t, a, shard, "A")
+	lo, hi := "49680676645530718379842435000698513630969073433269239810", "49680676645530718379842435000698513630969073433269239999"
+	mustCheckpoint(t, a, shard, e, hi)
+	refused(t, a, shard, e, lo, checkpoint.ErrRegression)
+	refused(t, a, shard, e, "999", checkpoint.ErrRegression) // fewer digits: lower
+	mustCheckpoint(t, a, shard, e, hi)                       // the same again: not backwards
+	if r := row(t, a, shard); r.Checkpoint != hi {
+		t.Fatalf("stored %q, want %s", r.Checkpoint, hi)
+	}
+	longer := hi + "0"
+	mustCheckpoint(t, a, shard, e, longer)
+	if r := row(t, a, shard); r.Checkpoint != longer {
+		t.Fatalf("stored %q, want %s", r.Checkpoint, longer)
+	}
+}
+
+func shardEndFinal(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	e := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, e, "100")
+	mustCheckpoint(t, a, shard, e, checkpoint.ShardEnd)
+	refused(t, a, shard, e, "123", checkpoint.ErrRegression)
+	refused(t, a, shard, e, checkpoint.ShardEnd, checkpoint.ErrRegression)
+	fin, err := b.ShardFinished(t.Context(), shard)
+	if err != nil || !fin {
+		t.Fatalf("ShardFinished seen by another worker = %v, %v", fin, err)
+	}
+	// A later owner of the finished shard cannot overwrite SHARD_END either.
+	tbl.Expire(t, shard)
+	eb := take(t, b, shard, "B")
+	refused(t, b, shard, eb, "200", checkpoint.ErrRegression)
+	if r := row(t, b, shard); r.Checkpoint != checkpoint.ShardEnd {
+		t.Fatalf("stored %q, want SHARD_END", r.Checkpoint)
+	}
+}
+
+func withoutLease(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	refused(t, a, shard, 1, "100", checkpoint.ErrFenced)
+	if r := row(t, a, shard); r.Exists {
+		t.Fatalf("a refused checkpoint created the row %+v", r)
+	}
+	e := take(t, a, shard, "A")
+	refused(t, b, shard, e, "100", checkpoint.ErrFenced) // B never held it, even under A's epoch
+	if r := row(t, a, shard); r.Checkpoint != "" {
+		t.Fatalf("stored %q after B's refused checkpoint", r.Checkpoint)
+	}
+}

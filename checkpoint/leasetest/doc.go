@@ -1,0 +1,9 @@
+// Package leasetest holds the contract every lease store of package checkpoint must keep
+// (checkpoint.Leases over DynamoDB, checkpoint.MemLeases in memory): Run drives a store through
+// acquisition, renewal, fencing, the never-backwards rule and the finality of SHARD_END. The
+// in-memory store runs it in checkpoint's unit tests; the DynamoDB one in the integration tests,
+// against the emulator.
+//
+// Concurrency: Run's cases run in parallel, each on its own shard of the table the Table gives
+// it; a Table must be safe for concurrent use.
+package leasetest

@@ -1,0 +1,461 @@
+//go:build integration
+
+package integration
+
+// The chaos run's oracle: the invariants checked all along (the lease observer: a checkpoint never
+// moves backwards, SHARD_END is final, no checkpoint passes committed data) and at the end
+// (verify against the expected state, no file referenced twice, every shard complete).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os/exec"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+// noteLeases counts lease acquisitions (epoch increments) and moves (owner changes).
+// It also checks that a checkpoint never moves backwards and that SHARD_END is final.
+func (c *chaosRun) noteLeases(rows map[string]checkpoint.LeaseRow) {
+	var bad []string
+	c.mu.Lock()
+	c.st.workerSamples[min(c.running, 3)]++
+	for shard, r := range rows {
+		prev := c.seen[shard]
+		if r.Epoch > prev.Epoch {
+			c.st.acquisitions += int(r.Epoch - prev.Epoch)
+			if prev.Owner != "" && r.Owner != prev.Owner {
+				c.st.leaseMoves++
+			}
+		}
+		switch {
+		case prev.Checkpoint == checkpoint.ShardEnd && r.Checkpoint != checkpoint.ShardEnd:
+			bad = append(bad, fmt.Sprintf("shard %s: checkpoint SHARD_END was overwritten with %q (owner %s, epoch %d)", shard, r.Checkpoint, r.Owner, r.Epoch))
+		case isSeq(prev.Checkpoint) && isSeq(r.Checkpoint) && change.CompareSeq(r.Checkpoint, prev.Checkpoint) < 0,
+			isSeq(prev.Checkpoint) && r.Checkpoint == "":
+			bad = append(bad, fmt.Sprintf("shard %s: checkpoint moved backwards from %s to %q (owner %s, epoch %d)", shard, prev.Checkpoint, r.Checkpoint, r.Owner, r.Epoch))
+		}
+		c.seen[shard] = r
+	}
+	c.mu.Unlock()
+	for _, b := range bad {
+		c.violation("%s", b)
+	}
+}
+
+func isSeq(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// observe samples the lease table every second and checks the committed prefix every
+// CheckEvery, until ctx ends.
+func (c *chaosRun) observe(ctx context.Context) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		rows, err := c.leases(ctx)
+		if err != nil {
+			continue // the lease table does not exist yet, or the test is ending
+		}
+		c.noteLeases(rows)
+		if time.Since(last) >= c.opt.CheckEvery {
+			last = time.Now()
+			if err := c.checkCommitted(ctx, "sample"); err != nil && ctx.Err() == nil {
+				c.logf("sampled check skipped: %v", err)
+			}
+		}
+	}
+}
+
+// streamRecord is what the oracle needs of a record: its sequence number and the table it
+// writes ("" for control records and DMS's own tables).
+type streamRecord struct {
+	seq, table string
+}
+
+type shardRecords struct {
+	recs   []streamRecord
+	closed bool // read to the end of a closed shard
+}
+
+// recordCache reads each shard once, incrementally (kinesis-mock is slow).
+type recordCache struct {
+	kc     *kinesis.Client
+	stream string
+	mu     sync.Mutex
+	shards map[string]*shardRecords
+}
+
+// tableOf returns "schema.table" of a DMS data record the sink writes to a table, else "".
+func tableOf(data []byte) string {
+	var doc struct {
+		Metadata struct {
+			RecordType string `json:"record-type"`
+			Schema     string `json:"schema-name"`
+			Table      string `json:"table-name"`
+		} `json:"metadata"`
+	}
+	if json.Unmarshal(data, &doc) != nil || doc.Metadata.RecordType != "data" || doc.Metadata.Schema == "" ||
+		strings.HasPrefix(doc.Metadata.Table, "awsdms_") {
+		return ""
+	}
+	return doc.Metadata.Schema + "." + doc.Metadata.Table
+}
+
+// upTo reads the shard until the cache holds seq (ShardEnd: the whole closed shard; "": what
+// the stream holds now) and returns the cached records.
+func (rc *recordCache) upTo(ctx context.Context, shard, seq string) ([]streamRecord, error) {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	sr := rc.shards[shard]
+	if sr == nil {
+		sr = &shardRecords{}
+		rc.shards[shard] = sr
+	}
+	have := func() bool {
+		switch {
+		case sr.closed:
+			return true
+		case seq == checkpoint.ShardEnd || seq == "":
+			return false
+		default:
+			return len(sr.recs) > 0 && change.CompareSeq(sr.recs[len(sr.recs)-1].seq, seq) >= 0
+		}
+	}
+	if have() {
+		return sr.recs, nil
+	}
+	in := &kinesis.GetShardIteratorInput{StreamName: aws.String(rc.stream), ShardId: aws.String(shard),
+		ShardIteratorType: kintypes.ShardIteratorTypeTrimHorizon}
+	if n := len(sr.recs); n > 0 {
+		in.ShardIteratorType = kintypes.ShardIteratorTypeAfterSequenceNumber
+		in.StartingSequenceNumber = aws.String(sr.recs[n-1].seq)
+	}
+	it, err := rc.kc.GetShardIterator(ctx, in)
+	if err != nil {
+		return nil, fmt.Errorf("iterator for %s: %w", shard, err)
+	}
+	iter := it.ShardIterator
+	for iter != nil {
+		out, err := rc.kc.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(10000)})
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", shard, err)
+		}
+		for _, r := range out.Records {
+			sr.recs = append(sr.recs, streamRecord{seq: aws.ToString(r.SequenceNumber), table: tableOf(r.Data)})
+		}
+		iter = out.NextShardIterator
+		if iter == nil {
+			sr.closed = true
+		}
+		if have() || (len(out.Records) == 0 && aws.ToInt64(out.MillisBehindLatest) == 0) {
+			break
+		}
+	}
+	if seq != "" && !have() {
+		return sr.recs, fmt.Errorf("shard %s: checkpoint %s is beyond the records the stream holds", shard, seq)
+	}
+	return sr.recs, nil
+}
+
+func (rc *recordCache) tables() []string {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	set := map[string]bool{}
+	for _, sr := range rc.shards {
+		for _, r := range sr.recs {
+			if r.table != "" {
+				set[r.table] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (c *chaosRun) openCatalog(ctx context.Context) (catalog.Catalog, func(), error) {
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(c.dataDir))
+	if err != nil {
+		return nil, nil, err
+	}
+	return cat, func() {
+		if cl, ok := cat.(io.Closer); ok {
+			_ = cl.Close()
+		}
+	}, nil
+}
+
+func ident(src string) table.Identifier {
+	schema, name, _ := strings.Cut(src, ".")
+	return table.Identifier{schema, name}
+}
+
+// watermarks loads the per-shard watermarks of every table (a table that does not exist has
+// none). A load is retried: metadata files are replaced under a reader.
+func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]map[string]string, error) {
+	cat, closeCat, err := c.openCatalog(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer closeCat()
+	out := map[string]map[string]string{}
+	for _, src := range tables {
+		var tbl *table.Table
+		for attempt := 0; ; attempt++ {
+			tbl, err = cat.LoadTable(ctx, ident(src))
+			if err == nil || errors.Is(err, catalog.ErrNoSuchTable) || errors.Is(err, catalog.ErrNoSuchNamespace) || attempt == 4 {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		switch {
+		case errors.Is(err, catalog.ErrNoSuchTable) || errors.Is(err, catalog.ErrNoSuchNamespace):
+			out[src] = map[string]string{}
+		case err != nil:
+			return nil, fmt.Errorf("load %s: %w", src, err)
+		default:
+			out[src] = checkpoint.Watermarks(tbl.Properties(), c.stream)
+		}
+	}
+	return out, nil
+}
+
+// checkCommitted checks invariant 1: no shard's checkpoint passes committed data. The
+// checkpoints are read first and the watermarks last: watermarks only grow, so a checkpoint
+// that was correct when written is still covered.
+func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
+	rows, err := c.leases(ctx)
+	if err != nil {
+		return fmt.Errorf("read leases: %w", err)
+	}
+	cps := map[string]string{}
+	for shard, r := range rows {
+		switch r.Checkpoint {
+		case "", "TRIM_HORIZON", "LATEST", "AT_TIMESTAMP":
+		default:
+			cps[shard] = r.Checkpoint
+		}
+	}
+	recs := map[string][]streamRecord{}
+	for shard, cp := range cps {
+		rs, err := c.recs.upTo(ctx, shard, cp)
+		if err != nil {
+			if ctx.Err() != nil {
+				return err
+			}
+			c.violation("%s check: %v", when, err)
+			continue
+		}
+		recs[shard] = rs
+	}
+	wms, err := c.watermarks(ctx, c.recs.tables())
+	if err != nil {
+		return err
+	}
+	checked := 0
+	shards := make([]string, 0, len(recs))
+	for s := range recs {
+		shards = append(shards, s)
+	}
+	sort.Strings(shards)
+	for _, shard := range shards {
+		cp := cps[shard]
+		last := map[string]string{}
+		for _, r := range recs[shard] {
+			if cp != checkpoint.ShardEnd && change.CompareSeq(r.seq, cp) > 0 {
+				break
+			}
+			checked++
+			if r.table != "" {
+				last[r.table] = r.seq
+			}
+		}
+		for src, seq := range last {
+			if wm := wms[src][shard]; !checkpoint.Covered(wm, seq) {
+				c.violation("%s check: shard %s is checkpointed at %s (owner %s, epoch %d) but table %s holds that shard only up to %q; its record %s at or below the checkpoint is not committed",
+					when, shard, cp, rows[shard].Owner, rows[shard].Epoch, src, wm, seq)
+			}
+		}
+	}
+	c.mu.Lock()
+	c.st.checks++
+	c.st.records = checked
+	c.mu.Unlock()
+	return nil
+}
+
+// checkFiles checks that no data or delete file is referenced twice by the table's current
+// snapshot, and that no file was added by two snapshots.
+func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
+	cat, closeCat, err := c.openCatalog(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer closeCat()
+	tbl, err := cat.LoadTable(ctx, ident(src))
+	if err != nil {
+		return 0, fmt.Errorf("load %s: %w", src, err)
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return 0, err
+	}
+	live := map[string]int{}
+	if snap := tbl.CurrentSnapshot(); snap != nil {
+		mans, err := snap.Manifests(fs)
+		if err != nil {
+			return 0, fmt.Errorf("%s: manifests of the current snapshot: %w", src, err)
+		}
+		for _, m := range mans {
+			for e, err := range m.Entries(fs, true) {
+				if err != nil {
+					return 0, fmt.Errorf("%s: manifest %s: %w", src, m.FilePath(), err)
+				}
+				live[e.DataFile().FilePath()]++
+			}
+		}
+	}
+	addedBy := map[string][]int64{}
+	readManifests := map[string]bool{}
+	for _, snap := range tbl.Metadata().Snapshots() {
+		mans, err := snap.Manifests(fs)
+		if err != nil {
+			return 0, fmt.Errorf("%s: manifests of snapshot %d: %w", src, snap.SnapshotID, err)
+		}
+		for _, m := range mans {
+			if readManifests[m.FilePath()] {
+				continue
+			}
+			readManifests[m.FilePath()] = true
+			for e, err := range m.Entries(fs, false) {
+				if err != nil {
+					return 0, fmt.Errorf("%s: manifest %s: %w", src, m.FilePath(), err)
+				}
+				if e.Status() == iceberg.EntryStatusADDED {
+					p := e.DataFile().FilePath()
+					if !slices.Contains(addedBy[p], e.SnapshotID()) {
+						addedBy[p] = append(addedBy[p], e.SnapshotID())
+					}
+				}
+			}
+		}
+	}
+	paths := make([]string, 0, len(live))
+	for p := range live {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if live[p] > 1 {
+			c.violation("table %s: file %s is referenced %d times by the current snapshot", src, p, live[p])
+		}
+	}
+	paths = paths[:0]
+	for p := range addedBy {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if len(addedBy[p]) > 1 {
+			c.violation("table %s: file %s was added by %d snapshots %v", src, p, len(addedBy[p]), addedBy[p])
+		}
+	}
+	return len(live), nil
+}
+
+// complete reports whether every closed shard is at SHARD_END and every open one is
+// checkpointed at its last record.
+func (c *chaosRun) complete() (bool, string) {
+	all, _, err := c.shardList()
+	if err != nil {
+		return false, err.Error()
+	}
+	rows, err := c.leases(c.ctx)
+	if err != nil {
+		return false, err.Error()
+	}
+	var behind []string
+	for _, s := range all {
+		id := aws.ToString(s.ShardId)
+		cp := rows[id].Checkpoint
+		if s.SequenceNumberRange.EndingSequenceNumber != nil {
+			if cp != checkpoint.ShardEnd {
+				behind = append(behind, fmt.Sprintf("%s (closed) at %q", id, cp))
+			}
+			continue
+		}
+		recs, err := c.recs.upTo(c.ctx, id, "")
+		if err != nil {
+			return false, err.Error()
+		}
+		if len(recs) > 0 && cp != recs[len(recs)-1].seq {
+			behind = append(behind, fmt.Sprintf("%s at %q, last record %s", id, cp, recs[len(recs)-1].seq))
+		}
+	}
+	sort.Strings(behind)
+	return len(behind) == 0, strings.Join(behind, "; ")
+}
+
+var verifyTableLine = regexp.MustCompile(`(?m)^table (\S+): rows=(\d+) expected=(\d+) (ok|DIFF.*)$`)
+
+func (c *chaosRun) verify() {
+	stdout, stderr, err := RunCLI(c.t, c.bin, "verify", "--config", c.config, "--expected", c.expected, "--max-diffs", "20")
+	out := stdout + stderr
+	rows := 0
+	for _, m := range verifyTableLine.FindAllStringSubmatch(out, -1) {
+		n, _ := strconv.Atoi(m[2])
+		rows += n
+		if m[4] != "ok" {
+			c.violation("verify: table %s: %s", m[1], m[4])
+		}
+	}
+	c.mu.Lock()
+	c.st.rows = rows
+	c.mu.Unlock()
+	if err != nil {
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+			c.t.Fatalf("verify could not compare: %v\n%s", err, out)
+		}
+		c.violation("verify found differences:\n%s", out)
+		return
+	}
+	c.logf("verify:\n%s", strings.TrimSpace(out))
+}
