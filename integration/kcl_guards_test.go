@@ -30,8 +30,8 @@ func leaseTable(t *testing.T) string {
 	ddb := DynamoDB(t)
 	_, err := ddb.CreateTable(t.Context(), &dynamodb.CreateTableInput{
 		TableName:            aws.String(name),
-		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("ShardID"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
-		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("ShardID"), KeyType: ddbtypes.KeyTypeHash}},
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(checkpoint.AttrShardID), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(checkpoint.AttrShardID), KeyType: ddbtypes.KeyTypeHash}},
 		BillingMode:          ddbtypes.BillingModePayPerRequest,
 	})
 	if err != nil {
@@ -53,7 +53,7 @@ func shardStatus(id, inMemoryCheckpoint string) *par.ShardStatus {
 	return &par.ShardStatus{ID: id, Checkpoint: inMemoryCheckpoint, Mux: &sync.RWMutex{}}
 }
 
-func stored(t *testing.T, l *checkpoint.Leases, shard string) checkpoint.Row {
+func stored(t *testing.T, l *checkpoint.Leases, shard string) checkpoint.LeaseRow {
 	t.Helper()
 	r, err := l.Get(context.Background(), shard)
 	if err != nil {

@@ -19,6 +19,8 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 )
 
 // pipeline is one generated workload on its own stream, with a service configuration for it.
@@ -193,8 +195,8 @@ func (p *pipeline) checkpoints() map[string]string {
 	}
 	cps := map[string]string{}
 	for _, item := range out.Items {
-		id, _ := item["ShardID"].(*ddbtypes.AttributeValueMemberS)
-		cp, _ := item["Checkpoint"].(*ddbtypes.AttributeValueMemberS)
+		id, _ := item[checkpoint.AttrShardID].(*ddbtypes.AttributeValueMemberS)
+		cp, _ := item[checkpoint.AttrCheckpoint].(*ddbtypes.AttributeValueMemberS)
 		if id != nil && cp != nil {
 			cps[id.Value] = cp.Value
 		}

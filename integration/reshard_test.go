@@ -17,6 +17,7 @@ import (
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
@@ -51,10 +52,10 @@ func waitStreamActive(t *testing.T, stream string) {
 func holdLease(t *testing.T, app, shard string, until time.Time) {
 	t.Helper()
 	_, err := DynamoDB(t).PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(app), Item: map[string]ddbtypes.AttributeValue{
-		"ShardID":      &ddbtypes.AttributeValueMemberS{Value: shard},
-		"AssignedTo":   &ddbtypes.AttributeValueMemberS{Value: "dead-worker"},
-		"LeaseTimeout": &ddbtypes.AttributeValueMemberS{Value: until.UTC().Format(time.RFC3339Nano)},
-		"LeaseEpoch":   &ddbtypes.AttributeValueMemberN{Value: "1"},
+		checkpoint.AttrShardID:      &ddbtypes.AttributeValueMemberS{Value: shard},
+		checkpoint.AttrAssignedTo:   &ddbtypes.AttributeValueMemberS{Value: "dead-worker"},
+		checkpoint.AttrLeaseTimeout: &ddbtypes.AttributeValueMemberS{Value: until.UTC().Format(time.RFC3339Nano)},
+		checkpoint.AttrLeaseEpoch:   &ddbtypes.AttributeValueMemberN{Value: "1"},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -136,8 +137,8 @@ func reshardCase(t *testing.T, merge bool) {
 	// for a while: the children are leased first.
 	_, err = DynamoDB(t).CreateTable(t.Context(), &dynamodb.CreateTableInput{
 		TableName:            aws.String(app),
-		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("ShardID"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
-		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("ShardID"), KeyType: ddbtypes.KeyTypeHash}},
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(checkpoint.AttrShardID), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(checkpoint.AttrShardID), KeyType: ddbtypes.KeyTypeHash}},
 		BillingMode:          ddbtypes.BillingModePayPerRequest,
 	})
 	if err != nil {
@@ -155,7 +156,7 @@ func reshardCase(t *testing.T, merge bool) {
 			empty = parents[1]
 		}
 		_, err := DynamoDB(t).PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(app), Item: map[string]ddbtypes.AttributeValue{
-			"ShardID": &ddbtypes.AttributeValueMemberS{Value: empty}, "Checkpoint": &ddbtypes.AttributeValueMemberS{Value: "SHARD_END"},
+			checkpoint.AttrShardID: &ddbtypes.AttributeValueMemberS{Value: empty}, checkpoint.AttrCheckpoint: &ddbtypes.AttributeValueMemberS{Value: checkpoint.ShardEnd},
 		}})
 		if err != nil {
 			t.Fatal(err)
