@@ -42,27 +42,48 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
 {{/*
-The service configuration as rendered into the ConfigMap: .Values.config with http_addr and
-data_dir fixed to what the pod spec expects.
+The service configuration as written into the ConfigMap: .Values.config (with http_addr and
+data_dir set) when it is not empty, else .Values.configYaml verbatim.
 */}}
 {{- define "dms2iceberg.config" -}}
+{{- if .Values.config }}
 {{- $cfg := deepCopy .Values.config }}
 {{- $_ := set $cfg "http_addr" (printf "0.0.0.0:%d" (int .Values.metrics.port)) }}
 {{- $_ := set $cfg "data_dir" "/data" }}
 {{- toYaml $cfg }}
+{{- else }}
+{{- .Values.configYaml }}
+{{- end }}
 {{- end }}
 
 {{/*
-Refuse what cannot work: the embedded SQLite catalog (type sql without a postgres:// uri) lives
-in data_dir, so it needs persistence, and two replicas would each write their own catalog.
+Refuse what cannot work: no configuration; an http_addr the probes cannot reach; the embedded
+SQLite catalog (type sql without a postgres:// uri), which lives in data_dir, without a volume or
+with two replicas (each would write its own catalog).
 */}}
 {{- define "dms2iceberg.validate" -}}
 {{- if not .Values.existingConfigSecret }}
-{{- if not .Values.config.stream }}
-{{- fail "config.stream is required: the Kinesis stream DMS writes to" }}
+{{- $cfg := dict }}
+{{- if .Values.config }}
+{{- $cfg = .Values.config }}
+{{- else if .Values.configYaml }}
+{{- $cfg = fromYaml .Values.configYaml }}
+{{- if hasKey $cfg "Error" }}
+{{- fail (printf "configYaml is not valid YAML: %s" (get $cfg "Error")) }}
 {{- end }}
-{{- $type := dig "sink" "catalog" "type" "sql" .Values.config }}
-{{- $uri := dig "sink" "catalog" "uri" "" .Values.config }}
+{{- $want := printf "0.0.0.0:%d" (int .Values.metrics.port) }}
+{{- $addr := get $cfg "http_addr" | default "" }}
+{{- if and (ne $addr $want) (ne $addr (printf ":%d" (int .Values.metrics.port))) }}
+{{- fail (printf "configYaml: http_addr is %q; set http_addr: %s so that the probes and the Service reach the server" $addr $want) }}
+{{- end }}
+{{- else }}
+{{- fail "set configYaml (--set-file configYaml=config.yaml), config, or existingConfigSecret" }}
+{{- end }}
+{{- if not (get $cfg "stream") }}
+{{- fail "the configuration must set stream: the Kinesis stream DMS writes to" }}
+{{- end }}
+{{- $type := dig "sink" "catalog" "type" "sql" $cfg }}
+{{- $uri := dig "sink" "catalog" "uri" "" $cfg }}
 {{- if and (eq $type "sql") (not (or (hasPrefix "postgres://" $uri) (hasPrefix "postgresql://" $uri))) }}
 {{- if gt (int .Values.replicaCount) 1 }}
 {{- fail "the embedded SQLite catalog supports one replica only (each replica would write its own catalog): use Glue, REST or PostgreSQL for replicaCount > 1 (docs/scaling.md)" }}
