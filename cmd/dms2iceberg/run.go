@@ -90,12 +90,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	cons, err := consumer.New(consumer.Config{
-		Stream: cfg.Stream, Application: cfg.Application, WorkerID: cfg.WorkerID, Region: cfg.Region,
-		AtTimestamp: cfg.InitialTimestamp, ShardSync: cfg.Consumer.ShardSync, Failover: cfg.Consumer.Failover,
-		IdleBetweenReads: cfg.Consumer.IdleBetweenReads, MaxRecords: cfg.Consumer.MaxRecords,
-		ShutdownTimeout: cfg.ShutdownTimeout, Decoder: cfg.DMS,
-	}, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+	cons, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
 		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
 		return err
