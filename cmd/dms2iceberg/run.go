@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 
@@ -14,24 +13,29 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-func init() { commands["run"] = runService }
+const runUsage = `usage: dms2iceberg run [--config FILE]
+
+Consumes the Kinesis stream and merges the DMS changes into Iceberg tables until SIGINT or
+SIGTERM; then it stops reading, commits what is buffered and writes the last checkpoints within
+shutdown_timeout (a second signal exits at once). The configuration is the YAML file over the
+defaults, with the environment overrides DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR,
+DMS2ICEBERG_WORKER_ID and AWS_REGION.
+
+flags:
+`
 
 func runService(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	cfgPath := fs.String("config", os.Getenv("DMS2ICEBERG_CONFIG"), "YAML configuration file (env DMS2ICEBERG_CONFIG)")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("run", runUsage).withConfig("YAML configuration file")
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := fs.validConfig()
 	if err != nil {
 		return err
 	}
 	// Crash-anywhere tests only: kill the process at named points (pkg/fault).
 	if err := fault.Configure(os.Getenv("DMS2ICEBERG_FAULTS")); err != nil {
 		return fmt.Errorf("DMS2ICEBERG_FAULTS: %w", err)
-	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
 	}
 	log, err := newLogger(cfg)
 	if err != nil {
