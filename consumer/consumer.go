@@ -32,33 +32,6 @@ type Sink interface {
 	Flush(ctx context.Context) error
 }
 
-// Config configures the consumer.
-type Config struct {
-	// Stream is the Kinesis stream name. Required.
-	Stream string
-	// Application names the KCL application; the lease table has the same name. Required.
-	Application string
-	// WorkerID identifies this worker in the lease table. Required.
-	WorkerID string
-	// Region is the AWS region. Required.
-	Region string
-	// AtTimestamp, when set, starts shards without a checkpoint at this time instead of at
-	// TRIM_HORIZON (the default). LATEST is never used.
-	AtTimestamp time.Time
-	// ShardSync is the KCL shard-sync interval. Default 5s.
-	ShardSync time.Duration
-	// Failover is the lease duration. Default 30s.
-	Failover time.Duration
-	// IdleBetweenReads is the pause between empty reads. Default 250ms.
-	IdleBetweenReads time.Duration
-	// MaxRecords is the GetRecords limit. Default 10000.
-	MaxRecords int
-	// ShutdownTimeout bounds the graceful shutdown (flush, commit, checkpoint). Default 30s.
-	ShutdownTimeout time.Duration
-	// Decoder configures the DMS decoder. Default dms.DefaultConfig().
-	Decoder dms.Config
-}
-
 // Metrics receives the consumer's measurements. Implementations are safe for concurrent use.
 type Metrics interface {
 	// Records counts records read from a shard and its lag.
@@ -119,38 +92,10 @@ type Consumer struct {
 	gen   map[string]*processor // newest processor per shard
 }
 
-// New returns a consumer. awsCfg supplies credentials and endpoints (AWS_ENDPOINT_URL_KINESIS,
+// New returns a consumer of a valid cfg (start from DefaultConfig). awsCfg supplies credentials and endpoints (AWS_ENDPOINT_URL_KINESIS,
 // AWS_ENDPOINT_URL_DYNAMODB are honoured by the SDK).
 func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ...Option) (*Consumer, error) {
-	if cfg.ShardSync == 0 {
-		cfg.ShardSync = 5 * time.Second
-	}
-	if cfg.Failover == 0 {
-		cfg.Failover = 30 * time.Second
-	}
-	if cfg.IdleBetweenReads == 0 {
-		cfg.IdleBetweenReads = 250 * time.Millisecond
-	}
-	if cfg.MaxRecords == 0 {
-		cfg.MaxRecords = 10000
-	}
-	if cfg.ShutdownTimeout == 0 {
-		cfg.ShutdownTimeout = 30 * time.Second
-	}
-	if cfg.Decoder == (dms.Config{}) {
-		cfg.Decoder = dms.DefaultConfig()
-	}
-	switch {
-	case cfg.Stream == "":
-		return nil, errors.New("consumer: stream is required")
-	case cfg.Application == "":
-		return nil, errors.New("consumer: application is required")
-	case cfg.WorkerID == "":
-		return nil, errors.New("consumer: worker id is required")
-	case cfg.Region == "":
-		return nil, errors.New("consumer: region is required")
-	}
-	if err := cfg.Decoder.Validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
 	c := &Consumer{cfg: cfg, aws: awsCfg, sink: s, dlq: dlq, log: zap.NewNop(), metrics: nopMetrics{}, gen: make(map[string]*processor)}

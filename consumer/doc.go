@@ -2,6 +2,8 @@
 // mode), one shard processor per leased shard, decoding each record into a change event, handing
 // events to the sink, and writing the shard's checkpoint only up to what the sink has committed
 // (checkpoint.Shard). It declares the small Sink interface it needs; cmd plugs sink.Iceberg in.
+// Config (config.go) is the `consumer:` section of the service configuration with DefaultConfig
+// and Validate, whose errors name the YAML path.
 //
 // Concurrency: the KCL runs one goroutine per leased shard and calls that shard's processor from
 // it; a processor's decoder and checkpointer are used only there. Acknowledgements arrive from

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
@@ -48,8 +49,10 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// Sink configures catalogs, flushing and tables.
 	Sink sink.Config `yaml:"sink"`
-	// Consumer configures the KCL worker.
-	Consumer ConsumerConfig `yaml:"consumer"`
+	// Consumer configures the KCL worker (the consumer section; resolve sets its stream,
+	// application, worker_id, region, initial_timestamp, shutdown_timeout and dms from the
+	// top-level keys).
+	Consumer consumer.Config `yaml:"consumer"`
 	// HTTPAddr is where /metrics, /healthz and /readyz are served. Default "127.0.0.1:9464";
 	// "" disables the server; port 0 picks a free port (logged). When the default address is
 	// taken the service logs an error and runs without the server; an address set in the file
@@ -89,42 +92,26 @@ type PostCommitConfig struct {
 // Enabled reports whether a command or URL is configured.
 func (p PostCommitConfig) Enabled() bool { return len(p.Command) > 0 || p.URL != "" }
 
-// ConsumerConfig holds the KCL settings we expose.
-type ConsumerConfig struct {
-	// ShardSync is how often the worker looks for new shards and free leases. Default 5s.
-	ShardSync time.Duration `yaml:"shard_sync"`
-	// Failover is the lease duration: a worker that stops renewing loses its shards after it.
-	// Default 30s.
-	Failover time.Duration `yaml:"failover"`
-	// IdleBetweenReads is the pause between empty GetRecords calls. Default 250ms.
-	IdleBetweenReads time.Duration `yaml:"idle_between_reads"`
-	// MaxRecords is the GetRecords batch limit. Default 10000.
-	MaxRecords int `yaml:"max_records"`
-}
-
 // defaultHTTPAddr is the default of http_addr: loopback only, until configured otherwise.
 const defaultHTTPAddr = "127.0.0.1:9464"
 
+// defaultConfig returns the documented defaults; shutdown_timeout and dms are the consumer's.
 func defaultConfig() Config {
 	host, _ := os.Hostname()
+	cons := consumer.DefaultConfig()
 	return Config{
 		Region:          "us-east-1",
 		WorkerID:        fmt.Sprintf("%s-%d", host, os.Getpid()),
 		InitialPosition: "TRIM_HORIZON",
 		DataDir:         ".data",
-		ShutdownTimeout: 30 * time.Second,
-		DMS:             dms.DefaultConfig(),
+		ShutdownTimeout: cons.ShutdownTimeout,
+		DMS:             cons.Decoder,
 		LogFormat:       "console",
 		LogLevel:        "info",
 		Sink:            sink.DefaultConfig(),
 		HTTPAddr:        defaultHTTPAddr,
 		PostCommit:      PostCommitConfig{Timeout: 10 * time.Second, QueueLength: 1000},
-		Consumer: ConsumerConfig{
-			ShardSync:        5 * time.Second,
-			Failover:         30 * time.Second,
-			IdleBetweenReads: 250 * time.Millisecond,
-			MaxRecords:       10000,
-		},
+		Consumer:        cons,
 	}
 }
 
@@ -166,9 +153,6 @@ func loadConfig(path string) (Config, error) {
 	if v := os.Getenv("AWS_REGION"); v != "" && cfg.Region == "us-east-1" {
 		cfg.Region = v
 	}
-	if cfg.Application == "" && cfg.Stream != "" {
-		cfg.Application = "dms2iceberg-" + cfg.Stream
-	}
 	if !catalogSet {
 		abs, err := filepath.Abs(cfg.DataDir)
 		if err != nil {
@@ -176,16 +160,31 @@ func loadConfig(path string) (Config, error) {
 		}
 		cfg.Sink.Catalog = sink.DefaultCatalogConfig(abs)
 	}
-	if cfg.DeadLetterFile == "" {
-		cfg.DeadLetterFile = filepath.Join(cfg.DataDir, "dead-letters.jsonl")
-	}
-	cfg.Sink.Stream = cfg.Stream
-	// The maintenance lease names this worker, like its shard leases.
-	cfg.Sink.Maintenance.Owner = cfg.WorkerID
+	cfg.resolve()
 	if err := applyTableEnv(&cfg.Sink, os.Getenv); err != nil {
 		return cfg, err
 	}
 	return cfg, nil
+}
+
+// resolve fills what follows from other keys: the defaults named after the stream and the data
+// directory, and the sections' fields that come from top-level keys (sink.Config.Stream,
+// consumer.Config's identity). loadConfig calls it; call it again after changing those keys.
+func (c *Config) resolve() {
+	if c.Application == "" && c.Stream != "" {
+		c.Application = "dms2iceberg-" + c.Stream
+	}
+	if c.DeadLetterFile == "" {
+		c.DeadLetterFile = filepath.Join(c.DataDir, "dead-letters.jsonl")
+	}
+	c.Sink.Stream = c.Stream
+	// The maintenance lease names this worker, like its shard leases.
+	c.Sink.Maintenance.Owner = c.WorkerID
+	c.Consumer.Stream, c.Consumer.Application = c.Stream, c.Application
+	c.Consumer.WorkerID, c.Consumer.Region = c.WorkerID, c.Region
+	c.Consumer.AtTimestamp = c.InitialTimestamp
+	c.Consumer.ShutdownTimeout = c.ShutdownTimeout
+	c.Consumer.Decoder = c.DMS
 }
 
 // Validate reports the first invalid field by name.
@@ -204,25 +203,14 @@ func (c Config) Validate() error {
 	default:
 		return fmt.Errorf("initial_position: %q is not TRIM_HORIZON or AT_TIMESTAMP", c.InitialPosition)
 	}
-	if c.Region == "" {
-		return fmt.Errorf("region: required")
-	}
-	if c.WorkerID == "" {
-		return fmt.Errorf("worker_id: required")
-	}
-	if c.Consumer.ShardSync <= 0 || c.Consumer.Failover <= 0 || c.Consumer.IdleBetweenReads <= 0 {
-		return fmt.Errorf("consumer: shard_sync, failover and idle_between_reads must be positive")
-	}
-	if c.Consumer.MaxRecords <= 0 || c.Consumer.MaxRecords > 10000 {
-		return fmt.Errorf("consumer.max_records: must be 1..10000, got %d", c.Consumer.MaxRecords)
+	// region, worker_id, shutdown_timeout, dms and the consumer section.
+	if err := c.Consumer.Validate(); err != nil {
+		return err
 	}
 	switch c.LogFormat {
 	case "console", "json":
 	default:
 		return fmt.Errorf("log_format: %q is not console or json", c.LogFormat)
-	}
-	if c.ShutdownTimeout <= 0 {
-		return fmt.Errorf("shutdown_timeout: must be positive")
 	}
 	if c.HTTPAddr != "" {
 		if _, _, err := net.SplitHostPort(c.HTTPAddr); err != nil {
@@ -231,9 +219,6 @@ func (c Config) Validate() error {
 	}
 	if err := c.PostCommit.Validate(); err != nil {
 		return err
-	}
-	if err := c.DMS.Validate(); err != nil {
-		return fmt.Errorf("dms: %w", err)
 	}
 	return c.Sink.Validate()
 }

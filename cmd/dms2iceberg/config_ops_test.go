@@ -71,7 +71,7 @@ func TestOpsConfigValidate(t *testing.T) {
 	} {
 		cfg := defaultConfig()
 		cfg.Stream = "s"
-		cfg.Sink.Stream = "s"
+		cfg.resolve()
 		tc.mutate(&cfg)
 		err := cfg.Validate()
 		if err == nil || !strings.HasPrefix(err.Error(), tc.want) {
@@ -79,7 +79,8 @@ func TestOpsConfigValidate(t *testing.T) {
 		}
 	}
 	cfg := defaultConfig()
-	cfg.Stream, cfg.Sink.Stream = "s", "s"
+	cfg.Stream = "s"
+	cfg.resolve()
 	cfg.HTTPAddr = ":0"
 	if err := cfg.Validate(); err != nil {
 		t.Fatalf(":0 rejected: %v", err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -13,8 +12,6 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
-
-func init() { commands["decode"] = runDecode }
 
 const decodeUsage = `usage: dms2iceberg decode [flags] < messages
 
@@ -33,12 +30,8 @@ flags:
 `
 
 func runDecode(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("decode", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), decodeUsage)
-		fs.PrintDefaults()
-	}
-	cfgPath := fs.String("config", "", "service configuration file: take the dms section (before-image field, BI_ columns) and sink.timestamptz from it")
+	fs := newFlags("decode", decodeUsage).withConfig("service configuration file: take the dms section (before-image field, BI_ columns) and sink.timestamptz from it")
+	fs.positional = true // refused below, with the reason
 	field := fs.String("before-image-field", "", "BeforeImageSettings.FieldName (default before-image)")
 	bi := fs.Bool("bi", false, "recognise add-before-image-columns columns (<prefix><column><suffix>)")
 	biPrefix := fs.String("bi-prefix", "", "prefix of before-image columns (default BI_)")
@@ -46,19 +39,16 @@ func runDecode(ctx context.Context, args []string) error {
 	tz := fs.Bool("timestamptz", false, "show DATETIME columns as timestamptz (as sink.timestamptz does)")
 	pretty := fs.Bool("pretty", false, "indent the output")
 	strict := fs.Bool("strict", false, "exit 1 also when a value does not convert to its column type")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := fs.parse(args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s (the messages are read from stdin)", strings.Join(fs.Args(), " "))
+		return usageErrorf("unexpected arguments: %s (the messages are read from stdin)", strings.Join(fs.Args(), " "))
 	}
 	cfg := dms.DefaultConfig()
 	opts := dms.TypeOptions{}
-	if *cfgPath != "" {
-		sc, err := loadConfig(*cfgPath)
+	if fs.hasConfig() {
+		sc, err := fs.config()
 		if err != nil {
 			return err
 		}
@@ -88,7 +78,7 @@ func runDecode(ctx context.Context, args []string) error {
 		return err
 	}
 	if st.errors > 0 || (*strict && st.convertErrors > 0) {
-		return exitCode(1)
+		return errExplained
 	}
 	return nil
 }

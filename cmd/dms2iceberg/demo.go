@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,27 +15,31 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-func init() { commands["demo"] = runDemo }
+const demoUsage = `usage: dms2iceberg demo [flags]
+
+Runs the service on the embedded default configuration (SQLite catalog and local warehouse under
+data_dir, or the file of --config) and, in the same process, writes endless generated DMS
+traffic to the stream, until Ctrl-C. The Kinesis and DynamoDB endpoints come from the
+environment (local emulators: AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMODB).
+
+flags:
+`
 
 // runDemo runs the service on the embedded default (SQLite catalog and local warehouse under
 // data_dir) and, in the same process, writes endless generated DMS traffic to the stream, until
 // Ctrl-C. The Kinesis and DynamoDB endpoints come from the environment (local emulators).
 func runDemo(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "optional YAML configuration (default: the embedded default)")
+	fs := newFlags("demo", demoUsage).withConfig("optional YAML configuration (default: the embedded default)")
 	stream := fs.String("stream", "dms2iceberg-demo", "Kinesis stream (created if missing)")
 	shards := fs.Int("shards", 4, "shard count when the stream is created")
 	rate := fs.Float64("rate", 200, "generated records per second")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := fs.parse(args); err != nil {
+		return err
 	}
-	if *cfgPath == "" && os.Getenv("DMS2ICEBERG_STREAM") == "" {
+	if !fs.hasConfig() && os.Getenv("DMS2ICEBERG_STREAM") == "" {
 		_ = os.Setenv("DMS2ICEBERG_STREAM", *stream)
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := fs.config()
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,8 +20,6 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
-
-func init() { commands["dlq"] = runDLQ }
 
 // openDeadLetters returns the dead-letter place of the configuration: nil for the Iceberg table
 // (the sink runs it; sink.Iceberg.DeadLetters hands it to the consumer), or the JSON-lines file.
@@ -91,44 +87,61 @@ func (f dlqFilter) match(r sink.StoredDeadLetter, stream string) bool {
 	return true
 }
 
-func runDLQ(ctx context.Context, args []string) error {
-	if len(args) == 0 || (args[0] != "list" && args[0] != "replay") {
-		fmt.Fprint(os.Stderr, dlqUsage)
-		return exitCode(2)
-	}
-	sub := args[0]
-	fs := flag.NewFlagSet("dlq "+sub, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), dlqUsage)
-		fs.PrintDefaults()
-	}
-	cfgPath := fs.String("config", os.Getenv("DMS2ICEBERG_CONFIG"), "service configuration file (env DMS2ICEBERG_CONFIG)")
-	var f dlqFilter
+// dlqOptions are the flags of dlq list and dlq replay.
+type dlqOptions struct {
+	filter     dlqFilter
+	allStreams bool
+	asJSON     bool
+	dry        bool
+}
+
+// dlqFlags returns the flag set of dlq (both subcommands take the same flags).
+func dlqFlags(o *dlqOptions) *cmdFlags {
+	fs := newFlags("dlq", dlqUsage).withConfig("service configuration file")
+	f := &o.filter
 	fs.StringVar(&f.table, "table", "", "only dead letters of these source tables (\"schema.table\" glob)")
 	fs.StringVar(&f.class, "class", "", "only this error class (decode, convert, keyless_change, incompatible_schema, table_paused, table_dropped)")
 	fs.StringVar(&f.shard, "shard", "", "only this shard")
 	fs.StringVar(&f.seqFrom, "seq-from", "", "only sequence numbers from this one")
 	fs.StringVar(&f.seqTo, "seq-to", "", "only sequence numbers up to this one")
-	allStreams := fs.Bool("all-streams", false, "not only dead letters of the configured stream")
-	asJSON := fs.Bool("json", false, "list: one JSON object per dead letter")
-	dry := fs.Bool("dry-run", false, "replay: decode and print what would be replayed, change nothing")
+	fs.BoolVar(&o.allStreams, "all-streams", false, "not only dead letters of the configured stream")
+	fs.BoolVar(&o.asJSON, "json", false, "list: one JSON object per dead letter")
+	fs.BoolVar(&o.dry, "dry-run", false, "replay: decode and print what would be replayed, change nothing")
 	fs.BoolVar(&f.all, "include-replayed", false, "also dead letters already replayed")
 	fs.BoolVar(&f.all, "all", false, "same as --include-replayed")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
+	return fs
+}
+
+// parseDLQArgs returns the subcommand (list or replay) and the flags after it.
+func parseDLQArgs(args []string) (string, *cmdFlags, *dlqOptions, error) {
+	o := &dlqOptions{}
+	fs := dlqFlags(o)
+	switch {
+	case len(args) == 0:
+		return "", nil, nil, usageErrorf("a subcommand is required: list or replay")
+	case strings.HasPrefix(args[0], "-"):
+		fs.positional = true
+		if err := fs.parse(args); err != nil { // -h, --help, or a flag dlq does not know
+			return "", nil, nil, err
 		}
-		return exitCode(2)
+		return "", nil, nil, usageErrorf("the subcommand (list or replay) comes before the flags")
+	case args[0] != "list" && args[0] != "replay":
+		return "", nil, nil, usageErrorf("unknown subcommand %q: list or replay", args[0])
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	if err := fs.parse(args[1:]); err != nil {
+		return "", nil, nil, err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	return args[0], fs, o, nil
+}
+
+func runDLQ(ctx context.Context, args []string) error {
+	sub, fs, o, err := parseDLQArgs(args)
 	if err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	cfg, err := fs.validConfig()
+	if err != nil {
+		return err
 	}
 	if cfg.Sink.DeadLetters.Type != sink.DeadLettersTable {
 		return fmt.Errorf("sink.dead_letters.type is %s: dlq works on the dead-letter table (the file %s is JSON lines)", cfg.Sink.DeadLetters.Type, cfg.DeadLetterFile)
@@ -146,19 +159,19 @@ func runDLQ(ctx context.Context, args []string) error {
 		return err
 	}
 	stream := cfg.Stream
-	if *allStreams {
+	if o.allStreams {
 		stream = ""
 	}
 	var sel []sink.StoredDeadLetter
 	for _, r := range rows {
-		if f.match(r, stream) {
+		if o.filter.match(r, stream) {
 			sel = append(sel, r)
 		}
 	}
 	switch {
 	case sub == "list":
-		return listDeadLetters(os.Stdout, sel, *asJSON)
-	case *dry:
+		return listDeadLetters(os.Stdout, sel, o.asJSON)
+	case o.dry:
 		return dryReplay(os.Stdout, cfg, sel)
 	}
 	log, err := newLogger(cfg)
@@ -172,7 +185,7 @@ func runDLQ(ctx context.Context, args []string) error {
 		return err
 	}
 	if res.failed > 0 {
-		return exitCode(1)
+		return errExplained
 	}
 	return nil
 }

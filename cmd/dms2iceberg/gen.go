@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"iter"
@@ -24,8 +23,6 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 )
-
-func init() { commands["gen"] = runGen }
 
 const genUsage = `usage: dms2iceberg gen --stream NAME --expected FILE [flags]
 
@@ -72,9 +69,6 @@ type genOptions struct {
 func runGen(ctx context.Context, args []string) error {
 	o, err := parseGenArgs(args)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
 		return err
 	}
 	gen := workload.New(o.workloadConfig())
@@ -120,14 +114,11 @@ func runGen(ctx context.Context, args []string) error {
 	return nil
 }
 
-// parseGenArgs parses and checks gen's flags; flag.ErrHelp after -h.
+// parseGenArgs parses and checks gen's flags: a *helpRequest after -h, a *usageError for flags
+// it does not accept.
 func parseGenArgs(args []string) (genOptions, error) {
 	var o genOptions
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), genUsage)
-		fs.PrintDefaults()
-	}
+	fs := newFlags("gen", genUsage)
 	fs.StringVar(&o.stream, "stream", "", "Kinesis stream name (required)")
 	fs.IntVar(&o.shards, "shards", 4, "shard count used when the stream has to be created")
 	fs.IntVar(&o.changes, "changes", 20000, "number of CDC records after the full load")
@@ -141,31 +132,25 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
 	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
-	addGenDMSFlags(fs, &o)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return o, err
-		}
-		return o, exitCode(2)
-	}
-	if fs.NArg() > 0 {
-		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	addGenDMSFlags(fs.FlagSet, &o)
+	if err := fs.parse(args); err != nil {
+		return o, err
 	}
 	switch {
 	case o.stream == "":
-		return o, errors.New("--stream is required")
+		return o, usageErrorf("--stream is required")
 	case o.expected == "":
-		return o, errors.New("--expected is required")
+		return o, usageErrorf("--expected is required")
 	case o.shards < 1:
-		return o, fmt.Errorf("--shards must be at least 1, got %d", o.shards)
+		return o, usageErrorf("--shards must be at least 1, got %d", o.shards)
 	case o.changes < 0:
-		return o, fmt.Errorf("--changes must not be negative, got %d", o.changes)
+		return o, usageErrorf("--changes must not be negative, got %d", o.changes)
 	case o.loadRows < 0:
-		return o, fmt.Errorf("--load-rows must not be negative, got %d", o.loadRows)
+		return o, usageErrorf("--load-rows must not be negative, got %d", o.loadRows)
 	case o.rate < 0:
-		return o, fmt.Errorf("--rate must not be negative, got %g", o.rate)
+		return o, usageErrorf("--rate must not be negative, got %g", o.rate)
 	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
-		return o, fmt.Errorf("--bad-records must be between 0 and --changes, got %d", o.bad)
+		return o, usageErrorf("--bad-records must be between 0 and --changes, got %d", o.bad)
 	}
 	if err := checkGenDMSFlags(&o); err != nil {
 		return o, err

@@ -347,7 +347,7 @@ func TestGenFlags(t *testing.T) {
 			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
 		}
 	}
-	if commands["gen"] == nil || commands["verify"] == nil {
+	if lookupCommand("gen") == nil || lookupCommand("verify") == nil {
 		t.Fatal("gen and verify are not registered")
 	}
 	// The workload flags reach the generator configuration.

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -34,11 +33,11 @@ func addGenDMSFlags(fs *flag.FlagSet, o *genOptions) {
 func checkGenDMSFlags(o *genOptions) error {
 	switch {
 	case o.lagShard < -1:
-		return fmt.Errorf("--lag-shard must be -1 or a shard index, got %d", o.lagShard)
+		return usageErrorf("--lag-shard must be -1 or a shard index, got %d", o.lagShard)
 	case o.lag < 0:
-		return fmt.Errorf("--lag must not be negative, got %s", o.lag)
+		return usageErrorf("--lag must not be negative, got %s", o.lag)
 	case (o.lagShard >= 0) != (o.lag > 0):
-		return errors.New("--lag-shard and --lag go together: give both or neither")
+		return usageErrorf("--lag-shard and --lag go together: give both or neither")
 	}
 	if o.reloadTable == "" {
 		return nil
@@ -54,12 +53,12 @@ func checkGenDMSFlags(o *genOptions) error {
 	}
 	switch {
 	case o.reloadAt > o.changes:
-		return fmt.Errorf("--reload-at must be between 0 and --changes (%d), got %d", o.changes, o.reloadAt)
+		return usageErrorf("--reload-at must be between 0 and --changes (%d), got %d", o.changes, o.reloadAt)
 	case o.reloadDeletes < 0:
-		return fmt.Errorf("--reload-deletes must not be negative, got %d", o.reloadDeletes)
+		return usageErrorf("--reload-deletes must not be negative, got %d", o.reloadDeletes)
 	}
 	if err := o.workloadConfig().Validate(); err != nil {
-		return fmt.Errorf("--reload-table: %w", err)
+		return usageErrorf("--reload-table: %w", err)
 	}
 	return nil
 }

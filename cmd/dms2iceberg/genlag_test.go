@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -128,7 +129,8 @@ func TestGenDMSFlags(t *testing.T) {
 		{[]string{"--reload-table", "events", "--reload-updates", "3"}, "keyed table"},
 	} {
 		_, err := parseGenArgs(append(append([]string(nil), base...), tc.args...))
-		if err == nil || (!strings.Contains(err.Error(), tc.want) && err != exitCode(2)) {
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
 		}
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,8 +15,6 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
-
-func init() { commands["maintain"] = runMaintain }
 
 const maintainUsage = `usage: dms2iceberg maintain --config FILE [flags] [namespace.table ...]
 
@@ -33,21 +30,14 @@ flags:
 `
 
 func runMaintain(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("maintain", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), maintainUsage)
-		fs.PrintDefaults()
-	}
-	cfgPath := fs.String("config", os.Getenv("DMS2ICEBERG_CONFIG"), "service configuration file (env DMS2ICEBERG_CONFIG)")
+	fs := newFlags("maintain", maintainUsage).withConfig("service configuration file")
+	fs.positional = true // the tables
 	ignoreLease := fs.Bool("ignore-lease", false, "maintain tables even while a worker holds their maintenance lease")
 	noOrphans := fs.Bool("no-orphans", false, "leave orphan files alone")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
+	if err := fs.parse(args); err != nil {
+		return err
 	}
-	cfg, err := loadConfig(*cfgPath)
+	cfg, err := fs.config()
 	if err != nil {
 		return err
 	}
@@ -88,7 +78,7 @@ func runMaintain(ctx context.Context, args []string) error {
 	}
 	if failed > 0 {
 		fmt.Printf("maintain: %d of %d tables failed\n", failed, len(idents))
-		return exitCode(1)
+		return errExplained
 	}
 	return nil
 }

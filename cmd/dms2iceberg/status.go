@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -29,8 +28,6 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-func init() { commands["status"] = runStatus }
-
 const statusUsage = `usage: dms2iceberg status --config FILE [--json] [--namespace NS ...]
 
 Prints, for the service that the configuration describes:
@@ -51,31 +48,17 @@ func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func runStatus(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), statusUsage)
-		fs.PrintDefaults()
-	}
-	cfgPath := fs.String("config", os.Getenv("DMS2ICEBERG_CONFIG"), "service configuration file (env DMS2ICEBERG_CONFIG)")
+	fs := newFlags("status", statusUsage).withConfig("service configuration file")
 	asJSON := fs.Bool("json", false, "print JSON instead of tables")
 	timeout := fs.Duration("timeout", time.Minute, "bound on the whole status collection")
 	var namespaces stringList
 	fs.Var(&namespaces, "namespace", "catalog namespace to list (repeatable; default: the namespaces the configuration implies, else all)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
-	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
+	if err := fs.parse(args); err != nil {
 		return err
 	}
-	if err := cfg.Validate(); err != nil {
-		return fmt.Errorf("invalid configuration: %w", err)
+	cfg, err := fs.validConfig()
+	if err != nil {
+		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -117,7 +100,7 @@ func runStatus(ctx context.Context, args []string) error {
 		rep.render(os.Stdout)
 	}
 	if len(rep.Errors) > 0 && len(rep.Shards) == 0 && len(rep.Tables) == 0 {
-		return exitCode(1)
+		return errExplained
 	}
 	return nil
 }

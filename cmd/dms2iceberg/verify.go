@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -22,8 +21,6 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-func init() { commands["verify"] = runVerify }
-
 const verifyUsage = `usage: dms2iceberg verify --config FILE --expected FILE [flags]
 
 Compares the Iceberg tables of the service's catalog with an expected-state file written by
@@ -34,27 +31,16 @@ flags:
 `
 
 func runVerify(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("verify", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), verifyUsage)
-		fs.PrintDefaults()
-	}
-	cfgPath := fs.String("config", "", "service configuration file (its catalog is read; environment overrides apply)")
+	fs := newFlags("verify", verifyUsage).withConfig("service configuration file (its catalog is read; environment overrides apply)")
 	expPath := fs.String("expected", "", "expected-state file written by gen (required)")
 	maxDiffs := fs.Int("max-diffs", 10, "differences printed per table")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return exitCode(2)
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	if err := fs.parse(args); err != nil {
+		return err
 	}
 	if *expPath == "" {
-		return errors.New("--expected is required")
+		return usageErrorf("--expected is required")
 	}
-	return verify(ctx, *cfgPath, *expPath, *maxDiffs, os.Stdout)
+	return verify(ctx, *fs.configPath, *expPath, *maxDiffs, os.Stdout)
 }
 
 func readExpected(path string) (workload.Expected, error) {
@@ -70,7 +56,7 @@ func readExpected(path string) (workload.Expected, error) {
 	return exp, nil
 }
 
-// verify compares every expected table and writes a report to out. It returns exitCode(1) when
+// verify compares every expected table and writes a report to out. It returns errExplained when
 // anything differs and an error when the comparison itself could not be done.
 func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.Writer) error {
 	cfg, err := loadConfig(cfgPath)
@@ -111,7 +97,7 @@ func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.W
 	}
 	if differing > 0 {
 		fmt.Fprintf(out, "verify: %d of %d tables differ\n", differing, len(exp.Tables)+btoi(exp.DeadLetters != nil))
-		return exitCode(1)
+		return errExplained
 	}
 	fmt.Fprintf(out, "verify: all %d tables match\n", len(exp.Tables))
 	return nil

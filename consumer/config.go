@@ -1,0 +1,86 @@
+package consumer
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+// MaxRecordsLimit is the largest GetRecords batch Kinesis serves.
+const MaxRecordsLimit = 10000
+
+// Config configures the consumer. The tagged fields are the `consumer:` section of the service
+// configuration; the others (`yaml:"-"`) are set by cmd from the top-level keys they name, as
+// sink.Config.Stream is. Validate's errors name the YAML path of the field.
+type Config struct {
+	// Stream is the Kinesis stream name. Required. cmd sets it from `stream`.
+	Stream string `yaml:"-"`
+	// Application names the KCL application; the lease table has the same name. Required. cmd
+	// sets it from `application`.
+	Application string `yaml:"-"`
+	// WorkerID identifies this worker in the lease table. Required. cmd sets it from
+	// `worker_id`.
+	WorkerID string `yaml:"-"`
+	// Region is the AWS region. Required. cmd sets it from `region`.
+	Region string `yaml:"-"`
+	// AtTimestamp, when set, starts shards without a checkpoint at this time instead of at
+	// TRIM_HORIZON (the default). LATEST is never used. cmd sets it from `initial_timestamp`.
+	AtTimestamp time.Time `yaml:"-"`
+	// ShutdownTimeout bounds the graceful shutdown (flush, commit, checkpoint). Default 30s. cmd
+	// sets it from `shutdown_timeout`.
+	ShutdownTimeout time.Duration `yaml:"-"`
+	// Decoder configures the DMS decoder. Default dms.DefaultConfig(). cmd sets it from `dms`.
+	Decoder dms.Config `yaml:"-"`
+
+	// ShardSync is how often the worker looks for new shards and free leases. Default 5s.
+	ShardSync time.Duration `yaml:"shard_sync"`
+	// Failover is the lease duration: a worker that stops renewing loses its shards after it.
+	// Default 30s.
+	Failover time.Duration `yaml:"failover"`
+	// IdleBetweenReads is the pause between empty GetRecords calls. Default 250ms.
+	IdleBetweenReads time.Duration `yaml:"idle_between_reads"`
+	// MaxRecords is the GetRecords batch limit, 1..10000. Default 10000.
+	MaxRecords int `yaml:"max_records"`
+}
+
+// DefaultConfig returns the defaults documented on each field; the required fields are empty.
+func DefaultConfig() Config {
+	return Config{
+		ShutdownTimeout:  30 * time.Second,
+		Decoder:          dms.DefaultConfig(),
+		ShardSync:        5 * time.Second,
+		Failover:         30 * time.Second,
+		IdleBetweenReads: 250 * time.Millisecond,
+		MaxRecords:       MaxRecordsLimit,
+	}
+}
+
+// Validate reports the first invalid field by its YAML path.
+func (c Config) Validate() error {
+	for _, req := range []struct{ path, v string }{
+		{"stream", c.Stream}, {"application", c.Application}, {"worker_id", c.WorkerID}, {"region", c.Region},
+	} {
+		if req.v == "" {
+			return fmt.Errorf("%s: required", req.path)
+		}
+	}
+	for _, pos := range []struct {
+		path string
+		v    time.Duration
+	}{
+		{"shutdown_timeout", c.ShutdownTimeout}, {"consumer.shard_sync", c.ShardSync},
+		{"consumer.failover", c.Failover}, {"consumer.idle_between_reads", c.IdleBetweenReads},
+	} {
+		if pos.v <= 0 {
+			return fmt.Errorf("%s: must be positive, got %s", pos.path, pos.v)
+		}
+	}
+	if c.MaxRecords <= 0 || c.MaxRecords > MaxRecordsLimit {
+		return fmt.Errorf("consumer.max_records: must be 1..%d, got %d", MaxRecordsLimit, c.MaxRecords)
+	}
+	if err := c.Decoder.Validate(); err != nil {
+		return fmt.Errorf("dms: %w", err)
+	}
+	return nil
+}
