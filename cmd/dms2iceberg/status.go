@@ -18,10 +18,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
-	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
@@ -249,7 +247,7 @@ func (s statusSources) listShards(ctx context.Context) ([]kintypes.Shard, error)
 	}
 }
 
-// readLeases scans the lease table (the KCL's attributes plus our LeaseEpoch).
+// readLeases scans the lease table through checkpoint.ParseLeaseRow, the one lease-row parser.
 func (s statusSources) readLeases(ctx context.Context, shard func(string) *shardStatus) error {
 	in := &dynamodb.ScanInput{TableName: aws.String(s.leaseTable), ConsistentRead: aws.Bool(true)}
 	for {
@@ -258,27 +256,19 @@ func (s statusSources) readLeases(ctx context.Context, shard func(string) *shard
 			return err
 		}
 		for _, item := range page.Items {
-			str := func(k string) string {
-				if v, ok := item[k].(*ddbtypes.AttributeValueMemberS); ok {
-					return v.Value
-				}
-				return ""
-			}
-			id := str(chk.LeaseKeyKey)
-			if id == "" {
+			// A malformed timeout or epoch is shown as absent; status only displays rows.
+			r, _ := checkpoint.ParseLeaseRow(item)
+			if r.Shard == "" {
 				continue
 			}
-			sh := shard(id)
-			sh.Owner, sh.Checkpoint = str(chk.LeaseOwnerKey), str(chk.SequenceNumberKey)
-			if ts, err := time.Parse(time.RFC3339Nano, str(chk.LeaseTimeoutKey)); err == nil {
-				ts = ts.UTC()
+			sh := shard(r.Shard)
+			sh.Owner, sh.Checkpoint, sh.LeaseEpoch = r.Owner, r.Checkpoint, r.Epoch
+			if !r.LeaseTimeout.IsZero() {
+				ts := r.LeaseTimeout.UTC()
 				sh.LeaseTimeout = &ts
 			}
-			if v, ok := item["LeaseEpoch"].(*ddbtypes.AttributeValueMemberN); ok {
-				sh.LeaseEpoch, _ = strconv.ParseInt(v.Value, 10, 64)
-			}
-			if p := str(chk.ParentShardIdKey); p != "" && len(sh.Parents) == 0 {
-				sh.Parents = []string{p}
+			if r.Parent != "" && len(sh.Parents) == 0 {
+				sh.Parents = []string{r.Parent}
 			}
 		}
 		if len(page.LastEvaluatedKey) == 0 {
