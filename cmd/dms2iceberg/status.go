@@ -436,18 +436,8 @@ func impliedNamespaces(c sink.Config) []string {
 // as the sink resolves them.
 func configuredTargets(c sink.Config) map[string]bool {
 	out := map[string]bool{}
-	for src, tc := range c.Tables {
-		ns, name, _ := strings.Cut(src, ".")
-		if c.Namespace != "" {
-			ns = c.Namespace
-		}
-		if tc.Namespace != "" {
-			ns = tc.Namespace
-		}
-		if tc.Name != "" {
-			name = tc.Name
-		}
-		out[ns+"."+name] = true
+	for src := range c.Tables {
+		out[strings.Join(c.Target(src), ".")] = true
 	}
 	return out
 }
