@@ -23,7 +23,7 @@ func cols(c ...change.Column) []change.Column { return c }
 // A partial update committed in a later batch than the row keeps the columns it leaves out; an
 // explicit null still sets NULL; a partial image completed from the table completes the next.
 func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.submit("s0", 2, change.OpLoad, "cust", cols(col("id", "2"), col("name", "'bob'"), col("amount", "20"), col("city", "'rome'")), nil)
 	h.submit("s0", 3, change.OpLoad, "cust", cols(col("id", "3"), col("name", "'cy'"), col("amount", "30"), col("city", "'kyiv'")), nil)
@@ -52,7 +52,7 @@ func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
 // Partial images inside one batch merge in arrival order with the images before them, and with
 // the table for what none of them carries.
 func TestPartialUpdatesChainInOneBatch(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "2"), col("name", "'bob'"), col("amount", "20"), col("city", "'rome'")), nil)
 	h.submit("s0", 2, change.OpLoad, "cust", cols(col("id", "3"), col("name", "'cy'"), col("amount", "30"), col("city", "'kyiv'")), nil)
 	h.submit("s0", 3, change.OpLoad, "cust", cols(col("id", "4"), col("name", "'di'"), col("amount", "40"), col("city", "'lima'")), nil)
@@ -87,7 +87,7 @@ func TestPartialUpdatesChainInOneBatch(t *testing.T) {
 // A partial update that changes the primary key moves the row and keeps its other columns, from
 // the table or from an earlier image of the old key in the batch.
 func TestPartialUpdateWithKeyChange(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "5"), col("name", "'eve'"), col("amount", "50"), col("city", "'bern'")), nil)
 	h.flush()
 	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "50"), col("name", "'eva'")), cols(col("id", "5")))
@@ -107,7 +107,7 @@ func TestPartialUpdateWithKeyChange(t *testing.T) {
 func TestPartialUpdateCompositeKey(t *testing.T) {
 	def := TableConfig{PrimaryKey: []string{"region", "id"}, AbsentColumns: AbsentKeep, Columns: []ColumnSpec{
 		{Name: "region", Type: "WSTRING"}, {Name: "id", Type: "INT8"}, {Name: "name", Type: "WSTRING"}, {Name: "qty", Type: "INT4"}}}
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.stock": def})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.stock": def}))
 	h.submit("s0", 1, change.OpLoad, "stock", cols(col("region", "'eu'"), col("id", "1"), col("name", "'a'"), col("qty", "1")), nil)
 	h.submit("s0", 2, change.OpLoad, "stock", cols(col("region", "'eu'"), col("id", "2"), col("name", "'b'"), col("qty", "2")), nil)
 	h.submit("s0", 3, change.OpLoad, "stock", cols(col("region", "'us'"), col("id", "1"), col("name", "'c'"), col("qty", "3")), nil)
@@ -126,7 +126,7 @@ func TestPartialUpdateCompositeKey(t *testing.T) {
 // A partial update of a key the table never had is written with NULL for what it leaves out,
 // and is not a dead letter.
 func TestPartialUpdateOfUnknownKey(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
 	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "99"), col("name", "'ghost'")), nil)
@@ -157,7 +157,7 @@ func TestAbsentColumnsModes(t *testing.T) {
 	}
 	nullDef := custDef
 	nullDef.AbsentColumns = ""
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": nullDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": nullDef}))
 	load(h, "cust")
 	h.close()
 	rows, _ := scanRows(t, h.cat, "cust")
@@ -165,10 +165,10 @@ func TestAbsentColumnsModes(t *testing.T) {
 
 	explicit := nullDef
 	explicit.AbsentColumns = AbsentNull
-	h = newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h = newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.Tables = map[string]TableConfig{"shop.kept": nullDef, "shop.nulled": explicit}
-	})
+	}))
 	load(h, "kept")
 	load(h, "nulled")
 	h.close()
@@ -182,10 +182,10 @@ func TestAbsentColumnsModes(t *testing.T) {
 // worker changed the row first, the conflict reloads the table and the lookup is repeated.
 func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir, map[string]TableConfig{"shop.cust": custDef})
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
-	other := newHarness(t, dir, map[string]TableConfig{"shop.cust": custDef})
+	other := newHarness(t, dir, withTables(map[string]TableConfig{"shop.cust": custDef}))
 	other.submit("s1", 7, change.OpUpdate, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "70"), col("city", "'bonn'")), nil)
 	other.flush()
 	other.close()
@@ -203,10 +203,10 @@ func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
 // Excluded columns are never absent; columns dropped at the source are not kept (they are
 // NULL in new images, as in inserts); columns added later are.
 func TestPartialUpdateAndSchemaEvolution(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.Tables = map[string]TableConfig{"shop.items": {ExcludeColumns: []string{"secret"}}}
-	})
+	}))
 	h.ctl("c", 1, "items", "create-table", "id*:INT4 name:WSTRING qty:INT4 secret:WSTRING")
 	h.data("d", 1, "items", change.OpInsert, cols(col("id", "1"), col("name", "'a'"), col("qty", "2"), col("secret", "'x'")), nil)
 	h.flush()
@@ -241,7 +241,8 @@ func TestConvertAllocations(t *testing.T) {
 		ev   *change.Event
 		want float64
 	}{{false, full, 1}, {false, partial, 1}, {true, full, 1}, {true, partial, 2}} {
-		w := &writer{lay: l, set: &settings{keepAbsent: c.keep}}
+		w := &writer{set: &settings{keepAbsent: c.keep}}
+		w.st.lay = l
 		var r row
 		got := testing.AllocsPerRun(100, func() { r, _ = w.convert(c.ev) })
 		if got != c.want {
@@ -284,11 +285,11 @@ func TestPartialUpdateKeyTypes(t *testing.T) {
 		}
 		tables[fmt.Sprintf("shop.k%d", i)] = tc
 	}
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.TimeType = "time"
 		c.Tables = tables
-	})
+	}))
 	for i, c := range cases {
 		name := fmt.Sprintf("k%d", i)
 		h.ctl("c", i+1, name, "create-table", "k*:"+c.typ+" a:WSTRING b:INT4")
@@ -336,9 +337,9 @@ func (r *partialRecorder) PartialImages(_ string, fromBatch, fromTable, notFound
 // operator sees updates of keys the table does not have (NULL written).
 func TestPartialImagesAreCounted(t *testing.T) {
 	rec := &partialRecorder{}
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.Tables = map[string]TableConfig{"shop.cust": custDef}
-	}, WithMetrics(rec))
+	}), withOptions(WithMetrics(rec)))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
 	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "1"), col("name", "'anna'")), nil)                                           // from the table

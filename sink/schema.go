@@ -10,9 +10,9 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // tableProperties are set on every table we create (design.md §3).
@@ -23,7 +23,7 @@ var tableProperties = iceberg.Properties{
 	"write.metadata.previous-versions-max":       "20",
 	"commit.retry.num-retries":                   "0",
 	"write.parquet.compression-codec":            "zstd",
-	"dms2iceberg.created-by":                     "dms2iceberg",
+	tableprop.CreatedBy:                          "dms2iceberg",
 }
 
 // dictionaryProps turns Parquet dictionary encoding off for the table and back on for the string
@@ -95,7 +95,7 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 		keyFields = append(keyFields, as.Field(i))
 	}
 	l.keyArrow = arrow.NewSchema(keyFields, nil)
-	l.watermark = checkpoint.Watermarks(tbl.Properties(), stream)
+	l.watermark = tableprop.Watermarks(tbl.Properties(), stream)
 	return l, nil
 }
 

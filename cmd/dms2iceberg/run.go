@@ -81,12 +81,12 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	defer closeDLQ()
 	var hook *postCommitHook
-	var sinkMetrics sink.Metrics = metrics
+	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics)}
 	if cfg.PostCommit.Enabled() {
 		hook = newPostCommitHook(cfg.PostCommit, log, metrics)
-		sinkMetrics = commitFanout{promMetrics: metrics, hook: hook}
+		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))
 	}
-	snk, err := sink.New(cfg.Sink, cat, dlq, sink.WithLogger(log), sink.WithMetrics(sinkMetrics))
+	snk, err := sink.New(cfg.Sink, cat, dlq, sinkOpts...)
 	if err != nil {
 		return err
 	}
