@@ -99,6 +99,14 @@ func (b *buffer) release() {
 	clear(b.high)
 }
 
+// ack acknowledges an event that waits for no commit: the table holds it already, it was
+// dead-lettered, or it had nothing to apply.
+func ack(ev *change.Event) {
+	if ev.Ack != nil {
+		ev.Ack.Done(1)
+	}
+}
+
 // batch is the deduplicated content of one commit.
 type batch struct {
 	upserts []int         // indexes into the buffer's rows of the surviving row images

@@ -78,15 +78,6 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 	return r, ""
 }
 
-func isKey(l *layout, i int) bool {
-	for _, k := range l.keyIdx {
-		if k == i {
-			return true
-		}
-	}
-	return false
-}
-
 // beforeKey reads the old key from the before-image; changed is true when it differs from the
 // new key (a primary-key change).
 func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, bool, string) {

@@ -17,6 +17,7 @@ import (
 )
 
 func TestControlRecordsEvolveTheSchema(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "items", "create-table", "id*:INT4 name:WSTRING qty:INT4 price:NUMERIC(10,2)")
 	h.data("d", 1, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'"), col("qty", "2"), col("price", "1.50")}, nil)
@@ -66,6 +67,7 @@ func TestControlRecordsEvolveTheSchema(t *testing.T) {
 }
 
 func TestReplayedControlRecordsAreSkipped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	run := func() *harness {
 		h := newHarness(t, dir, withMaintenance(nil))
@@ -91,6 +93,7 @@ func TestReplayedControlRecordsAreSkipped(t *testing.T) {
 }
 
 func TestDataBeforeControlRecords(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	// Data first: the table is created from the values (keyless), an unknown column is added.
 	h.data("d", 1, "late", change.OpInsert, []change.Column{col("id", "1"), col("v", "'a'")}, nil)
@@ -113,6 +116,7 @@ func TestDataBeforeControlRecords(t *testing.T) {
 }
 
 func TestDropTableMarkAndRecreate(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.DropTable = DropTableMark }), withTableDLQ())
 	h.ctl("c", 1, "gone", "create-table", "id*:INT4 v:WSTRING")
 	h.data("d", 1, "gone", change.OpInsert, []change.Column{col("id", "1"), col("v", "'a'")}, nil)
@@ -149,6 +153,7 @@ func TestDropTableMarkAndRecreate(t *testing.T) {
 }
 
 func TestPausedTableDoesNotStopOthers(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		// The configured key names a column the table-def does not have.
 		c.Tables = map[string]TableConfig{"shop.bad": {PrimaryKey: []string{"nope"}}}
@@ -176,6 +181,7 @@ func TestPausedTableDoesNotStopOthers(t *testing.T) {
 }
 
 func TestIncludeExcludeAndPerTableSettings(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.HashKey = []byte("secret")
 		c.Include = []string{"shop.*"}
@@ -243,6 +249,7 @@ func TestIncludeExcludeAndPerTableSettings(t *testing.T) {
 }
 
 func TestPartialBeforeImageKeyChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "bi", "create-table", "id*:INT4 region*:WSTRING qty:INT4")
 	h.data("d", 1, "bi", change.OpInsert, []change.Column{col("id", "1"), col("region", "'eu'"), col("qty", "1")}, nil)
@@ -256,6 +263,7 @@ func TestPartialBeforeImageKeyChange(t *testing.T) {
 }
 
 func TestPerTableFlushRows(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.Tables = map[string]TableConfig{"shop.*": {FlushRows: 2, PrimaryKey: []string{"id"}}}
 	}))
@@ -281,6 +289,7 @@ func WaitUntil(t *testing.T, cond func() bool) {
 }
 
 func TestReplayEventsBypassWatermarks(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "r", "create-table", "id*:INT4 v:INT4")
 	h.data("d", 5, "r", change.OpInsert, []change.Column{col("id", "1"), col("v", "1")}, nil)
@@ -298,6 +307,7 @@ func TestReplayEventsBypassWatermarks(t *testing.T) {
 }
 
 func TestDeadLetterTableIsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	cfg := DefaultConfig()
@@ -356,6 +366,7 @@ func TestDeadLetterTableIsExactlyOnce(t *testing.T) {
 }
 
 func TestWideningKeepsOldAndNewValues(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "f", "create-table", "id*:INT4 r:REAL4 n:NUMERIC(5,0) i:INT4")
 	h.data("d", 1, "f", change.OpInsert, []change.Column{col("id", "1"), col("r", "3.25"), col("n", "-99999"), col("i", "7")}, nil)
@@ -369,6 +380,7 @@ func TestWideningKeepsOldAndNewValues(t *testing.T) {
 }
 
 func TestStaleControlRecordIsSkipped(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	ctl := func(seq int, op, ts, def string) {
 		c := &change.Control{Op: op, TableDef: &change.TableDef{PrimaryKey: []string{"id"}}}

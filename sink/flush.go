@@ -3,12 +3,10 @@ package sink
 import (
 	"context"
 	"fmt"
-	"iter"
 	"maps"
 	"strconv"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
@@ -145,13 +143,6 @@ func (w *writer) committed(ctx context.Context, b *batch, attempts int, took tim
 	}
 }
 
-func snapshotID(t *table.Table) int64 {
-	if s := t.CurrentSnapshot(); s != nil {
-		return s.SnapshotID
-	}
-	return 0
-}
-
 // writeFiles writes the data and equality-delete files of a batch (nothing is committed).
 func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 	l := w.st.lay
@@ -195,10 +186,6 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 		out.deletes = files
 	}
 	return out, nil
-}
-
-func single(rec arrow.RecordBatch) iter.Seq2[arrow.RecordBatch, error] {
-	return func(yield func(arrow.RecordBatch, error) bool) { yield(rec, nil) }
 }
 
 // commitBatch stages the files and the advanced watermarks in one transaction on the current

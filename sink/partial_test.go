@@ -23,6 +23,7 @@ func cols(c ...change.Column) []change.Column { return c }
 // A partial update committed in a later batch than the row keeps the columns it leaves out; an
 // explicit null still sets NULL; a partial image completed from the table completes the next.
 func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.submit("s0", 2, change.OpLoad, "cust", cols(col("id", "2"), col("name", "'bob'"), col("amount", "20"), col("city", "'rome'")), nil)
@@ -52,6 +53,7 @@ func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
 // Partial images inside one batch merge in arrival order with the images before them, and with
 // the table for what none of them carries.
 func TestPartialUpdatesChainInOneBatch(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "2"), col("name", "'bob'"), col("amount", "20"), col("city", "'rome'")), nil)
 	h.submit("s0", 2, change.OpLoad, "cust", cols(col("id", "3"), col("name", "'cy'"), col("amount", "30"), col("city", "'kyiv'")), nil)
@@ -87,6 +89,7 @@ func TestPartialUpdatesChainInOneBatch(t *testing.T) {
 // A partial update that changes the primary key moves the row and keeps its other columns, from
 // the table or from an earlier image of the old key in the batch.
 func TestPartialUpdateWithKeyChange(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "5"), col("name", "'eve'"), col("amount", "50"), col("city", "'bern'")), nil)
 	h.flush()
@@ -105,6 +108,7 @@ func TestPartialUpdateWithKeyChange(t *testing.T) {
 
 // Composite keys are looked up with a filter on the first key column and matched exactly.
 func TestPartialUpdateCompositeKey(t *testing.T) {
+	t.Parallel()
 	def := TableConfig{PrimaryKey: []string{"region", "id"}, AbsentColumns: AbsentKeep, Columns: []ColumnSpec{
 		{Name: "region", Type: "WSTRING"}, {Name: "id", Type: "INT8"}, {Name: "name", Type: "WSTRING"}, {Name: "qty", Type: "INT4"}}}
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.stock": def}))
@@ -126,6 +130,7 @@ func TestPartialUpdateCompositeKey(t *testing.T) {
 // A partial update of a key the table never had is written with NULL for what it leaves out,
 // and is not a dead letter.
 func TestPartialUpdateOfUnknownKey(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
@@ -149,6 +154,7 @@ func TestPartialUpdateOfUnknownKey(t *testing.T) {
 // The default (null) leaves absent columns NULL; the sink-wide keep applies to tables that do
 // not say otherwise.
 func TestAbsentColumnsModes(t *testing.T) {
+	t.Parallel()
 	load := func(h *harness, tbl string) {
 		h.submit("s0", 1, change.OpLoad, tbl, cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 		h.flush()
@@ -181,6 +187,7 @@ func TestAbsentColumnsModes(t *testing.T) {
 // The values a partial image keeps come from the snapshot its commit is staged on: when another
 // worker changed the row first, the conflict reloads the table and the lookup is repeated.
 func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
@@ -203,6 +210,7 @@ func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
 // Excluded columns are never absent; columns dropped at the source are not kept (they are
 // NULL in new images, as in inserts); columns added later are.
 func TestPartialUpdateAndSchemaEvolution(t *testing.T) {
+	t.Parallel()
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.Tables = map[string]TableConfig{"shop.items": {ExcludeColumns: []string{"secret"}}}
@@ -260,6 +268,7 @@ func TestConvertAllocations(t *testing.T) {
 // The lookup filter is built for every key type DMS columns map to, and the stored row is
 // matched exactly.
 func TestPartialUpdateKeyTypes(t *testing.T) {
+	t.Parallel()
 	tz := true
 	cases := []struct {
 		typ    string
@@ -336,6 +345,7 @@ func (r *partialRecorder) PartialImages(_ string, fromBatch, fromTable, notFound
 // Each flush reports its partial images by where their absent columns came from, so that an
 // operator sees updates of keys the table does not have (NULL written).
 func TestPartialImagesAreCounted(t *testing.T) {
+	t.Parallel()
 	rec := &partialRecorder{}
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.Tables = map[string]TableConfig{"shop.cust": custDef}

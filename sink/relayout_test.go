@@ -15,6 +15,7 @@ import (
 // re-laid by field id (new columns null, widened values converted) instead of being written by
 // position.
 func TestBufferedRowsFollowAnotherWorkersSchemaChange(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	mine := newHarness(t, dir, withMaintenance(nil), withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
 	mine.ctl("c", 1, "m", "create-table", "id*:INT4 r:REAL4 name:STRING")

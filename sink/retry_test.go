@@ -19,6 +19,7 @@ import (
 // the commit loop still recognises it after the reload by the moved table (commit.Moved), so the
 // re-stage follows quickly.
 func TestLostRaceRecognisedAfterReload(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": usersDef}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)

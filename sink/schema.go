@@ -2,6 +2,7 @@ package sink
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strings"
@@ -305,4 +306,18 @@ func promote(d dms.Datum, from, to iceberg.Type) dms.Datum {
 		}
 	}
 	return d
+}
+
+func isKey(l *layout, i int) bool {
+	for _, k := range l.keyIdx {
+		if k == i {
+			return true
+		}
+	}
+	return false
+}
+
+// single is a record sequence of one batch.
+func single(rec arrow.RecordBatch) iter.Seq2[arrow.RecordBatch, error] {
+	return func(yield func(arrow.RecordBatch, error) bool) { yield(rec, nil) }
 }

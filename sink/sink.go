@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -240,6 +241,17 @@ func (s *Iceberg) snapshotWriters() []*writer {
 	for _, w := range s.writers {
 		out = append(out, w)
 	}
+	return out
+}
+
+// TableStatuses returns the state of every table writer started so far, sorted by table.
+func (s *Iceberg) TableStatuses() []TableStatus {
+	ws := s.snapshotWriters()
+	out := make([]TableStatus, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.st.published())
+	}
+	slices.SortFunc(out, func(a, b TableStatus) int { return strings.Compare(a.Table, b.Table) })
 	return out
 }
 

@@ -2,6 +2,7 @@ package sink
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
@@ -12,6 +13,7 @@ var usersDef = TableConfig{PrimaryKey: []string{"id"}, Columns: []ColumnSpec{
 	{Name: "id", Type: "INT4"}, {Name: "name", Type: "WSTRING", Length: 20}, {Name: "amount", Type: "NUMERIC", Precision: 10, Scale: 2}}}
 
 func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	for i := 1; i <= 5; i++ {
@@ -52,6 +54,7 @@ func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
 }
 
 func TestReplayIsSkippedAcrossRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	events := func(h *harness) {
 		h.submit("s0", 1, change.OpInsert, "log", []change.Column{col("msg", "'a'")}, nil)
@@ -84,6 +87,7 @@ func TestReplayIsSkippedAcrossRestart(t *testing.T) {
 }
 
 func TestBadInputGoesToDeadLetters(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir, withTables(map[string]TableConfig{
 		"shop.users": usersDef,
@@ -112,6 +116,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 }
 
 func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
@@ -138,6 +143,7 @@ func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
 // re-check of the watermarks after the reload trims everything: the keyless table (no key to
 // deduplicate by) has every row once.
 func TestZombieCommitIsTrimmedAfterReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyless := map[string]TableConfig{"shop.log": {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}}}
 	zombie := newHarness(t, dir, withTables(keyless))
@@ -163,6 +169,7 @@ func TestZombieCommitIsTrimmedAfterReload(t *testing.T) {
 }
 
 func TestColumnAppearingInDataIsAdded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
@@ -171,4 +178,42 @@ func TestColumnAppearingInDataIsAdded(t *testing.T) {
 	h.close()
 	rows, _ := scanRows(t, h.cat, "users")
 	eq(t, rows, "id=1,name=a,amount=null,extra=null", "id=2,name=b,amount=null,extra=new")
+}
+
+// The commit listener (the post-commit hook's way in) is told of every table commit with what it
+// committed and the table's watermarks after it, and not of a flush that had nothing to commit.
+func TestCommitListenerToldOfEveryCommit(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []CommitInfo
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": usersDef}),
+		withOptions(WithCommitListener(func(c CommitInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, c)
+		})))
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	h.flush()
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil) // a replay
+	h.flush()
+	h.submit("s1", 7, change.OpDelete, "users", []change.Column{col("id", "1")}, nil)
+	h.flush()
+	h.close()
+	_, tbl := scanRows(t, h.cat, "users")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("listener told of %d commits, want 2: %+v", len(got), got)
+	}
+	first, second := got[0], got[1]
+	if first.Table != "shop.users" || first.Source != "shop.users" || first.Rows != 2 || first.Deletes != 2 || first.Watermarks["s0"] != "2" {
+		t.Fatalf("first commit %+v", first)
+	}
+	if second.Rows != 0 || second.Deletes != 1 || second.Watermarks["s1"] != "7" || second.Watermarks["s0"] != "2" {
+		t.Fatalf("second commit %+v", second)
+	}
+	if second.SnapshotID != tbl.CurrentSnapshot().SnapshotID || first.SnapshotID == second.SnapshotID || second.Attempts != 1 {
+		t.Fatalf("snapshots %d, %d (table at %d), attempts %d", first.SnapshotID, second.SnapshotID, tbl.CurrentSnapshot().SnapshotID, second.Attempts)
+	}
 }

@@ -2,8 +2,6 @@ package sink
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -22,17 +20,6 @@ type TableStatus struct {
 	// not active; Since is when the state was entered.
 	Status, Reason string
 	Since          time.Time
-}
-
-// TableStatuses returns the state of every table writer started so far, sorted by table.
-func (s *Iceberg) TableStatuses() []TableStatus {
-	ws := s.snapshotWriters()
-	out := make([]TableStatus, 0, len(ws))
-	for _, w := range ws {
-		out = append(out, w.st.published())
-	}
-	slices.SortFunc(out, func(a, b TableStatus) int { return strings.Compare(a.Table, b.Table) })
-	return out
 }
 
 // targetTable is what a writer knows of its table: the table as last loaded or committed, its
@@ -97,3 +84,11 @@ func (w *writer) setStatus(status, reason string) {
 }
 
 func (w *writer) pause(reason string) { w.setStatus(tableprop.StatusPaused, reason) }
+
+// snapshotID is the id of the table's current snapshot, 0 when it has none.
+func snapshotID(t *table.Table) int64 {
+	if s := t.CurrentSnapshot(); s != nil {
+		return s.SnapshotID
+	}
+	return 0
+}

@@ -132,12 +132,6 @@ func (w *writer) run(ctx context.Context) error {
 	}
 }
 
-func ack(ev *change.Event) {
-	if ev.Ack != nil {
-		ev.Ack.Done(1)
-	}
-}
-
 // add takes one event into the buffer (or acknowledges it when the table already holds it).
 func (w *writer) add(ctx context.Context, ev *change.Event) error {
 	if ev.Op == change.OpControl {
