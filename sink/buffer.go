@@ -42,10 +42,12 @@ type buffer struct {
 	lastAk change.Acker
 	lastN  int
 	keyBuf []byte // plan's scratch for encoded keys
+	// now is the clock that dates the oldest event (time.Now; tests set another).
+	now func() time.Time
 }
 
 func newBuffer() buffer {
-	return buffer{high: make(map[string]string), acks: make(map[change.Acker]int)}
+	return buffer{high: make(map[string]string), acks: make(map[change.Acker]int), now: time.Now}
 }
 
 // pending reports whether the next commit has anything to do: rows, or events waiting for it.
@@ -64,13 +66,13 @@ func (b *buffer) add(r row, size int) {
 	b.bytes += int64(size) + 64
 }
 
-// attach makes an acknowledgement wait for the next commit; now is when its event arrived.
-func (b *buffer) attach(a change.Acker, now time.Time) {
+// attach makes an acknowledgement wait for the next commit.
+func (b *buffer) attach(a change.Acker) {
 	if a == nil {
 		return
 	}
 	if b.first.IsZero() {
-		b.first = now
+		b.first = b.now()
 	}
 	if a == b.lastAk {
 		b.lastN++

@@ -45,7 +45,9 @@ func brow(op, pos string, id int, name string, qty int) row {
 		r.replay = true
 	case op[0] == 'k':
 		var old int
-		fmt.Sscanf(op[1:], "%d", &old)
+		if _, err := fmt.Sscanf(op[1:], "%d", &old); err != nil {
+			panic(err)
+		}
 		r.oldKey = []dms.Datum{{I: int64(old)}}
 	}
 	return r
@@ -183,8 +185,10 @@ func TestBufferAcksAndRelease(t *testing.T) {
 		t.Fatal("a new buffer is pending")
 	}
 	t0 := time.Unix(100, 0)
-	for i, a := range []change.Acker{x, x, y, x, nil, y, y} {
-		b.attach(a, t0.Add(time.Duration(i)*time.Second))
+	clock := t0
+	b.now = func() time.Time { clock = clock.Add(time.Second); return clock.Add(-time.Second) }
+	for _, a := range []change.Acker{x, x, y, x, nil, y, y} {
+		b.attach(a)
 	}
 	if !b.pending() || !b.first.Equal(t0) {
 		t.Fatalf("pending %v, first %v; want pending since %v", b.pending(), b.first, t0)

@@ -320,6 +320,9 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 		rows = append(rows, r)
 	}
 	start := time.Now()
+	// The table the first attempt is staged on is what a failure is compared with to recognise
+	// a lost race; if opening fails here, the attempt opens it again and reports the error.
+	_ = d.open(ctx)
 	_, err := commit.Run(ctx, d.cat, d.ident, d.tbl, commit.Policy{Retries: d.retries}, commit.Op{
 		Name: fmt.Sprintf("commit %d dead letters", len(rows)),
 		Stage: func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {

@@ -152,7 +152,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 		if w.buf.holds(shard, seq) {
 			// A replay of something buffered but not yet committed: it is finished when that commit is.
 			w.env.metrics.Skipped(w.name, 1)
-			w.buf.attach(ev.Ack, time.Now())
+			w.buf.attach(ev.Ack)
 			return nil
 		}
 	}
@@ -176,7 +176,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 	}
 	r.replay = ev.Replay
 	w.buf.add(r, len(ev.Raw))
-	w.buf.attach(ev.Ack, time.Now())
+	w.buf.attach(ev.Ack)
 	return nil
 }
 
