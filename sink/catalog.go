@@ -24,6 +24,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	// Pure-Go SQLite driver (registers "sqlite") for the embedded SQL catalog.
 	"modernc.org/sqlite"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 )
 
 // CatalogConfig selects and configures the Iceberg catalog and warehouse.
@@ -150,7 +152,7 @@ func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) 
 		if err == nil || !sqliteBusy(err) || attempt >= 20 {
 			break
 		}
-		if err := sleep(ctx, time.Duration(100+attempt*100)*time.Millisecond); err != nil {
+		if err := commit.Sleep(ctx, time.Duration(100+attempt*100)*time.Millisecond); err != nil {
 			return nil, err
 		}
 	}

@@ -31,6 +31,7 @@ func (c *racingCatalog) CheckNamespaceExists(context.Context, table.Identifier) 
 }
 
 func TestNamespaceRaceTolerant(t *testing.T) {
+	t.Parallel()
 	boom := errors.New("500: UncheckedSQLException: primary key violation")
 	ctx := context.Background()
 	ns := table.Identifier{"shop"}
@@ -63,6 +64,7 @@ func TestNamespaceRaceTolerant(t *testing.T) {
 }
 
 func TestOpenCatalogPostgresDriver(t *testing.T) {
+	t.Parallel()
 	// A postgres:// URI selects the pgx driver: opening fails on the connection (nothing listens
 	// on port 1), not on an unknown driver or a SQLite file name.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -87,6 +89,7 @@ func TestOpenCatalogPostgresDriver(t *testing.T) {
 }
 
 func TestOpenCatalogSQLiteIsCloser(t *testing.T) {
+	t.Parallel()
 	cat, err := OpenCatalog(context.Background(), DefaultCatalogConfig(filepath.Join(t.TempDir(), "d")))
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +109,7 @@ func TestOpenCatalogSQLiteIsCloser(t *testing.T) {
 // another connection writes, whatever the busy timeout. The default URI starts transactions
 // with BEGIN IMMEDIATE, so they wait instead.
 func TestSQLiteConcurrentCreateTable(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	cat, err := OpenCatalog(ctx, DefaultCatalogConfig(t.TempDir()))
 	if err != nil {

@@ -20,6 +20,8 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // AsyncDeadLetterer is a change.DeadLetterer that can also take a dead letter without waiting:
@@ -127,7 +129,7 @@ func NewTableDeadLetters(cat catalog.Catalog, cfg DeadLetterConfig, commitRetrie
 		log = zap.NewNop()
 	}
 	if metrics == nil {
-		metrics = nopMetrics{}
+		metrics = NopMetrics{}
 	}
 	q := cfg.QueueLength
 	if q <= 0 {
@@ -318,45 +320,43 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 		rows = append(rows, r)
 	}
 	start := time.Now()
-	var err error
-	for attempt := 0; ; attempt++ {
-		base := ""
-		if err = d.open(ctx); err == nil {
-			base = d.tbl.MetadataLocation()
-			err = d.write(ctx, rows)
-		}
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if attempt >= d.retries {
-			return fmt.Errorf("commit %d dead letters: giving up after %d attempts: %w", len(rows), attempt+1, err)
-		}
-		d.log.Warn("dead-letter commit failed; reloading", zap.Int("attempt", attempt+1), zap.Error(err))
-		d.tbl = nil
-		lost := errors.Is(err, table.ErrCommitFailed)
-		if base != "" && d.open(ctx) == nil && d.tbl.MetadataLocation() != base {
-			lost = true // another commit (the table's maintainer) moved it
-		}
-		if err := sleep(ctx, retryDelay(attempt, lost, false)); err != nil {
-			return err
-		}
+	// The table the first attempt is staged on is what a failure is compared with to recognise
+	// a lost race; if opening fails here, the attempt opens it again and reports the error.
+	_ = d.open(ctx)
+	_, err := commit.Run(ctx, d.cat, d.ident, d.tbl, commit.Policy{Retries: d.retries}, commit.Op{
+		Name: fmt.Sprintf("commit %d dead letters", len(rows)),
+		Stage: func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+			if err := d.open(ctx); err != nil {
+				return nil, err
+			}
+			return d.write(ctx, rows)
+		},
+		// A reload that fails leaves the table to open again before the next attempt.
+		Reload: func(ctx context.Context) (*table.Table, error) {
+			d.tbl = nil
+			if err := d.open(ctx); err != nil {
+				return nil, err
+			}
+			return d.tbl, nil
+		},
+		Failed: func(attempt int, err, _ error) {
+			d.log.Warn("dead-letter commit failed", zap.Int("attempt", attempt+1), zap.Error(err))
+		},
+	})
+	if err != nil {
+		return err
 	}
 	d.count.Add(int64(len(rows)))
-	if sm, ok := d.metrics.(StatusMetrics); ok {
-		sm.DeadLettersCommitted(len(rows), time.Since(start))
-	}
+	d.metrics.DeadLettersCommitted(len(rows), time.Since(start))
 	d.log.Info("committed dead letters", zap.Int("rows", len(rows)), zap.Duration("took", time.Since(start)))
 	return nil
 }
 
-func (d *TableDeadLetters) write(ctx context.Context, rows []StoredDeadLetter) error {
+func (d *TableDeadLetters) write(ctx context.Context, rows []StoredDeadLetter) (*table.Table, error) {
 	schema := d.tbl.Schema()
 	as, err := dms.ArrowSchema(schema)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mem := memory.DefaultAllocator
 	rb := array.NewRecordBuilder(mem, as)
@@ -393,7 +393,7 @@ func (d *TableDeadLetters) write(ctx context.Context, rows []StoredDeadLetter) e
 	for df, err := range table.WriteRecords(ctx, d.tbl, as, single(rec)) {
 		if err != nil {
 			rec.Release()
-			return fmt.Errorf("write data file: %w", err)
+			return nil, fmt.Errorf("write data file: %w", err)
 		}
 		data = append(data, df)
 	}
@@ -433,20 +433,20 @@ func (d *TableDeadLetters) write(ctx context.Context, rows []StoredDeadLetter) e
 	deletes, err := txn.WriteEqualityDeletes(ctx, keyIDs, single(krec))
 	krec.Release()
 	if err != nil {
-		return fmt.Errorf("write equality deletes: %w", err)
+		return nil, fmt.Errorf("write equality deletes: %w", err)
 	}
-	rd := txn.NewRowDelta(iceberg.Properties{"dms2iceberg.dead-letters": fmt.Sprint(len(rows))})
+	rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryDeadLetters: fmt.Sprint(len(rows))})
 	rd.AddRows(data...)
 	rd.AddDeletes(deletes...)
 	if err := rd.Commit(ctx); err != nil {
-		return fmt.Errorf("stage row delta: %w", err)
+		return nil, fmt.Errorf("stage row delta: %w", err)
 	}
 	tbl, err := txn.Commit(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d.tbl = tbl
-	return nil
+	return tbl, nil
 }
 
 // ReadDeadLetters reads every row of the dead-letter table ident (none when it does not exist),

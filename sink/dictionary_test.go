@@ -17,7 +17,8 @@ import (
 // The data files of a created table dictionary-encode the non-key string columns only: the
 // key and the numbers are written plain (design.md §8).
 func TestDictionaryOnlyOnNonKeyStrings(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.users": usersDef})
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": usersDef}))
 	for i := 1; i <= 50; i++ {
 		h.submit("s0", i, change.OpLoad, "users", []change.Column{col("id", fmt.Sprint(i)), col("name", "'u"+fmt.Sprint(i%3)+"'"), col("amount", "1.5")}, nil)
 	}

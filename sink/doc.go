@@ -5,6 +5,15 @@
 // table properties in the same commit). It also owns the dead-letter file, and table
 // maintenance (compaction, snapshot expiry, manifest rewrite, orphan cleanup; maintenance.go).
 //
+// Every commit (table batches, schema changes, drops, key changes, dead letters) goes through
+// sink/commit's one loop with a stage function; every persisted property name comes from
+// sink/tableprop. A table writer is split by concept (see writer.go): the pure buffer and dedupe
+// plan (buffer.go), the table state (state.go), the commit path (flush.go, partial.go) and control
+// records (evolve.go); it is built with its collaborators (writerEnv) and never reaches back
+// into the Iceberg value. Measurements go to one Metrics interface (NopMetrics by default); the
+// post-commit hook is a commit listener (WithCommitListener), called on the writer's goroutine
+// after each commit and before its records are acknowledged.
+//
 // Concurrency: Iceberg.Run owns one goroutine per table writer and waits for all of them.
 // Submit and Flush may be called from any number of goroutines; each table writer is the only
 // goroutine that touches its table's buffer and catalog state, and hands results back only
@@ -13,5 +22,6 @@
 // goroutine per table, stopped when its writer finishes. It compacts on its own goroutine against
 // a snapshot; its commits are handed to the writer, which runs them right after one of its own
 // commits (maintainer.afterCommit), so the two never race. Maintenance errors are logged and
-// counted, never returned from Run.
+// counted, never returned from Run. Metrics and the commit listener are called on the writers'
+// goroutines: they must be safe for concurrent use and must not block.
 package sink

@@ -2,10 +2,11 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -13,35 +14,22 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
-	"errors"
-
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// Table writer states (TableStatus.Status, and the dms2iceberg.status table property).
-const (
-	statusActive  = "active"
-	statusPaused  = "paused"
-	statusDropped = "dropped"
-)
-
-// Table properties this file maintains.
-const (
-	propStatus       = "dms2iceberg.status"
-	propDroppedAt    = "dms2iceberg.dropped-at"
-	propIncompatible = "dms2iceberg.incompatible-change"
-	// propControlTS is the metadata.timestamp of the last control record applied to the table.
-	propControlTS = "dms2iceberg.control-timestamp"
-)
+// Control records and the table's shape: opening and creating the table, schema changes from
+// table-defs and from data, drop-table, and the primary key. Every change commits through
+// commit.Run (flush.go's policy) and is adopted with use (state.go).
 
 // staleControl reports whether a control record was built before the last one applied to the
 // table. Control records travel on their own partition key, so an old create-table (sent at
 // task start) can be read after newer ALTERs; since every table-def is the full definition,
 // applying the older one would undo the newer changes.
 func staleControl(props iceberg.Properties, ts string) bool {
-	last := props[propControlTS]
+	last := props[tableprop.ControlTimestamp]
 	if ts == "" || last == "" {
 		return false
 	}
@@ -54,159 +42,153 @@ func staleControl(props iceberg.Properties, ts string) bool {
 func controlTSProp(props, cur iceberg.Properties, ts string) {
 	if ts != "" && !staleControl(cur, ts) {
 		if _, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-			props[propControlTS] = ts
+			props[tableprop.ControlTimestamp] = ts
 		}
 	}
 }
 
-// StatusMetrics receives the schema, status and dead-letter measurements of the sink. It is
-// separate from Metrics so that existing Metrics implementations keep compiling: a Metrics value
-// passed to WithMetrics that also implements StatusMetrics receives these calls too. Same rules:
-// safe for concurrent use, never blocking.
-type StatusMetrics interface {
-	// TableStatus reports a table writer's state: "active", "paused" (the table cannot be
-	// written; reason says why, its records are dead-lettered) or "dropped" (drop-table with
-	// sink.drop_table mark).
-	TableStatus(table, status, reason string)
-	// SchemaChanged counts applied schema changes of a table by kind: create_table, add_column,
-	// rename_column, widen_column, drop_column (kept, no longer required), revive_column,
-	// set_primary_key, incompatible (a change that was not applied).
-	SchemaChanged(table, kind string, n int)
-	// DeadLetterClass counts a table's dead letters by class (ClassConvert, ...), alongside
-	// Metrics.DeadLettered.
-	DeadLetterClass(table, class string)
-	// Filtered counts records of source tables that are not replicated (include/exclude/enabled).
-	Filtered(source string, n int)
-	// DeadLettersCommitted is called after each commit of the dead-letter table.
-	DeadLettersCommitted(rows int, took time.Duration)
-}
-
-type nopStatusMetrics struct{}
-
-func (nopStatusMetrics) TableStatus(string, string, string)      {}
-func (nopStatusMetrics) SchemaChanged(string, string, int)       {}
-func (nopStatusMetrics) DeadLetterClass(string, string)          {}
-func (nopStatusMetrics) Filtered(string, int)                    {}
-func (nopStatusMetrics) DeadLettersCommitted(int, time.Duration) {}
-
-func (s *Iceberg) status() StatusMetrics {
-	if m, ok := s.metrics.(StatusMetrics); ok {
-		return m
-	}
-	return nopStatusMetrics{}
-}
-
-// TableStatus is the state of one table writer, for status pages.
-type TableStatus struct {
-	// Source is the DMS "schema.table", Table the target "namespace.table".
-	Source, Table string
-	// Status is active, paused or dropped; Reason says why when not active; Since is when the
-	// state was entered.
-	Status, Reason string
-	Since          time.Time
-}
-
-// TableStatuses returns the state of every table writer started so far, sorted by table.
-func (s *Iceberg) TableStatuses() []TableStatus {
-	ws := s.snapshotWriters()
-	out := make([]TableStatus, 0, len(ws))
-	for _, w := range ws {
-		w.pubMu.Lock()
-		out = append(out, w.pub)
-		w.pubMu.Unlock()
-	}
-	slices.SortFunc(out, func(a, b TableStatus) int { return strings.Compare(a.Table, b.Table) })
-	return out
-}
-
-// setStatus changes the writer's state and publishes it.
-func (w *writer) setStatus(status, reason string) {
-	if w.status == status && w.reason == reason && !w.pub.Since.IsZero() {
-		return
-	}
-	w.status, w.reason = status, reason
-	w.pubMu.Lock()
-	w.pub = TableStatus{Source: w.src, Table: w.name, Status: status, Reason: reason, Since: time.Now()}
-	w.pubMu.Unlock()
-	w.s.status().TableStatus(w.name, status, reason)
-	if status == statusActive {
-		w.log.Info("table active")
-	} else {
-		w.log.Warn("table not taking records; they are dead-lettered", zap.String("status", status), zap.String("reason", reason))
+// controlWatermark adds the watermark of a control record's shard to props when the record
+// advances it (a replayed control record is then skipped like a replayed data record).
+func (w *writer) controlWatermark(props iceberg.Properties, ev *change.Event) {
+	if !ev.Replay && change.CompareSeq(ev.Pos.Seq, w.st.lay.watermark[ev.Pos.Shard]) > 0 && ev.Pos.Shard != "" {
+		props[tableprop.Watermark(w.env.stream, ev.Pos.Shard)] = ev.Pos.Seq
 	}
 }
 
-func (w *writer) pause(reason string) { w.setStatus(statusPaused, reason) }
-
-// dlWait counts a writer's pending asynchronous dead letters.
-type dlWait struct {
-	mu  *sync.Mutex
-	n   *int
-	err *error
-	ch  chan struct{}
-}
-
-func newDLWait() dlWait {
-	return dlWait{mu: new(sync.Mutex), n: new(int), err: new(error), ch: make(chan struct{}, 1)}
-}
-
-func (d dlWait) add() {
-	d.mu.Lock()
-	*d.n++
-	d.mu.Unlock()
-}
-
-func (d dlWait) done(err error) {
-	d.mu.Lock()
-	*d.n--
-	if err != nil && *d.err == nil {
-		*d.err = err
-	}
-	d.mu.Unlock()
-	select {
-	case d.ch <- struct{}{}:
-	default:
-	}
-}
-
-func (d dlWait) pending() (int, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return *d.n, *d.err
-}
-
-// awaitDeadLetters waits until every dead letter this writer handed over is durable, so that
-// the next commit cannot move a watermark past a record whose dead letter might still be lost.
-func (w *writer) awaitDeadLetters(ctx context.Context) error {
-	for {
-		n, err := w.dl.pending()
-		if err != nil {
-			return fmt.Errorf("dead letters of %s: %w", w.src, err)
+// reloadedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
+// holds says the reloaded table already has the change (nil: never).
+func (w *writer) reloadedUse(holds func() bool) func(*table.Table) (bool, error) {
+	return func(tbl *table.Table) (bool, error) {
+		if err := w.use(tbl); err != nil {
+			return false, err
 		}
-		if n == 0 {
+		return holds != nil && holds(), nil
+	}
+}
+
+// open loads the target table, creating it (and its namespace) on first sight. A table that
+// cannot be created as configured (a key column it would not have, a floating-point key, an
+// invalid partition spec) pauses the writer instead of failing the service: its records are
+// dead-lettered with the reason until a table-def or a restart with fixed configuration lets it
+// be created.
+func (w *writer) open(ctx context.Context, ev *change.Event) error {
+	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		var bad *schemaError
+		tbl, err = w.create(ctx, ev)
+		if errors.As(err, &bad) {
+			w.pause(bad.Error())
 			return nil
 		}
-		select {
-		case <-w.dl.ch:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
 	}
+	if err != nil {
+		return fmt.Errorf("open table %s: %w", w.name, err)
+	}
+	if err := w.use(tbl); err != nil {
+		return err
+	}
+	return w.opened(ctx)
+}
+
+// schemaError is a table that cannot be created as defined and configured.
+type schemaError struct{ err error }
+
+func (e *schemaError) Error() string { return e.err.Error() }
+
+func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, error) {
+	cat := w.env.cat
+	def := w.def
+	if def == nil {
+		def = w.env.defs.get(w.src)
+	}
+	schema, source, err := buildSchema(def, w.set, ev)
+	if err != nil {
+		return nil, &schemaError{fmt.Errorf("schema for %s: %w", w.src, err)}
+	}
+	props := maps.Clone(tableProperties)
+	maps.Copy(props, dictionaryProps(schema))
+	if def != nil && w.defTS != "" {
+		controlTSProp(props, nil, w.defTS)
+	}
+	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
+	spec, err := w.set.partitionSpec(schema)
+	if err != nil {
+		return nil, &schemaError{fmt.Errorf("table %s: %w", w.src, err)}
+	}
+	if spec != nil {
+		opts = append(opts, catalog.WithPartitionSpec(spec))
+	}
+	ns := w.ident[:len(w.ident)-1]
+	if err := cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return nil, fmt.Errorf("create namespace %v: %w", ns, err)
+	}
+	tbl, err := cat.CreateTable(ctx, w.ident, schema, opts...)
+	if errors.Is(err, catalog.ErrTableAlreadyExists) {
+		return cat.LoadTable(ctx, w.ident) // another worker was first
+	}
+	if err != nil {
+		return nil, err
+	}
+	w.log.Info("created table", zap.String("schema_from", source), zap.Stringer("schema", tbl.Schema()))
+	w.env.metrics.SchemaChanged(w.name, "create_table", 1)
+	return tbl, nil
 }
 
 // opened runs after the table was loaded or created: it picks up a dropped mark and applies a
 // configured primary key to a table that has none.
 func (w *writer) opened(ctx context.Context) error {
-	if w.pub.Since.IsZero() {
-		w.setStatus(statusActive, "")
+	if w.st.published().Since.IsZero() {
+		w.setStatus(tableprop.StatusActive, "")
 	}
-	props := w.tbl.Properties()
-	if props[propStatus] == statusDropped && w.s.cfg.DropTable == DropTableMark {
-		w.setStatus(statusDropped, "marked dropped at "+props[propDroppedAt])
+	props := w.st.tbl.Properties()
+	if props[tableprop.Status] == tableprop.StatusDropped && w.env.dropMark {
+		w.setStatus(tableprop.StatusDropped, "marked dropped at "+props[tableprop.DroppedAt])
 	}
-	if len(w.tc.PrimaryKey) > 0 {
-		return w.ensureKey(ctx, w.tc.PrimaryKey, "sink.tables primary_key")
+	if len(w.set.tc.PrimaryKey) > 0 {
+		return w.ensureKey(ctx, w.set.tc.PrimaryKey, "sink.tables primary_key")
 	}
+	return nil
+}
+
+// addColumns evolves the schema for columns that appear in data but not in the table: they are
+// added as optional columns with a type inferred from the value. The buffer is committed first,
+// because its rows were built for the old schema.
+func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change.Column) error {
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	added := 0
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		txn := w.st.tbl.NewTransaction()
+		us := txn.UpdateSchema(true, false)
+		names := map[string]bool{}
+		for _, c := range cols {
+			if _, ok := w.st.lay.byName[c.Name]; ok || names[c.Name] {
+				continue
+			}
+			names[c.Name] = true
+			us.AddColumn([]string{c.Name}, w.set.inferType(c), "", false, nil)
+		}
+		if err := us.Commit(); err != nil {
+			return nil, err
+		}
+		tbl, err := txn.Commit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		added = len(names)
+		return tbl, w.adopt(tbl)
+	}
+	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "add columns to " + w.name, Stage: stage,
+		// Another worker may have added them.
+		Reloaded: w.reloadedUse(func() bool { return len(w.unknownColumns(ev)) == 0 }),
+	})
+	if err != nil || res.Table == nil {
+		return err
+	}
+	w.log.Info("added columns seen in data", zap.Int("columns", len(cols)), zap.Stringer("schema", res.Table.Schema()))
+	w.env.metrics.SchemaChanged(w.name, "add_column", added)
 	return nil
 }
 
@@ -230,9 +212,9 @@ func (w *writer) opened(ctx context.Context) error {
 // is skipped like a replayed data record.
 func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 	op := ev.Control.Op
-	if w.lay == nil && w.status != statusPaused {
+	if !w.st.loaded() && w.st.status != tableprop.StatusPaused {
 		// Load an existing table (never create it here) so that its watermarks apply.
-		tbl, err := w.s.cat.LoadTable(ctx, w.ident)
+		tbl, err := w.env.cat.LoadTable(ctx, w.ident)
 		switch {
 		case errors.Is(err, catalog.ErrNoSuchTable):
 		case err != nil:
@@ -246,15 +228,15 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 			}
 		}
 	}
-	if w.lay != nil && !ev.Replay && checkpoint.Covered(w.lay.watermark[ev.Pos.Shard], ev.Pos.Seq) {
-		w.s.metrics.Skipped(w.name, 1)
+	if !ev.Replay && w.st.covers(ev.Pos.Shard, ev.Pos.Seq) {
+		w.env.metrics.Skipped(w.name, 1)
 		ack(ev)
 		return nil
 	}
-	if w.lay != nil && staleControl(w.tbl.Properties(), ev.Meta.Timestamp) {
+	if w.st.loaded() && staleControl(w.st.tbl.Properties(), ev.Meta.Timestamp) {
 		w.log.Info("control record older than the last one applied: skipped", zap.String("operation", op),
-			zap.String("timestamp", ev.Meta.Timestamp), zap.String("last", w.tbl.Properties()[propControlTS]))
-		w.s.status().SchemaChanged(w.name, "stale_control", 1)
+			zap.String("timestamp", ev.Meta.Timestamp), zap.String("last", w.st.tbl.Properties()[tableprop.ControlTimestamp]))
+		w.env.metrics.SchemaChanged(w.name, "stale_control", 1)
 		ack(ev)
 		return nil
 	}
@@ -274,11 +256,11 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		return nil
 	}
 	w.def, w.defTS = def, ev.Meta.Timestamp
-	w.s.setDef(w.src, def)
-	if w.lay == nil {
+	w.env.defs.set(w.src, def)
+	if !w.st.loaded() {
 		// The table does not exist yet: create it from this table-def.
-		if w.status == statusPaused {
-			w.setStatus(statusActive, "") // the table-def may make the table creatable
+		if w.st.status == tableprop.StatusPaused {
+			w.setStatus(tableprop.StatusActive, "") // the table-def may make the table creatable
 		}
 		if err := w.open(ctx, nil); err != nil {
 			return err
@@ -292,47 +274,42 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 // reconcile brings the existing table in line with a table-def.
 func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.TableDef, op string) error {
 	desired := w.set.desired(def)
-	clearDrop := op == "create-table" && w.status == statusDropped
-	flushed := false
-	var plan dms.SchemaPlan
-	for attempt := 0; ; attempt++ {
-		plan = dms.PlanSchema(w.lay.columnStates(), desired, op == "rename-column")
-		if plan.Empty() && !clearDrop && len(plan.Incompatible) == 0 {
-			break
-		}
-		if !flushed {
-			if err := w.flush(ctx); err != nil {
-				return err
-			}
-			flushed = true
-		}
-		tbl, err := w.commitPlan(ctx, ev, plan, clearDrop)
-		if err == nil {
-			if err := w.use(tbl); err != nil {
-				return err
-			}
-			w.reportPlan(op, plan)
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if attempt >= w.s.cfg.CommitRetries {
-			return fmt.Errorf("apply %s to %s: %w", op, w.name, err)
-		}
-		w.log.Warn("schema change failed; reloading", zap.String("operation", op), zap.Int("attempt", attempt+1), zap.Error(err))
-		moved, rerr := w.reload(ctx)
-		if rerr != nil {
-			return rerr
-		}
-		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
+	clearDrop := op == "create-table" && w.st.status == tableprop.StatusDropped
+	planFor := func() dms.SchemaPlan { return dms.PlanSchema(w.st.lay.columnStates(), desired, op == "rename-column") }
+	plan := planFor()
+	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 }
+	if !nothing(plan) {
+		if err := w.flush(ctx); err != nil {
 			return err
+		}
+		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+			plan = planFor()
+			if nothing(plan) {
+				return nil, nil
+			}
+			tbl, err := w.commitPlan(ctx, ev, plan, clearDrop)
+			if err != nil {
+				return nil, err
+			}
+			return tbl, w.adopt(tbl)
+		}
+		res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+			Name: fmt.Sprintf("apply %s to %s", op, w.name), Stage: stage, Reloaded: w.reloadedUse(nil),
+			Failed: func(attempt int, err, _ error) {
+				w.log.Warn("schema change failed", zap.String("operation", op), zap.Int("attempt", attempt+1), zap.Error(err))
+			},
+		})
+		if err != nil {
+			return err
+		}
+		if res.Table != nil {
+			w.reportPlan(op, plan)
 		}
 	}
 	if clearDrop {
-		w.setStatus(statusActive, "")
+		w.setStatus(tableprop.StatusActive, "")
 	}
-	if op == "create-table" && !w.lay.keyed() && len(w.tc.PrimaryKey) == 0 && len(def.PrimaryKey) > 0 {
+	if op == "create-table" && !w.st.lay.keyed() && len(w.set.tc.PrimaryKey) == 0 && len(def.PrimaryKey) > 0 {
 		if err := w.ensureKey(ctx, def.PrimaryKey, "the create-table table-def"); err != nil {
 			return err
 		}
@@ -352,53 +329,22 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 // commitPlan commits the schema changes of plan together with the control record's watermark
 // and status properties.
 func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.SchemaPlan, clearDrop bool) (*table.Table, error) {
-	txn := w.tbl.NewTransaction()
+	txn := w.st.tbl.NewTransaction()
 	if !plan.Empty() {
-		us := txn.UpdateSchema(true, false)
-		orig := map[string]string{}
-		for _, r := range plan.Rename {
-			us.RenameColumn([]string{r.From}, r.To)
-			orig[r.To] = r.From
-		}
-		path := func(name string) []string {
-			if o, ok := orig[name]; ok {
-				return []string{o}
-			}
-			return []string{name}
-		}
-		for _, c := range plan.Widen {
-			us.UpdateColumn(path(c.Name), table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: c.To}})
-		}
-		doc := droppedDoc + " (" + time.Now().UTC().Format(time.RFC3339) + ")"
-		for _, n := range plan.Drop {
-			u := table.ColumnUpdate{Doc: iceberg.Optional[string]{Valid: true, Val: doc}}
-			if slices.Contains(plan.MakeOptional, n) {
-				u.Required = iceberg.Optional[bool]{Valid: true, Val: false}
-			}
-			us.UpdateColumn([]string{n}, u)
-		}
-		for _, n := range plan.Revive {
-			us.UpdateColumn(path(n), table.ColumnUpdate{Doc: iceberg.Optional[string]{Valid: true, Val: ""}})
-		}
-		for _, c := range plan.Add {
-			us.AddColumn([]string{c.Name}, c.Type, "", false, nil)
-		}
-		if err := us.Commit(); err != nil {
-			return nil, fmt.Errorf("stage schema update: %w", err)
+		if err := stageSchemaPlan(txn, plan); err != nil {
+			return nil, err
 		}
 	}
 	props := iceberg.Properties{}
-	if !ev.Replay && change.CompareSeq(ev.Pos.Seq, w.lay.watermark[ev.Pos.Shard]) > 0 && ev.Pos.Shard != "" {
-		props[checkpoint.WatermarkKey(w.s.cfg.Stream, ev.Pos.Shard)] = ev.Pos.Seq
-	}
+	w.controlWatermark(props, ev)
 	if clearDrop {
-		props[propStatus] = statusActive
-		props[propDroppedAt] = ""
+		props[tableprop.Status] = tableprop.StatusActive
+		props[tableprop.DroppedAt] = ""
 	}
-	controlTSProp(props, w.tbl.Properties(), ev.Meta.Timestamp)
+	controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
 	if len(plan.Incompatible) > 0 {
 		c := plan.Incompatible[0]
-		props[propIncompatible] = fmt.Sprintf("%s: %s→%s not applied (%s, %s)", c.Name, c.From, c.To, ev.Control.Op, ev.Meta.Timestamp)
+		props[tableprop.IncompatibleChange] = fmt.Sprintf("%s: %s→%s not applied (%s, %s)", c.Name, c.From, c.To, ev.Control.Op, ev.Meta.Timestamp)
 	}
 	if len(props) > 0 {
 		if err := txn.SetProperties(props); err != nil {
@@ -408,8 +354,44 @@ func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.Sche
 	return txn.Commit(ctx)
 }
 
+// stageSchemaPlan stages the schema update of a non-empty plan on txn.
+func stageSchemaPlan(txn *table.Transaction, plan dms.SchemaPlan) error {
+	us := txn.UpdateSchema(true, false)
+	orig := map[string]string{}
+	for _, r := range plan.Rename {
+		us.RenameColumn([]string{r.From}, r.To)
+		orig[r.To] = r.From
+	}
+	path := func(name string) []string {
+		if o, ok := orig[name]; ok {
+			return []string{o}
+		}
+		return []string{name}
+	}
+	for _, c := range plan.Widen {
+		us.UpdateColumn(path(c.Name), table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: c.To}})
+	}
+	doc := droppedDoc + " (" + time.Now().UTC().Format(time.RFC3339) + ")"
+	for _, n := range plan.Drop {
+		u := table.ColumnUpdate{Doc: iceberg.Optional[string]{Valid: true, Val: doc}}
+		if slices.Contains(plan.MakeOptional, n) {
+			u.Required = iceberg.Optional[bool]{Valid: true, Val: false}
+		}
+		us.UpdateColumn([]string{n}, u)
+	}
+	for _, n := range plan.Revive {
+		us.UpdateColumn(path(n), table.ColumnUpdate{Doc: iceberg.Optional[string]{Valid: true, Val: ""}})
+	}
+	for _, c := range plan.Add {
+		us.AddColumn([]string{c.Name}, c.Type, "", false, nil)
+	}
+	if err := us.Commit(); err != nil {
+		return fmt.Errorf("stage schema update: %w", err)
+	}
+	return nil
+}
+
 func (w *writer) reportPlan(op string, plan dms.SchemaPlan) {
-	sm := w.s.status()
 	for _, k := range []struct {
 		kind string
 		n    int
@@ -418,22 +400,22 @@ func (w *writer) reportPlan(op string, plan dms.SchemaPlan) {
 		{"drop_column", len(plan.Drop)}, {"revive_column", len(plan.Revive)}, {"incompatible", len(plan.Incompatible)},
 	} {
 		if k.n > 0 {
-			sm.SchemaChanged(w.name, k.kind, k.n)
+			w.env.metrics.SchemaChanged(w.name, k.kind, k.n)
 		}
 	}
 	if d := plan.Describe(); len(d) > 0 {
-		w.log.Info("applied control record", zap.String("operation", op), zap.Strings("changes", d), zap.Stringer("schema", w.tbl.Schema()))
+		w.log.Info("applied control record", zap.String("operation", op), zap.Strings("changes", d), zap.Stringer("schema", w.st.tbl.Schema()))
 	}
 }
 
 // drop applies a drop-table control record.
 func (w *writer) drop(ctx context.Context, ev *change.Event) error {
-	if w.s.cfg.DropTable != DropTableMark {
+	if !w.env.dropMark {
 		w.log.Info("table dropped at the source; keeping the target table (sink.drop_table ignore)")
 		ack(ev)
 		return nil
 	}
-	if w.status == statusDropped {
+	if w.st.status == tableprop.StatusDropped {
 		ack(ev)
 		return nil
 	}
@@ -441,10 +423,10 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 	if at == "" {
 		at = time.Now().UTC().Format(time.RFC3339Nano)
 	}
-	if w.lay == nil {
-		tbl, err := w.s.cat.LoadTable(ctx, w.ident)
+	if !w.st.loaded() {
+		tbl, err := w.env.cat.LoadTable(ctx, w.ident)
 		if errors.Is(err, catalog.ErrNoSuchTable) {
-			w.setStatus(statusDropped, "dropped at the source at "+at+" before the target table existed")
+			w.setStatus(tableprop.StatusDropped, "dropped at the source at "+at+" before the target table existed")
 			ack(ev)
 			return nil
 		}
@@ -458,39 +440,26 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 	if err := w.flush(ctx); err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		txn := w.tbl.NewTransaction()
-		props := iceberg.Properties{propStatus: statusDropped, propDroppedAt: at}
-		controlTSProp(props, w.tbl.Properties(), ev.Meta.Timestamp)
-		if !ev.Replay && change.CompareSeq(ev.Pos.Seq, w.lay.watermark[ev.Pos.Shard]) > 0 && ev.Pos.Shard != "" {
-			props[checkpoint.WatermarkKey(w.s.cfg.Stream, ev.Pos.Shard)] = ev.Pos.Seq
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		txn := w.st.tbl.NewTransaction()
+		props := iceberg.Properties{tableprop.Status: tableprop.StatusDropped, tableprop.DroppedAt: at}
+		controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
+		w.controlWatermark(props, ev)
+		if err := txn.SetProperties(props); err != nil {
+			return nil, err
 		}
-		err := txn.SetProperties(props)
-		var tbl *table.Table
-		if err == nil {
-			tbl, err = txn.Commit(ctx)
+		tbl, err := txn.Commit(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if err == nil {
-			if err := w.use(tbl); err != nil {
-				return err
-			}
-			break
-		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if attempt >= w.s.cfg.CommitRetries {
-			return fmt.Errorf("mark %s dropped: %w", w.name, err)
-		}
-		moved, rerr := w.reload(ctx)
-		if rerr != nil {
-			return rerr
-		}
-		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
-			return err
-		}
+		return tbl, w.adopt(tbl)
 	}
-	w.setStatus(statusDropped, "dropped at the source at "+at)
+	if _, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "mark " + w.name + " dropped", Stage: stage, Reloaded: w.reloadedUse(nil),
+	}); err != nil {
+		return err
+	}
+	w.setStatus(tableprop.StatusDropped, "dropped at the source at "+at)
 	ack(ev)
 	return nil
 }
@@ -501,7 +470,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 // already has a key keeps it; a key naming missing, dropped or floating-point columns is not
 // applied (logged).
 func (w *writer) ensureKey(ctx context.Context, keys []string, from string) error {
-	l := w.lay
+	l := w.st.lay
 	if l.keyed() {
 		have := make([]string, len(l.keyIdx))
 		for i, k := range l.keyIdx {
@@ -527,8 +496,8 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 	if err := w.flush(ctx); err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		txn := w.tbl.NewTransaction()
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		txn := w.st.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, true)
 		paths := make([][]string, len(keys))
 		for i, k := range keys {
@@ -536,34 +505,23 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 			paths[i] = []string{k}
 		}
 		us.SetIdentifierField(paths)
-		err := us.Commit()
-		var tbl *table.Table
-		if err == nil {
-			tbl, err = txn.Commit(ctx)
+		if err := us.Commit(); err != nil {
+			return nil, err
 		}
-		if err == nil {
-			if err := w.use(tbl); err != nil {
-				return err
-			}
-			w.log.Info("table now has a primary key", zap.Strings("key", keys), zap.String("source", from))
-			w.s.status().SchemaChanged(w.name, "set_primary_key", 1)
-			return nil
+		tbl, err := txn.Commit(ctx)
+		if err != nil {
+			return nil, err
 		}
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		if attempt >= w.s.cfg.CommitRetries {
-			return fmt.Errorf("set primary key of %s: %w", w.name, err)
-		}
-		moved, rerr := w.reload(ctx)
-		if rerr != nil {
-			return rerr
-		}
-		if w.lay.keyed() {
-			return nil
-		}
-		if err := w.retryWait(ctx, attempt, err, moved); err != nil {
-			return err
-		}
+		return tbl, w.adopt(tbl)
 	}
+	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "set primary key of " + w.name, Stage: stage,
+		Reloaded: w.reloadedUse(func() bool { return w.st.lay.keyed() }),
+	})
+	if err != nil || res.Table == nil {
+		return err
+	}
+	w.log.Info("table now has a primary key", zap.Strings("key", keys), zap.String("source", from))
+	w.env.metrics.SchemaChanged(w.name, "set_primary_key", 1)
+	return nil
 }

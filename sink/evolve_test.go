@@ -12,110 +12,13 @@ import (
 
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// newCfgHarness is newHarness with the whole configuration open to mod. With tableDLQ the sink
-// runs its own dead-letter table (asynchronous dead letters) instead of the in-memory one.
-func newCfgHarness(t *testing.T, dir string, tableDLQ bool, mod func(*Config), opts ...Option) *harness {
-	t.Helper()
-	ctx := context.Background()
-	cfg := DefaultConfig()
-	cfg.Catalog = DefaultCatalogConfig(dir)
-	cfg.Stream = "st"
-	cfg.FlushInterval = time.Hour
-	cfg.Maintenance.Enabled = false
-	if mod != nil {
-		mod(&cfg)
-	}
-	cat, err := OpenCatalog(ctx, cfg.Catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, cat: cat, dlq: &memDLQ{}, ack: &counter{}, done: make(chan error, 1)}
-	var dlq change.DeadLetterer = h.dlq
-	if tableDLQ {
-		dlq = nil
-	}
-	h.s, err = New(cfg, cat, dlq, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	h.stop = cancel
-	go func() { h.done <- h.s.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-h.done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("Run: %v", err)
-		}
-	})
-	return h
-}
-
-func (h *harness) event(ev *change.Event) {
-	h.t.Helper()
-	if ev.Raw == nil {
-		ev.Raw = []byte(fmt.Sprintf(`{"seq":%q}`, ev.Pos.Seq))
-	}
-	ev.Pos.Stream = "st"
-	ev.Ack = h.ack
-	if ev.Schema == "" {
-		ev.Schema = "shop"
-	}
-	if err := h.s.Submit(context.Background(), ev); err != nil {
-		h.t.Fatal(err)
-	}
-}
-
-// ctl submits a control record; def is "name:TYPE name:TYPE ..." with key columns marked "*".
-func (h *harness) ctl(shard string, seq int, tbl, op, def string) {
-	h.t.Helper()
-	c := &change.Control{Op: op}
-	if def != "" {
-		td := &change.TableDef{}
-		for _, part := range strings.Fields(def) {
-			name, typ, _ := strings.Cut(part, ":")
-			if strings.HasSuffix(name, "*") {
-				name = strings.TrimSuffix(name, "*")
-				td.PrimaryKey = append(td.PrimaryKey, name)
-			}
-			td.Columns = append(td.Columns, change.ColumnDef{Name: name, Type: typ, Nullable: true})
-		}
-		c.TableDef = td
-	}
-	h.event(&change.Event{Table: tbl, Op: change.OpControl, Control: c,
-		Meta: change.Metadata{RecordType: "control", Operation: op, Timestamp: "2025-01-01T00:00:00.000000Z"},
-		Pos:  change.Position{Shard: shard, Seq: fmt.Sprint(seq)}})
-}
-
-func (h *harness) data(shard string, seq int, tbl string, op change.Op, cols []change.Column, before []change.Column) {
-	h.t.Helper()
-	h.event(&change.Event{Table: tbl, Op: op, Columns: cols, Before: before,
-		Meta: change.Metadata{RecordType: "data", Operation: op.String()},
-		Pos:  change.Position{Shard: shard, Seq: fmt.Sprint(seq)}})
-}
-
-func loadTable(t *testing.T, h *harness, ns, name string) *table.Table {
-	t.Helper()
-	tbl, err := h.cat.LoadTable(context.Background(), table.Identifier{ns, name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tbl
-}
-
-func classes(dls []change.DeadLetter) []string {
-	var out []string
-	for _, d := range dls {
-		out = append(out, d.Class)
-	}
-	return out
-}
-
 func TestControlRecordsEvolveTheSchema(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, nil)
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "items", "create-table", "id*:INT4 name:WSTRING qty:INT4 price:NUMERIC(10,2)")
 	h.data("d", 1, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'"), col("qty", "2"), col("price", "1.50")}, nil)
 	h.ctl("c", 2, "items", "add-column", "id*:INT4 name:WSTRING qty:INT4 price:NUMERIC(10,2) tier:WSTRING")
@@ -151,10 +54,10 @@ func TestControlRecordsEvolveTheSchema(t *testing.T) {
 	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassIncompatible, ClassConvert}) {
 		t.Fatalf("dead letters %v, want incompatible_schema then convert", got)
 	}
-	if !strings.Contains(tbl.Properties()[propIncompatible], "price") {
+	if !strings.Contains(tbl.Properties()[tableprop.IncompatibleChange], "price") {
 		t.Fatalf("incompatible change not recorded: %v", tbl.Properties())
 	}
-	if wm := checkpoint.Watermarks(tbl.Properties(), "st"); wm["c"] != "6" || wm["d"] != "6" {
+	if wm := tableprop.Watermarks(tbl.Properties(), "st"); wm["c"] != "6" || wm["d"] != "6" {
 		t.Fatalf("watermarks %v, want c=6 (control records) d=6 (last committed data)", wm)
 	}
 	if got := h.ack.n.Load(); got != 13 {
@@ -164,9 +67,10 @@ func TestControlRecordsEvolveTheSchema(t *testing.T) {
 }
 
 func TestReplayedControlRecordsAreSkipped(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	run := func() *harness {
-		h := newCfgHarness(t, dir, false, nil)
+		h := newHarness(t, dir, withMaintenance(nil))
 		h.ctl("c", 1, "items", "create-table", "id*:INT4 name:WSTRING")
 		h.data("d", 1, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'")}, nil)
 		h.ctl("c", 2, "items", "rename-column", "id*:INT4 full_name:WSTRING")
@@ -189,7 +93,8 @@ func TestReplayedControlRecordsAreSkipped(t *testing.T) {
 }
 
 func TestDataBeforeControlRecords(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, nil)
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	// Data first: the table is created from the values (keyless), an unknown column is added.
 	h.data("d", 1, "late", change.OpInsert, []change.Column{col("id", "1"), col("v", "'a'")}, nil)
 	h.data("d", 2, "late", change.OpUpdate, []change.Column{col("id", "1"), col("v", "'b'")}, nil) // keyless: dead letter
@@ -211,18 +116,19 @@ func TestDataBeforeControlRecords(t *testing.T) {
 }
 
 func TestDropTableMarkAndRecreate(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), true, func(c *Config) { c.DropTable = DropTableMark })
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.DropTable = DropTableMark }), withTableDLQ())
 	h.ctl("c", 1, "gone", "create-table", "id*:INT4 v:WSTRING")
 	h.data("d", 1, "gone", change.OpInsert, []change.Column{col("id", "1"), col("v", "'a'")}, nil)
 	h.ctl("c", 2, "gone", "drop-table", "")
 	h.data("d", 2, "gone", change.OpInsert, []change.Column{col("id", "2"), col("v", "'late'")}, nil)
 	h.flush()
 	tbl := loadTable(t, h, "shop", "gone")
-	if tbl.Properties()[propStatus] != statusDropped {
+	if tbl.Properties()[tableprop.Status] != tableprop.StatusDropped {
 		t.Fatalf("not marked dropped: %v", tbl.Properties())
 	}
 	st := h.s.TableStatuses()
-	if len(st) != 1 || st[0].Status != statusDropped {
+	if len(st) != 1 || st[0].Status != tableprop.StatusDropped {
 		t.Fatalf("statuses %+v", st)
 	}
 	h.ctl("c", 3, "gone", "create-table", "id*:INT4 v:WSTRING w:INT4")
@@ -230,7 +136,7 @@ func TestDropTableMarkAndRecreate(t *testing.T) {
 	h.flush()
 	rows, tbl := scanRows(t, h.cat, "gone")
 	eq(t, rows, "id=1,v=a,w=null", "id=3,v=new,w=1")
-	if tbl.Properties()[propStatus] != statusActive {
+	if tbl.Properties()[tableprop.Status] != tableprop.StatusActive {
 		t.Fatalf("mark not lifted: %v", tbl.Properties())
 	}
 	h.close()
@@ -247,10 +153,11 @@ func TestDropTableMarkAndRecreate(t *testing.T) {
 }
 
 func TestPausedTableDoesNotStopOthers(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		// The configured key names a column the table-def does not have.
 		c.Tables = map[string]TableConfig{"shop.bad": {PrimaryKey: []string{"nope"}}}
-	})
+	}))
 	h.ctl("c", 1, "bad", "create-table", "id*:INT4 v:WSTRING")
 	h.data("d", 1, "bad", change.OpInsert, []change.Column{col("id", "1"), col("v", "'a'")}, nil)
 	h.data("d", 2, "good", change.OpInsert, []change.Column{col("id", "1")}, nil)
@@ -262,7 +169,7 @@ func TestPausedTableDoesNotStopOthers(t *testing.T) {
 	}
 	var paused bool
 	for _, st := range h.s.TableStatuses() {
-		paused = paused || (st.Source == "shop.bad" && st.Status == statusPaused && strings.Contains(st.Reason, "nope"))
+		paused = paused || (st.Source == "shop.bad" && st.Status == tableprop.StatusPaused && strings.Contains(st.Reason, "nope"))
 	}
 	if !paused {
 		t.Fatalf("statuses %+v", h.s.TableStatuses())
@@ -274,7 +181,8 @@ func TestPausedTableDoesNotStopOthers(t *testing.T) {
 }
 
 func TestIncludeExcludeAndPerTableSettings(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.HashKey = []byte("secret")
 		c.Include = []string{"shop.*"}
 		c.Exclude = []string{"shop.tmp_*"}
@@ -284,7 +192,7 @@ func TestIncludeExcludeAndPerTableSettings(t *testing.T) {
 				ExcludeColumns: []string{"secret"}, HashColumns: []string{"email"}, MaskColumns: []string{"phone"},
 				TimestampTZColumns: []string{"seen"}, Partition: []PartitionField{{Column: "id", Transform: "bucket", N: 4}}},
 		}
-	})
+	}))
 	h.data("d", 1, "tmp_x", change.OpInsert, []change.Column{col("id", "1")}, nil)
 	h.data("d", 2, "off", change.OpInsert, []change.Column{col("id", "1")}, nil)
 	h.event(&change.Event{Schema: "other", Table: "t", Op: change.OpInsert, Columns: []change.Column{col("id", "1")},
@@ -341,7 +249,8 @@ func TestIncludeExcludeAndPerTableSettings(t *testing.T) {
 }
 
 func TestPartialBeforeImageKeyChange(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, nil)
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "bi", "create-table", "id*:INT4 region*:WSTRING qty:INT4")
 	h.data("d", 1, "bi", change.OpInsert, []change.Column{col("id", "1"), col("region", "'eu'"), col("qty", "1")}, nil)
 	h.flush()
@@ -354,9 +263,10 @@ func TestPartialBeforeImageKeyChange(t *testing.T) {
 }
 
 func TestPerTableFlushRows(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.Tables = map[string]TableConfig{"shop.*": {FlushRows: 2, PrimaryKey: []string{"id"}}}
-	})
+	}))
 	for i := 1; i <= 4; i++ {
 		h.data("d", i, "fast", change.OpInsert, []change.Column{col("id", fmt.Sprint(i))}, nil)
 	}
@@ -379,7 +289,8 @@ func WaitUntil(t *testing.T, cond func() bool) {
 }
 
 func TestReplayEventsBypassWatermarks(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, nil)
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "r", "create-table", "id*:INT4 v:INT4")
 	h.data("d", 5, "r", change.OpInsert, []change.Column{col("id", "1"), col("v", "1")}, nil)
 	h.flush()
@@ -389,13 +300,14 @@ func TestReplayEventsBypassWatermarks(t *testing.T) {
 	h.flush()
 	rows, tbl := scanRows(t, h.cat, "r")
 	eq(t, rows, "id=1,v=1", "id=2,v=2")
-	if wm := checkpoint.Watermarks(tbl.Properties(), "st"); wm["d"] != "5" {
+	if wm := tableprop.Watermarks(tbl.Properties(), "st"); wm["d"] != "5" {
 		t.Fatalf("watermark moved: %v", wm)
 	}
 	h.close()
 }
 
 func TestDeadLetterTableIsExactlyOnce(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
 	cfg := DefaultConfig()
@@ -454,7 +366,8 @@ func TestDeadLetterTableIsExactlyOnce(t *testing.T) {
 }
 
 func TestWideningKeepsOldAndNewValues(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, nil)
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	h.ctl("c", 1, "f", "create-table", "id*:INT4 r:REAL4 n:NUMERIC(5,0) i:INT4")
 	h.data("d", 1, "f", change.OpInsert, []change.Column{col("id", "1"), col("r", "3.25"), col("n", "-99999"), col("i", "7")}, nil)
 	h.flush()
@@ -467,7 +380,8 @@ func TestWideningKeepsOldAndNewValues(t *testing.T) {
 }
 
 func TestStaleControlRecordIsSkipped(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, nil)
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
 	ctl := func(seq int, op, ts, def string) {
 		c := &change.Control{Op: op, TableDef: &change.TableDef{PrimaryKey: []string{"id"}}}
 		for _, part := range strings.Fields(def) {

@@ -21,9 +21,10 @@ type CommitInfo struct {
 	Watermarks map[string]string
 }
 
-// Metrics receives the sink's measurements and commit notifications. Implementations must be
-// safe for concurrent use and must not block: they are called on the writers' goroutines. The
-// default does nothing; cmd plugs in Prometheus and the post-commit hook.
+// Metrics receives the measurements of the sink: commits, table state, schema changes, dead
+// letters and partial update images. Implementations must be safe for concurrent use and must
+// not block: they are called on the writers' goroutines. Embed NopMetrics to implement only some
+// of them. The post-commit hook is not a metric: see WithCommitListener.
 type Metrics interface {
 	// Committed is called after each successful table commit.
 	Committed(info CommitInfo)
@@ -31,21 +32,49 @@ type Metrics interface {
 	CommitFailed(table string)
 	// DeadLettered is called for each record sent to the dead-letter place.
 	DeadLettered(table string)
+	// DeadLetterClass counts a table's dead letters by class (ClassConvert, ...), alongside
+	// DeadLettered.
+	DeadLetterClass(table, class string)
 	// Skipped counts events dropped because the table already holds them (replays).
 	Skipped(table string, n int)
+	// Filtered counts records of source tables that are not replicated (include/exclude/enabled).
+	Filtered(source string, n int)
+	// TableStatus reports a table writer's state: "active", "paused" (the table cannot be
+	// written; reason says why, its records are dead-lettered) or "dropped" (drop-table with
+	// sink.drop_table mark).
+	TableStatus(table, status, reason string)
+	// SchemaChanged counts applied schema changes of a table by kind: create_table, add_column,
+	// rename_column, widen_column, drop_column (kept, no longer required), revive_column,
+	// set_primary_key, incompatible (a change that was not applied), stale_control (a control
+	// record older than the last one applied, skipped).
+	SchemaChanged(table, kind string, n int)
+	// PartialImages counts, per flush, the partial update images (absent_columns keep) by where
+	// their absent columns came from: an earlier change of the key in the batch, the row the
+	// table held, or nowhere (the key was unknown: NULL written).
+	PartialImages(table string, fromBatch, fromTable, notFound int)
+	// DeadLettersCommitted is called after each commit of the dead-letter table.
+	DeadLettersCommitted(rows int, took time.Duration)
 }
 
-type nopMetrics struct{}
+// NopMetrics is the default Metrics: it does nothing.
+type NopMetrics struct{}
 
-func (nopMetrics) Committed(CommitInfo) {}
-func (nopMetrics) CommitFailed(string)  {}
-func (nopMetrics) DeadLettered(string)  {}
-func (nopMetrics) Skipped(string, int)  {}
+func (NopMetrics) Committed(CommitInfo)                    {}
+func (NopMetrics) CommitFailed(string)                     {}
+func (NopMetrics) DeadLettered(string)                     {}
+func (NopMetrics) DeadLetterClass(string, string)          {}
+func (NopMetrics) Skipped(string, int)                     {}
+func (NopMetrics) Filtered(string, int)                    {}
+func (NopMetrics) TableStatus(string, string, string)      {}
+func (NopMetrics) SchemaChanged(string, string, int)       {}
+func (NopMetrics) PartialImages(string, int, int, int)     {}
+func (NopMetrics) DeadLettersCommitted(int, time.Duration) {}
 
-// MaintenanceMetrics receives the measurements of table maintenance. It is separate from Metrics
-// so that existing Metrics implementations keep compiling; a Metrics value passed to WithMetrics
-// that also implements MaintenanceMetrics receives these calls too (WithMaintenanceMetrics sets
-// another receiver). The same rules apply: safe for concurrent use, never blocking. They are
+// nopMetrics is NopMetrics under the name the maintenance tests embed.
+type nopMetrics = NopMetrics
+
+// MaintenanceMetrics receives the measurements of table maintenance (WithMaintenanceMetrics; a
+// Metrics value passed to WithMetrics that also implements it receives these calls too). The same rules apply: safe for concurrent use, never blocking. They are
 // called on the maintenance goroutines, one per table.
 type MaintenanceMetrics interface {
 	// MaintenanceChecked reports a table's measured state: after each of its writer's commits

@@ -25,7 +25,7 @@ import (
 //     What that image lacks itself is inherited together with where it would come from. A key
 //     deleted earlier in the batch has nothing to keep.
 //  2. The surviving images still lacking columns are completed from the rows the table holds:
-//     one scan per batch (flush → lookup), filtered on the first key column, matched exactly in
+//     one scan per batch (flush.go → lookup), filtered on the first key column, matched exactly in
 //     memory, on the snapshot the commit is staged on. After a conflicting commit the table is
 //     reloaded; the lookup is repeated on the new snapshot, and the data files are rewritten
 //     when it found other values.
@@ -33,51 +33,6 @@ import (
 //
 // Inserts and loads are full images, deletes are applied by key, and with the default null mode
 // nothing here runs (row.absent stays nil).
-
-// PartialImageMetrics is implemented by a Metrics value that also counts partial update images
-// (absent_columns keep) per flush, by where their absent columns came from: an earlier change of
-// the key in the batch, the row the table held, or nowhere (the key was unknown: NULL written).
-type PartialImageMetrics interface {
-	PartialImages(table string, fromBatch, fromTable, notFound int)
-}
-
-// lookup is a surviving partial image that needs the stored row of key.
-type lookup struct {
-	row int         // index into w.rows
-	key []dms.Datum // the key whose stored row completes it (the old key of a key change)
-}
-
-// absentColumns lists the live columns that convert did not see in an update image (w.seen),
-// nil when the image is complete.
-func (w *writer) absentColumns() []int32 {
-	var out []int32
-	for _, i := range w.lay.live {
-		if !w.seen[i] {
-			out = append(out, int32(i))
-		}
-	}
-	return out
-}
-
-// mergeEarlier completes r from prev, the latest earlier image of the same row in the batch:
-// every column r lacks and prev has is copied. r.absent keeps the columns both lack; it stays
-// non-nil (empty when complete), so the row still counts as a partial image. Both absent lists
-// are in column order.
-func mergeEarlier(r, prev *row) {
-	out := r.absent[:0]
-	j := 0
-	for _, c := range r.absent {
-		for j < len(prev.absent) && prev.absent[j] < c {
-			j++
-		}
-		if j < len(prev.absent) && prev.absent[j] == c {
-			out = append(out, c) // prev lacks it too
-			continue
-		}
-		r.vals[c] = prev.vals[c]
-	}
-	r.absent = out
-}
 
 // completed returns the values to write for a surviving partial image: its own, with the absent
 // columns taken from stored (the table's row; nil when the table does not have it: NULL).
@@ -98,7 +53,7 @@ func (w *writer) completed(r *row, stored []dms.Datum) []dms.Datum {
 // b.fill. changed reports whether the data files written for an earlier lookup (if any) are
 // stale: some image completes differently now.
 func (w *writer) lookup(ctx context.Context, b *batch) (changed bool, err error) {
-	snap := snapshotID(w.tbl)
+	snap := snapshotID(w.st.tbl)
 	fill, err := w.storedRows(ctx, b.lookups)
 	if err != nil {
 		return false, fmt.Errorf("read the rows partial updates of %s keep values from: %w", w.name, err)
@@ -106,7 +61,7 @@ func (w *writer) lookup(ctx context.Context, b *batch) (changed bool, err error)
 	changed = !b.filled
 	if !changed {
 		for _, lk := range b.lookups {
-			if !sameAbsent(w.rows[lk.row].absent, b.fill[lk.row], fill[lk.row]) {
+			if !sameAbsent(w.buf.rows[lk.row].absent, b.fill[lk.row], fill[lk.row]) {
 				changed = true
 				break
 			}
@@ -134,9 +89,9 @@ func sameAbsent(absent []int32, a, b []dms.Datum) bool {
 // keys are matched exactly here. The scanner applies the equality deletes, so it returns the
 // current rows.
 func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Datum, error) {
-	l := w.lay
+	l := w.st.lay
 	fill := make(map[int][]dms.Datum, len(lks))
-	if len(lks) == 0 || w.tbl.CurrentSnapshot() == nil {
+	if len(lks) == 0 || w.st.tbl.CurrentSnapshot() == nil {
 		return fill, nil
 	}
 	want := make(map[string][]int, len(lks)) // encoded key -> indexes into lks
@@ -150,9 +105,9 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 	}
 	var buf []byte
 	for li, lk := range lks {
-		buf = w.encodeKey(buf[:0], lk.key)
+		buf = encodeKey(l, buf[:0], lk.key)
 		want[string(buf)] = append(want[string(buf)], li)
-		for _, c := range w.rows[lk.row].absent {
+		for _, c := range w.buf.rows[lk.row].absent {
 			needed[c] = true
 		}
 		buf = dms.AppendKey(buf[:0], l.types[k0], lk.key[0])
@@ -176,7 +131,7 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 			fields = append(fields, n)
 		}
 	}
-	scan := w.tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(fields...))
+	scan := w.st.tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(fields...))
 	defer func() { _ = scan.Close() }()
 	_, recs, err := scan.ToArrowRecords(ctx)
 	if err != nil {
@@ -225,13 +180,6 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 	return fill, nil
 }
 
-func (w *writer) encodeKey(buf []byte, key []dms.Datum) []byte {
-	for ki, i := range w.lay.keyIdx {
-		buf = dms.AppendKey(buf, w.lay.types[i], key[ki])
-	}
-	return buf
-}
-
 // keyLiteral is the Iceberg literal of a key value for the lookup filter; ok is false for a
 // type without one (the lookup then scans unfiltered).
 func keyLiteral(t iceberg.Type, d dms.Datum) (iceberg.Literal, bool) {
@@ -278,9 +226,7 @@ func (w *writer) logPartial(b *batch) {
 		}
 	}
 	missing := b.missing + len(b.lookups) - fromTable
-	if m, ok := w.s.metrics.(PartialImageMetrics); ok {
-		m.PartialImages(w.name, b.fromBuffer, fromTable, missing)
-	}
+	w.env.metrics.PartialImages(w.name, b.fromBuffer, fromTable, missing)
 	log := w.log.Debug
 	if missing > 0 {
 		log = w.log.Info

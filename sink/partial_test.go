@@ -23,7 +23,8 @@ func cols(c ...change.Column) []change.Column { return c }
 // A partial update committed in a later batch than the row keeps the columns it leaves out; an
 // explicit null still sets NULL; a partial image completed from the table completes the next.
 func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.submit("s0", 2, change.OpLoad, "cust", cols(col("id", "2"), col("name", "'bob'"), col("amount", "20"), col("city", "'rome'")), nil)
 	h.submit("s0", 3, change.OpLoad, "cust", cols(col("id", "3"), col("name", "'cy'"), col("amount", "30"), col("city", "'kyiv'")), nil)
@@ -52,7 +53,8 @@ func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
 // Partial images inside one batch merge in arrival order with the images before them, and with
 // the table for what none of them carries.
 func TestPartialUpdatesChainInOneBatch(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "2"), col("name", "'bob'"), col("amount", "20"), col("city", "'rome'")), nil)
 	h.submit("s0", 2, change.OpLoad, "cust", cols(col("id", "3"), col("name", "'cy'"), col("amount", "30"), col("city", "'kyiv'")), nil)
 	h.submit("s0", 3, change.OpLoad, "cust", cols(col("id", "4"), col("name", "'di'"), col("amount", "40"), col("city", "'lima'")), nil)
@@ -87,7 +89,8 @@ func TestPartialUpdatesChainInOneBatch(t *testing.T) {
 // A partial update that changes the primary key moves the row and keeps its other columns, from
 // the table or from an earlier image of the old key in the batch.
 func TestPartialUpdateWithKeyChange(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "5"), col("name", "'eve'"), col("amount", "50"), col("city", "'bern'")), nil)
 	h.flush()
 	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "50"), col("name", "'eva'")), cols(col("id", "5")))
@@ -105,9 +108,10 @@ func TestPartialUpdateWithKeyChange(t *testing.T) {
 
 // Composite keys are looked up with a filter on the first key column and matched exactly.
 func TestPartialUpdateCompositeKey(t *testing.T) {
+	t.Parallel()
 	def := TableConfig{PrimaryKey: []string{"region", "id"}, AbsentColumns: AbsentKeep, Columns: []ColumnSpec{
 		{Name: "region", Type: "WSTRING"}, {Name: "id", Type: "INT8"}, {Name: "name", Type: "WSTRING"}, {Name: "qty", Type: "INT4"}}}
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.stock": def})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.stock": def}))
 	h.submit("s0", 1, change.OpLoad, "stock", cols(col("region", "'eu'"), col("id", "1"), col("name", "'a'"), col("qty", "1")), nil)
 	h.submit("s0", 2, change.OpLoad, "stock", cols(col("region", "'eu'"), col("id", "2"), col("name", "'b'"), col("qty", "2")), nil)
 	h.submit("s0", 3, change.OpLoad, "stock", cols(col("region", "'us'"), col("id", "1"), col("name", "'c'"), col("qty", "3")), nil)
@@ -126,7 +130,8 @@ func TestPartialUpdateCompositeKey(t *testing.T) {
 // A partial update of a key the table never had is written with NULL for what it leaves out,
 // and is not a dead letter.
 func TestPartialUpdateOfUnknownKey(t *testing.T) {
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": custDef})
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
 	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "99"), col("name", "'ghost'")), nil)
@@ -149,6 +154,7 @@ func TestPartialUpdateOfUnknownKey(t *testing.T) {
 // The default (null) leaves absent columns NULL; the sink-wide keep applies to tables that do
 // not say otherwise.
 func TestAbsentColumnsModes(t *testing.T) {
+	t.Parallel()
 	load := func(h *harness, tbl string) {
 		h.submit("s0", 1, change.OpLoad, tbl, cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 		h.flush()
@@ -157,7 +163,7 @@ func TestAbsentColumnsModes(t *testing.T) {
 	}
 	nullDef := custDef
 	nullDef.AbsentColumns = ""
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.cust": nullDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.cust": nullDef}))
 	load(h, "cust")
 	h.close()
 	rows, _ := scanRows(t, h.cat, "cust")
@@ -165,10 +171,10 @@ func TestAbsentColumnsModes(t *testing.T) {
 
 	explicit := nullDef
 	explicit.AbsentColumns = AbsentNull
-	h = newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h = newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.Tables = map[string]TableConfig{"shop.kept": nullDef, "shop.nulled": explicit}
-	})
+	}))
 	load(h, "kept")
 	load(h, "nulled")
 	h.close()
@@ -181,11 +187,12 @@ func TestAbsentColumnsModes(t *testing.T) {
 // The values a partial image keeps come from the snapshot its commit is staged on: when another
 // worker changed the row first, the conflict reloads the table and the lookup is repeated.
 func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, map[string]TableConfig{"shop.cust": custDef})
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.cust": custDef}))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
-	other := newHarness(t, dir, map[string]TableConfig{"shop.cust": custDef})
+	other := newHarness(t, dir, withTables(map[string]TableConfig{"shop.cust": custDef}))
 	other.submit("s1", 7, change.OpUpdate, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "70"), col("city", "'bonn'")), nil)
 	other.flush()
 	other.close()
@@ -203,10 +210,11 @@ func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
 // Excluded columns are never absent; columns dropped at the source are not kept (they are
 // NULL in new images, as in inserts); columns added later are.
 func TestPartialUpdateAndSchemaEvolution(t *testing.T) {
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.Tables = map[string]TableConfig{"shop.items": {ExcludeColumns: []string{"secret"}}}
-	})
+	}))
 	h.ctl("c", 1, "items", "create-table", "id*:INT4 name:WSTRING qty:INT4 secret:WSTRING")
 	h.data("d", 1, "items", change.OpInsert, cols(col("id", "1"), col("name", "'a'"), col("qty", "2"), col("secret", "'x'")), nil)
 	h.flush()
@@ -241,7 +249,8 @@ func TestConvertAllocations(t *testing.T) {
 		ev   *change.Event
 		want float64
 	}{{false, full, 1}, {false, partial, 1}, {true, full, 1}, {true, partial, 2}} {
-		w := &writer{lay: l, set: &settings{keepAbsent: c.keep}}
+		w := &writer{set: &settings{keepAbsent: c.keep}}
+		w.st.lay = l
 		var r row
 		got := testing.AllocsPerRun(100, func() { r, _ = w.convert(c.ev) })
 		if got != c.want {
@@ -259,6 +268,7 @@ func TestConvertAllocations(t *testing.T) {
 // The lookup filter is built for every key type DMS columns map to, and the stored row is
 // matched exactly.
 func TestPartialUpdateKeyTypes(t *testing.T) {
+	t.Parallel()
 	tz := true
 	cases := []struct {
 		typ    string
@@ -284,11 +294,11 @@ func TestPartialUpdateKeyTypes(t *testing.T) {
 		}
 		tables[fmt.Sprintf("shop.k%d", i)] = tc
 	}
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.AbsentColumns = AbsentKeep
 		c.TimeType = "time"
 		c.Tables = tables
-	})
+	}))
 	for i, c := range cases {
 		name := fmt.Sprintf("k%d", i)
 		h.ctl("c", i+1, name, "create-table", "k*:"+c.typ+" a:WSTRING b:INT4")
@@ -335,10 +345,11 @@ func (r *partialRecorder) PartialImages(_ string, fromBatch, fromTable, notFound
 // Each flush reports its partial images by where their absent columns came from, so that an
 // operator sees updates of keys the table does not have (NULL written).
 func TestPartialImagesAreCounted(t *testing.T) {
+	t.Parallel()
 	rec := &partialRecorder{}
-	h := newCfgHarness(t, t.TempDir(), false, func(c *Config) {
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) {
 		c.Tables = map[string]TableConfig{"shop.cust": custDef}
-	}, WithMetrics(rec))
+	}), withOptions(WithMetrics(rec)))
 	h.submit("s0", 1, change.OpLoad, "cust", cols(col("id", "1"), col("name", "'ann'"), col("amount", "10"), col("city", "'oslo'")), nil)
 	h.flush()
 	h.submit("s0", 2, change.OpUpdate, "cust", cols(col("id", "1"), col("name", "'anna'")), nil)                                           // from the table

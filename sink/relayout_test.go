@@ -15,8 +15,9 @@ import (
 // re-laid by field id (new columns null, widened values converted) instead of being written by
 // position.
 func TestBufferedRowsFollowAnotherWorkersSchemaChange(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	mine := newCfgHarness(t, dir, false, nil, WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
+	mine := newHarness(t, dir, withMaintenance(nil), withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
 	mine.ctl("c", 1, "m", "create-table", "id*:INT4 r:REAL4 name:STRING")
 	mine.data("d0", 1, "m", change.OpInsert, []change.Column{col("id", "1"), col("r", "1.5"), col("name", "'a'")}, nil)
 	mine.flush()
@@ -24,7 +25,7 @@ func TestBufferedRowsFollowAnotherWorkersSchemaChange(t *testing.T) {
 	mine.data("d0", 2, "m", change.OpInsert, []change.Column{col("id", "2"), col("r", "2.25"), col("name", "'b'")}, nil)
 	mine.data("d0", 3, "m", change.OpUpdate, []change.Column{col("id", "1"), col("r", "0.5"), col("name", "'a2'")}, nil)
 
-	other := newCfgHarness(t, dir, false, nil)
+	other := newHarness(t, dir, withMaintenance(nil))
 	other.ctl("c", 1, "m", "create-table", "id*:INT4 r:REAL4 name:STRING")
 	other.ctl("c", 2, "m", "column-type-change", "id*:INT4 r:REAL8 name:STRING")
 	// The other worker also took over shard d0 and committed its record 2: this writer's batch

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -13,42 +12,16 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 )
 
-// A commit that lost to another writer is re-staged soon, at every attempt; other failures back
-// off exponentially; a closing writer waits less in both cases.
-func TestRetryDelay(t *testing.T) {
-	const conflict, other = true, false
-	cases := []struct {
-		name     string
-		conflict bool
-		closing  bool
-		attempt  int
-		min, max time.Duration
-	}{
-		{"conflict first", conflict, false, 0, 10 * time.Millisecond, 20 * time.Millisecond},
-		{"conflict late", conflict, false, 15, 500 * time.Millisecond, time.Second},
-		{"conflict closing", conflict, true, 15, 125 * time.Millisecond, 250 * time.Millisecond},
-		{"other first", other, false, 0, 25 * time.Millisecond, 50 * time.Millisecond},
-		{"other late", other, false, 15, 10 * time.Second, 20 * time.Second},
-		{"other closing", other, true, 15, time.Second, 2 * time.Second},
-		{"huge attempt", other, false, 1 << 20, 10 * time.Second, 20 * time.Second},
-	}
-	for _, c := range cases {
-		for range 200 {
-			d := retryDelay(c.attempt, c.conflict, c.closing)
-			if d < c.min || d > c.max {
-				t.Fatalf("%s: retryDelay(%d) = %s, want within [%s, %s]", c.name, c.attempt, d, c.min, c.max)
-			}
-		}
-	}
-}
-
 // The SQL catalog reports a lost race as a failed requirement without table.ErrCommitFailed;
-// reload still recognises it by the moved table, so the re-stage follows quickly.
+// the commit loop still recognises it after the reload by the moved table (commit.Moved), so the
+// re-stage follows quickly.
 func TestLostRaceRecognisedAfterReload(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	h := newHarness(t, t.TempDir(), map[string]TableConfig{"shop.users": usersDef})
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": usersDef}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
 	h.flush()
 	h.close()
@@ -70,19 +43,18 @@ func TestLostRaceRecognisedAfterReload(t *testing.T) {
 	}
 	// The writer's table is the stale one its commit was staged on; the reload finds the other
 	// commit. A reload with nothing new in between reports no race.
-	w := &writer{s: h.s, ident: ident, name: "shop.users", tbl: stale}
-	moved, err := w.reload(ctx)
+	fresh, err := h.cat.LoadTable(ctx, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !moved {
+	if !commit.Moved(stale, fresh) {
 		t.Fatalf("lost race not recognised after reload: %v", lost)
 	}
-	moved, err = w.reload(ctx)
+	again, err := h.cat.LoadTable(ctx, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if moved {
+	if commit.Moved(fresh, again) {
 		t.Fatal("a reload of an unchanged table counted as a lost race")
 	}
 }

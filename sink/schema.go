@@ -2,6 +2,7 @@ package sink
 
 import (
 	"fmt"
+	"iter"
 	"math"
 	"slices"
 	"strings"
@@ -10,9 +11,9 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // tableProperties are set on every table we create (design.md §3).
@@ -23,7 +24,7 @@ var tableProperties = iceberg.Properties{
 	"write.metadata.previous-versions-max":       "20",
 	"commit.retry.num-retries":                   "0",
 	"write.parquet.compression-codec":            "zstd",
-	"dms2iceberg.created-by":                     "dms2iceberg",
+	tableprop.CreatedBy:                          "dms2iceberg",
 }
 
 // dictionaryProps turns Parquet dictionary encoding off for the table and back on for the string
@@ -95,7 +96,7 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 		keyFields = append(keyFields, as.Field(i))
 	}
 	l.keyArrow = arrow.NewSchema(keyFields, nil)
-	l.watermark = checkpoint.Watermarks(tbl.Properties(), stream)
+	l.watermark = tableprop.Watermarks(tbl.Properties(), stream)
 	return l, nil
 }
 
@@ -305,4 +306,18 @@ func promote(d dms.Datum, from, to iceberg.Type) dms.Datum {
 		}
 	}
 	return d
+}
+
+func isKey(l *layout, i int) bool {
+	for _, k := range l.keyIdx {
+		if k == i {
+			return true
+		}
+	}
+	return false
+}
+
+// single is a record sequence of one batch.
+func single(rec arrow.RecordBatch) iter.Seq2[arrow.RecordBatch, error] {
+	return func(yield func(arrow.RecordBatch, error) bool) { yield(rec, nil) }
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 
@@ -23,9 +24,15 @@ type Option func(*Iceberg)
 // WithLogger sets the logger (default: no logging).
 func WithLogger(l *zap.Logger) Option { return func(s *Iceberg) { s.log = l.Named("sink") } }
 
-// WithMetrics sets the metrics receiver (default: none). If m also implements
-// MaintenanceMetrics, it receives the maintenance measurements too.
+// WithMetrics sets the metrics receiver (default: NopMetrics). If m also implements
+// MaintenanceMetrics, it receives the maintenance measurements too (until maintenance takes its
+// receiver only from WithMaintenanceMetrics).
 func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
+
+// WithCommitListener sets a function told of every successful table commit, after the commit
+// and before its records are acknowledged (the post-commit hook). It runs on the table writer's
+// goroutine and must not block. Default: none.
+func WithCommitListener(f func(CommitInfo)) Option { return func(s *Iceberg) { s.onCommit = f } }
 
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: the Metrics
 // value if it implements MaintenanceMetrics, else none).
@@ -39,10 +46,11 @@ type Iceberg struct {
 	log      *zap.Logger
 	metrics  Metrics
 	mmetrics MaintenanceMetrics
+	onCommit func(CommitInfo)
 
 	mu      sync.Mutex
-	writers map[string]*writer          // by source "schema.table"
-	defs    map[string]*change.TableDef // create-table definitions seen, by source
+	writers map[string]*writer // by source "schema.table"
+	defs    *tableDefs         // create-table definitions seen, shared by the writers
 	closed  bool
 	stop    chan struct{}
 	started chan struct{}
@@ -62,10 +70,16 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: nopMetrics{},
-		writers: make(map[string]*writer), defs: make(map[string]*change.TableDef), started: make(chan struct{})}
+	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
+		writers: make(map[string]*writer), defs: newTableDefs(), started: make(chan struct{})}
 	for _, o := range opts {
 		o(s)
+	}
+	if s.metrics == nil {
+		s.metrics = NopMetrics{}
+	}
+	if s.onCommit == nil {
+		s.onCommit = func(CommitInfo) {}
 	}
 	if s.mmetrics == nil {
 		s.mmetrics = nopMaintenanceMetrics{}
@@ -139,7 +153,7 @@ func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {
 	}
 	src := ev.Schema + "." + ev.Table
 	if !s.cfg.Selected(src) {
-		s.status().Filtered(src, 1)
+		s.metrics.Filtered(src, 1)
 		if ev.Ack != nil {
 			ev.Ack.Done(1)
 		}
@@ -181,8 +195,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	if w, ok := s.writers[src]; ok {
 		return w, nil
 	}
-	tc, _ := s.cfg.TableConfigFor(src)
-	w := newWriter(s, src, s.cfg.Target(src), tc)
+	w := s.newWriter(src)
 	s.writers[src] = w
 	s.wwg.Add(1)
 	if !s.cfg.Maintenance.Enabled {
@@ -205,22 +218,20 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	return w, nil
 }
 
+// newWriter builds the writer of source table src with the sink's collaborators.
+func (s *Iceberg) newWriter(src string) *writer {
+	tc, _ := s.cfg.TableConfigFor(src)
+	set := s.cfg.settingsFor(src)
+	set.tc = tc
+	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
+		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark}
+	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
+}
+
 func (s *Iceberg) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
-}
-
-func (s *Iceberg) setDef(src string, def *change.TableDef) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.defs[src] = def
-}
-
-func (s *Iceberg) def(src string) *change.TableDef {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.defs[src]
 }
 
 func (s *Iceberg) snapshotWriters() []*writer {
@@ -230,6 +241,17 @@ func (s *Iceberg) snapshotWriters() []*writer {
 	for _, w := range s.writers {
 		out = append(out, w)
 	}
+	return out
+}
+
+// TableStatuses returns the state of every table writer started so far, sorted by table.
+func (s *Iceberg) TableStatuses() []TableStatus {
+	ws := s.snapshotWriters()
+	out := make([]TableStatus, 0, len(ws))
+	for _, w := range ws {
+		out = append(out, w.st.published())
+	}
+	slices.SortFunc(out, func(a, b TableStatus) int { return strings.Compare(a.Table, b.Table) })
 	return out
 }
 

@@ -1,171 +1,21 @@
 package sink
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
-	"time"
 
-	"github.com/apache/iceberg-go/catalog"
-	"github.com/apache/iceberg-go/table"
-
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
-
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) Done(n int) { c.n.Add(int64(n)) }
-
-type memDLQ struct {
-	mu  sync.Mutex
-	dls []change.DeadLetter
-}
-
-func (m *memDLQ) DeadLetter(_ context.Context, dl change.DeadLetter) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.dls = append(m.dls, dl)
-	return nil
-}
-
-type harness struct {
-	t    *testing.T
-	cat  catalog.Catalog
-	s    *Iceberg
-	dlq  *memDLQ
-	ack  *counter
-	done chan error
-	stop context.CancelFunc
-}
-
-func newHarness(t *testing.T, dir string, tables map[string]TableConfig) *harness {
-	t.Helper()
-	ctx := context.Background()
-	cfg := DefaultConfig()
-	cfg.Catalog = DefaultCatalogConfig(dir)
-	cfg.Stream = "st"
-	cfg.FlushInterval = time.Hour // tests flush explicitly
-	cfg.Tables = tables
-	cat, err := OpenCatalog(ctx, cfg.Catalog)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h := &harness{t: t, cat: cat, dlq: &memDLQ{}, ack: &counter{}, done: make(chan error, 1)}
-	h.s, err = New(cfg, cat, h.dlq)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, cancel := context.WithCancel(ctx)
-	h.stop = cancel
-	go func() { h.done <- h.s.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-h.done; err != nil && !errors.Is(err, context.Canceled) {
-			t.Errorf("sink Run: %v", err)
-		}
-	})
-	return h
-}
-
-func (h *harness) close() {
-	h.t.Helper()
-	if err := h.s.Close(context.Background()); err != nil {
-		h.t.Fatal(err)
-	}
-	if err := <-h.done; err != nil {
-		h.t.Fatalf("Run: %v", err)
-	}
-	h.done <- nil
-}
-
-func col(name, text string) change.Column {
-	k := change.KindNumber
-	if text == "null" {
-		return change.Column{Name: name, Value: change.Value{Kind: change.KindNull}}
-	}
-	if strings.HasPrefix(text, "'") {
-		k, text = change.KindString, strings.Trim(text, "'")
-	}
-	return change.Column{Name: name, Value: change.Value{Kind: k, Text: text}}
-}
-
-func (h *harness) submit(shard string, seq int, op change.Op, table string, cols []change.Column, before []change.Column) {
-	h.t.Helper()
-	ev := &change.Event{Schema: "shop", Table: table, Op: op, Columns: cols, Before: before,
-		Pos: change.Position{Stream: "st", Shard: shard, Seq: fmt.Sprint(seq)}, Raw: []byte(`{"raw":true}`), Ack: h.ack}
-	if err := h.s.Submit(context.Background(), ev); err != nil {
-		h.t.Fatal(err)
-	}
-}
-
-func (h *harness) flush() {
-	h.t.Helper()
-	if err := h.s.Flush(context.Background()); err != nil {
-		h.t.Fatal(err)
-	}
-}
-
-// rows scans a table through iceberg-go and renders each row as "c1=v1,c2=v2" sorted.
-func scanRows(t *testing.T, cat catalog.Catalog, name string) ([]string, *table.Table) {
-	t.Helper()
-	ctx := context.Background()
-	tbl, err := cat.LoadTable(ctx, table.Identifier{"shop", name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := tbl.Schema().Fields()
-	var out []string
-	_, it, err := tbl.Scan().ToArrowRecords(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rec, err := range it {
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < int(rec.NumRows()); i++ {
-			var parts []string
-			for ci, f := range fields {
-				idx := rec.Schema().FieldIndices(f.Name)
-				if len(idx) == 0 {
-					continue
-				}
-				v, ok := dms.RenderArrow(rec.Column(idx[0]), i, f.Type)
-				if !ok {
-					v = "null"
-				}
-				_ = ci
-				parts = append(parts, f.Name+"="+v)
-			}
-			out = append(out, strings.Join(parts, ","))
-		}
-		rec.Release()
-	}
-	sort.Strings(out)
-	return out, tbl
-}
-
-func eq(t *testing.T, got []string, want ...string) {
-	t.Helper()
-	sort.Strings(want)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
 
 var usersDef = TableConfig{PrimaryKey: []string{"id"}, Columns: []ColumnSpec{
 	{Name: "id", Type: "INT4"}, {Name: "name", Type: "WSTRING", Length: 20}, {Name: "amount", Type: "NUMERIC", Precision: 10, Scale: 2}}}
 
 func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	for i := 1; i <= 5; i++ {
 		h.submit("s0", i, change.OpLoad, "users", []change.Column{col("id", fmt.Sprint(i)), col("name", "'u"+fmt.Sprint(i)+"'"), col("amount", "1.5")}, nil)
 	}
@@ -191,7 +41,7 @@ func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
 		"id=30,name=moved,amount=null",
 		"id=4,name=again,amount=0.01",
 		"id=5,name=u5,amount=1.50")
-	if got := tbl.Properties()[checkpoint.WatermarkKey("st", "s0")]; got != "17" {
+	if got := tbl.Properties()[tableprop.Watermark("st", "s0")]; got != "17" {
 		t.Fatalf("watermark = %q, want 17", got)
 	}
 	if n := len(tbl.Metadata().Snapshots()); n != 2 {
@@ -204,6 +54,7 @@ func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
 }
 
 func TestReplayIsSkippedAcrossRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	events := func(h *harness) {
 		h.submit("s0", 1, change.OpInsert, "log", []change.Column{col("msg", "'a'")}, nil)
@@ -211,7 +62,7 @@ func TestReplayIsSkippedAcrossRestart(t *testing.T) {
 		h.submit("s0", 2, change.OpInsert, "log", []change.Column{col("msg", "'c'")}, nil)
 	}
 	keyless := map[string]TableConfig{"shop.log": {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}}}
-	h := newHarness(t, dir, keyless)
+	h := newHarness(t, dir, withTables(keyless))
 	events(h)
 	events(h) // a replay while still buffered must not duplicate either
 	h.flush()
@@ -223,7 +74,7 @@ func TestReplayIsSkippedAcrossRestart(t *testing.T) {
 	}
 
 	// A restarted sink over the same catalog skips everything the table already has.
-	h2 := newHarness(t, dir, keyless)
+	h2 := newHarness(t, dir, withTables(keyless))
 	events(h2)
 	h2.submit("s0", 3, change.OpInsert, "log", []change.Column{col("msg", "'d'")}, nil)
 	h2.flush()
@@ -236,11 +87,12 @@ func TestReplayIsSkippedAcrossRestart(t *testing.T) {
 }
 
 func TestBadInputGoesToDeadLetters(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, map[string]TableConfig{
+	h := newHarness(t, dir, withTables(map[string]TableConfig{
 		"shop.users": usersDef,
 		"shop.log":   {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}},
-	})
+	}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1.5"), col("name", "'x'")}, nil)   // not an int
 	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("amount", "1.234")}, nil) // inexact decimal
 	h.submit("s0", 3, change.OpInsert, "users", []change.Column{col("name", "'no key'")}, nil)                // key missing
@@ -264,12 +116,13 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 }
 
 func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
 	h.flush()
 	// A second sink (another worker) commits to the same table behind the first one's back.
-	other := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	other := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	other.submit("s1", 7, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
 	other.flush()
 	other.close()
@@ -279,7 +132,7 @@ func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
 	h.close()
 	rows, tbl := scanRows(t, h.cat, "users")
 	eq(t, rows, "id=1,name=a2,amount=null", "id=2,name=b,amount=null")
-	wm := checkpoint.Watermarks(tbl.Properties(), "st")
+	wm := tableprop.Watermarks(tbl.Properties(), "st")
 	if wm["s0"] != "2" || wm["s1"] != "7" {
 		t.Fatalf("watermarks %v, want s0=2 s1=7", wm)
 	}
@@ -290,13 +143,14 @@ func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
 // re-check of the watermarks after the reload trims everything: the keyless table (no key to
 // deduplicate by) has every row once.
 func TestZombieCommitIsTrimmedAfterReload(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	keyless := map[string]TableConfig{"shop.log": {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}}}
-	zombie := newHarness(t, dir, keyless)
+	zombie := newHarness(t, dir, withTables(keyless))
 	for i, m := range []string{"a", "b", "c"} {
 		zombie.submit("s0", i+1, change.OpInsert, "log", []change.Column{col("msg", "'"+m+"'")}, nil)
 	}
-	owner := newHarness(t, dir, keyless)
+	owner := newHarness(t, dir, withTables(keyless))
 	for i, m := range []string{"a", "b", "c", "d"} {
 		owner.submit("s0", i+1, change.OpInsert, "log", []change.Column{col("msg", "'"+m+"'")}, nil)
 	}
@@ -315,12 +169,51 @@ func TestZombieCommitIsTrimmedAfterReload(t *testing.T) {
 }
 
 func TestColumnAppearingInDataIsAdded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, map[string]TableConfig{"shop.users": usersDef})
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
 	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
 	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'"), col("extra", "'new'")}, nil)
 	h.flush()
 	h.close()
 	rows, _ := scanRows(t, h.cat, "users")
 	eq(t, rows, "id=1,name=a,amount=null,extra=null", "id=2,name=b,amount=null,extra=new")
+}
+
+// The commit listener (the post-commit hook's way in) is told of every table commit with what it
+// committed and the table's watermarks after it, and not of a flush that had nothing to commit.
+func TestCommitListenerToldOfEveryCommit(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	var got []CommitInfo
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": usersDef}),
+		withOptions(WithCommitListener(func(c CommitInfo) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, c)
+		})))
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	h.flush()
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil) // a replay
+	h.flush()
+	h.submit("s1", 7, change.OpDelete, "users", []change.Column{col("id", "1")}, nil)
+	h.flush()
+	h.close()
+	_, tbl := scanRows(t, h.cat, "users")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 2 {
+		t.Fatalf("listener told of %d commits, want 2: %+v", len(got), got)
+	}
+	first, second := got[0], got[1]
+	if first.Table != "shop.users" || first.Source != "shop.users" || first.Rows != 2 || first.Deletes != 2 || first.Watermarks["s0"] != "2" {
+		t.Fatalf("first commit %+v", first)
+	}
+	if second.Rows != 0 || second.Deletes != 1 || second.Watermarks["s1"] != "7" || second.Watermarks["s0"] != "2" {
+		t.Fatalf("second commit %+v", second)
+	}
+	if second.SnapshotID != tbl.CurrentSnapshot().SnapshotID || first.SnapshotID == second.SnapshotID || second.Attempts != 1 {
+		t.Fatalf("snapshots %d, %d (table at %d), attempts %d", first.SnapshotID, second.SnapshotID, tbl.CurrentSnapshot().SnapshotID, second.Attempts)
+	}
 }

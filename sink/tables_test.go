@@ -6,6 +6,7 @@ import (
 )
 
 func TestTableConfigValidation(t *testing.T) {
+	t.Parallel()
 	f := false
 	cases := []struct {
 		name string
@@ -87,6 +88,7 @@ func TestTableConfigValidation(t *testing.T) {
 }
 
 func TestTableSelectionAndTargets(t *testing.T) {
+	t.Parallel()
 	off := false
 	c := DefaultConfig()
 	c.Namespace = "lake"

@@ -71,7 +71,7 @@ type promMetrics struct {
 	maintDeletesFreed *prometheus.CounterVec
 	maintFailures     *prometheus.CounterVec
 
-	// Table state and schema changes (sink.StatusMetrics).
+	// Table state and schema changes (sink.Metrics).
 	tableStatus        *prometheus.GaugeVec
 	tableSchemaChanges *prometheus.CounterVec
 	tableDLQClass      *prometheus.CounterVec
@@ -322,11 +322,7 @@ func (m *promMetrics) SetReady(ok bool) {
 	}
 }
 
-var (
-	_ sink.MaintenanceMetrics  = (*promMetrics)(nil)
-	_ sink.StatusMetrics       = (*promMetrics)(nil)
-	_ sink.PartialImageMetrics = (*promMetrics)(nil)
-)
+var _ sink.MaintenanceMetrics = (*promMetrics)(nil)
 
 func (m *promMetrics) MaintenanceChecked(st sink.MaintenanceStatus) {
 	m.maintDeleteFiles.WithLabelValues(st.Table).Set(float64(st.DeleteFiles))
@@ -366,7 +362,6 @@ func (m *promMetrics) TableStatus(table, status, _ string) {
 	}
 }
 
-// PartialImages implements sink.PartialImageMetrics.
 func (m *promMetrics) PartialImages(table string, fromBatch, fromTable, notFound int) {
 	m.tablePartial.WithLabelValues(table, "batch").Add(float64(fromBatch))
 	m.tablePartial.WithLabelValues(table, "table").Add(float64(fromTable))
@@ -388,18 +383,4 @@ func (m *promMetrics) Filtered(source string, n int) {
 func (m *promMetrics) DeadLettersCommitted(rows int, _ time.Duration) {
 	m.dlqCommits.Inc()
 	m.dlqRows.Add(float64(rows))
-}
-
-// commitFanout is the sink.Metrics the service plugs in: Prometheus first, then the
-// post-commit hook's queue (which never blocks).
-type commitFanout struct {
-	*promMetrics // embedded as the concrete type, so the optional sink interfaces stay visible
-	hook         *postCommitHook
-}
-
-func (f commitFanout) Committed(c sink.CommitInfo) {
-	f.promMetrics.Committed(c)
-	if f.hook != nil {
-		f.hook.Notify(c)
-	}
 }

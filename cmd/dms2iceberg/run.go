@@ -81,13 +81,13 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	defer closeDLQ()
-	var sinkMetrics sink.Metrics = metrics
+	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics)}
 	if cfg.PostCommit.Enabled() {
 		hook := newPostCommitHook(cfg.PostCommit, log, metrics)
-		sinkMetrics = commitFanout{promMetrics: metrics, hook: hook}
+		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))
 		p.companions = append(p.companions, companion{run: hook.Run, drain: hook.Close})
 	}
-	snk, err := sink.New(cfg.Sink, cat, dlq, sink.WithLogger(log), sink.WithMetrics(sinkMetrics))
+	snk, err := sink.New(cfg.Sink, cat, dlq, sinkOpts...)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,280 @@
+package sink
+
+import (
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+// The buffer of a table writer: the rows converted since its last commit, the acknowledgements
+// waiting for the next commit, and the plan that turns the rows into one batch. It is pure (no
+// catalog, no I/O): the writer gives it the table's layout and watermarks. An ordering guard
+// across shards belongs here: every row keeps its shard and sequence number (and is the place an
+// arrival time would go).
+
+// row is one buffered change, converted to the table's column types.
+type row struct {
+	del    bool
+	vals   []dms.Datum // one per column; deletes fill only the key columns
+	oldKey []dms.Datum // the old key of a primary-key change, else nil
+	// absent lists, in column order, the live columns a partial update image left out
+	// (absent_columns keep); nil for complete images, and always nil in the default null mode.
+	absent []int32
+	shard  string
+	seq    string
+	// replay marks a row re-applied from the dead-letter table: never trimmed by, and never
+	// advancing, the watermarks.
+	replay bool
+}
+
+// buffer holds what a table writer has taken in since its last commit.
+type buffer struct {
+	rows  []row
+	bytes int64
+	first time.Time         // when the oldest buffered event arrived
+	high  map[string]string // shard -> highest sequence number buffered
+	// acks counts, per acker, the events finished by the next commit; the latest acker is
+	// counted in lastAk/lastN first (consecutive events usually share one), saving a map update
+	// per event.
+	acks   map[change.Acker]int
+	lastAk change.Acker
+	lastN  int
+	keyBuf []byte // plan's scratch for encoded keys
+	// now is the clock that dates the oldest event (time.Now; tests set another).
+	now func() time.Time
+}
+
+func newBuffer() buffer {
+	return buffer{high: make(map[string]string), acks: make(map[change.Acker]int), now: time.Now}
+}
+
+// pending reports whether the next commit has anything to do: rows, or events waiting for it.
+func (b *buffer) pending() bool { return len(b.rows) > 0 || len(b.acks) > 0 || b.lastN > 0 }
+
+// holds reports whether a change of shard at seq is buffered already (a replay of something not
+// yet committed).
+func (b *buffer) holds(shard, seq string) bool { return checkpoint.Covered(b.high[shard], seq) }
+
+// add appends r, which came from a record of size bytes.
+func (b *buffer) add(r row, size int) {
+	if !r.replay {
+		b.high[r.shard] = r.seq
+	}
+	b.rows = append(b.rows, r)
+	b.bytes += int64(size) + 64
+}
+
+// attach makes an acknowledgement wait for the next commit.
+func (b *buffer) attach(a change.Acker) {
+	if a == nil {
+		return
+	}
+	if b.first.IsZero() {
+		b.first = b.now()
+	}
+	if a == b.lastAk {
+		b.lastN++
+		return
+	}
+	if b.lastN > 0 {
+		b.acks[b.lastAk] += b.lastN
+	}
+	b.lastAk, b.lastN = a, 1
+}
+
+// release acknowledges everything attached (the batch is committed) and empties the buffer.
+func (b *buffer) release() {
+	if b.lastN > 0 {
+		b.acks[b.lastAk] += b.lastN
+	}
+	for a, n := range b.acks {
+		a.Done(n)
+	}
+	clear(b.acks)
+	b.lastAk, b.lastN = nil, 0
+	clear(b.rows)
+	b.rows = b.rows[:0]
+	b.bytes = 0
+	b.first = time.Time{}
+	clear(b.high)
+}
+
+// ack acknowledges an event that waits for no commit: the table holds it already, it was
+// dead-lettered, or it had nothing to apply.
+func ack(ev *change.Event) {
+	if ev.Ack != nil {
+		ev.Ack.Done(1)
+	}
+}
+
+// batch is the deduplicated content of one commit.
+type batch struct {
+	upserts []int         // indexes into the buffer's rows of the surviving row images
+	deletes [][]dms.Datum // keys to delete (every touched key, for upsert semantics)
+	maxSeq  map[string]string
+	trimmed int
+	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
+	// that need the table's row, fill the rows found (by row index) on snapshot fillSnap;
+	// fromBuffer counts images completed within the batch, missing those of a key deleted
+	// earlier in the batch.
+	lookups             []lookup
+	fill                map[int][]dms.Datum
+	filled              bool
+	fillSnap            int64
+	fromBuffer, missing int
+}
+
+// empty reports whether the batch has nothing the table does not already hold.
+func (b *batch) empty() bool { return len(b.upserts) == 0 && len(b.deletes) == 0 }
+
+// lookup is a surviving partial image that needs the stored row of key.
+type lookup struct {
+	row int         // index into the buffer's rows
+	key []dms.Datum // the key whose stored row completes it (the old key of a key change)
+}
+
+// plan drops the rows the table already holds (l.watermark) and collapses the rest to the last
+// change per key (l.keyIdx; keyless tables keep every row).
+func (b *buffer) plan(l *layout) batch {
+	out := batch{maxSeq: make(map[string]string)}
+	if !l.keyed() {
+		for i := range b.rows {
+			r := &b.rows[i]
+			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
+				out.trimmed++
+				continue
+			}
+			out.upserts = append(out.upserts, i)
+			out.noteSeq(r)
+		}
+		return out
+	}
+	type state struct {
+		row int // index of the surviving image, -1 for a delete
+		key []dms.Datum
+		// src is the key whose stored row completes the surviving image when it is partial
+		// (absent_columns keep); nil when nothing can: the key was deleted in this batch.
+		src []dms.Datum
+	}
+	last := make(map[string]int, len(b.rows)) // key -> index into states
+	var states []state
+	nk := len(l.keyIdx)
+	keys := make([]dms.Datum, len(b.rows)*nk) // every row's key, one allocation per plan
+	set := func(key []dms.Datum, rowIdx int, src []dms.Datum) {
+		b.keyBuf = encodeKey(l, b.keyBuf[:0], key)
+		if si, ok := last[string(b.keyBuf)]; ok {
+			states[si].row, states[si].src = rowIdx, src
+			return
+		}
+		last[string(b.keyBuf)] = len(states)
+		states = append(states, state{row: rowIdx, key: key, src: src})
+	}
+	for i := range b.rows {
+		r := &b.rows[i]
+		if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
+			out.trimmed++
+			continue
+		}
+		out.noteSeq(r)
+		key := keys[i*nk : (i+1)*nk : (i+1)*nk]
+		for ki, ci := range l.keyIdx {
+			key[ki] = r.vals[ci]
+		}
+		var src []dms.Datum
+		if len(r.absent) > 0 {
+			// A partial image keeps the values of the row it updates: the latest earlier image
+			// of that key (the old key of a key change) in this batch, else the table's row.
+			from := key
+			if r.oldKey != nil {
+				from = r.oldKey
+			}
+			b.keyBuf = encodeKey(l, b.keyBuf[:0], from)
+			si, ok := last[string(b.keyBuf)]
+			switch {
+			case !ok:
+				src = from
+			case states[si].row >= 0:
+				mergeEarlier(r, &b.rows[states[si].row])
+				src = states[si].src
+			}
+		}
+		if r.oldKey != nil {
+			set(r.oldKey, -1, nil)
+		}
+		if r.del {
+			set(key, -1, nil)
+		} else {
+			set(key, i, src)
+		}
+	}
+	for _, st := range states {
+		out.deletes = append(out.deletes, st.key)
+		if st.row < 0 {
+			continue
+		}
+		out.upserts = append(out.upserts, st.row)
+		switch r := &b.rows[st.row]; {
+		case r.absent == nil:
+		case len(r.absent) == 0:
+			out.fromBuffer++
+		case st.src != nil:
+			out.lookups = append(out.lookups, lookup{row: st.row, key: st.src})
+		default:
+			out.missing++
+		}
+	}
+	return out
+}
+
+func (b *batch) noteSeq(r *row) {
+	if r.replay {
+		return
+	}
+	if change.CompareSeq(r.seq, b.maxSeq[r.shard]) > 0 {
+		b.maxSeq[r.shard] = r.seq
+	}
+}
+
+// mergeEarlier completes r from prev, the latest earlier image of the same row in the batch:
+// every column r lacks and prev has is copied. r.absent keeps the columns both lack; it stays
+// non-nil (empty when complete), so the row still counts as a partial image. Both absent lists
+// are in column order.
+func mergeEarlier(r, prev *row) {
+	out := r.absent[:0]
+	j := 0
+	for _, c := range r.absent {
+		for j < len(prev.absent) && prev.absent[j] < c {
+			j++
+		}
+		if j < len(prev.absent) && prev.absent[j] == c {
+			out = append(out, c) // prev lacks it too
+			continue
+		}
+		r.vals[c] = prev.vals[c]
+	}
+	r.absent = out
+}
+
+// encodeKey appends the encoding of key (the values of l's key columns) to buf.
+func encodeKey(l *layout, buf []byte, key []dms.Datum) []byte {
+	for ki, i := range l.keyIdx {
+		buf = dms.AppendKey(buf, l.types[i], key[ki])
+	}
+	return buf
+}
+
+// landedIn reports whether watermarks cover every shard range of the batch: a commit whose
+// outcome was unknown did land, or another worker committed the same records.
+func (b *batch) landedIn(watermarks map[string]string) bool {
+	if len(b.maxSeq) == 0 {
+		return false // only replayed rows: no watermark tells whether they landed
+	}
+	for shard, seq := range b.maxSeq {
+		if !checkpoint.Covered(watermarks[shard], seq) {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,236 @@
+package sink
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+// bufLayout is a layout of (id INT, name STRING, qty INT) without a catalog: keyed on id or
+// keyless, with the given watermarks.
+func bufLayout(keyed bool, wm map[string]string) *layout {
+	l := &layout{names: []string{"id", "name", "qty"},
+		types:  []iceberg.Type{iceberg.PrimitiveTypes.Int32, iceberg.PrimitiveTypes.String, iceberg.PrimitiveTypes.Int32},
+		byName: map[string]int{"id": 0, "name": 1, "qty": 2}, live: []int{1, 2}, watermark: wm}
+	if keyed {
+		l.keyIdx, l.keyIDs = []int{0}, []int{1}
+	}
+	return l
+}
+
+// brow is a buffered row: op is "u" (upsert), "d" (delete), "k<old>" (key change from id old),
+// "p" (a partial update lacking qty) or "r" (a replayed upsert); pos is "shard/seq".
+func brow(op, pos string, id int, name string, qty int) row {
+	var shard string
+	var seq int
+	if _, err := fmt.Sscanf(pos, "%1s/%d", &shard, &seq); err != nil {
+		panic(err)
+	}
+	r := row{shard: shard, seq: fmt.Sprint(seq), vals: []dms.Datum{{I: int64(id)}, {S: name}, {I: int64(qty)}}}
+	switch {
+	case op == "d":
+		r.del = true
+		r.vals[1], r.vals[2] = dms.Datum{Null: true}, dms.Datum{Null: true}
+	case op == "p":
+		r.vals[2] = dms.Datum{Null: true}
+		r.absent = []int32{2}
+	case op == "r":
+		r.replay = true
+	case op[0] == 'k':
+		var old int
+		if _, err := fmt.Sscanf(op[1:], "%d", &old); err != nil {
+			panic(err)
+		}
+		r.oldKey = []dms.Datum{{I: int64(old)}}
+	}
+	return r
+}
+
+// The plan trims what the watermarks cover (never replayed rows), keeps every row of a keyless
+// table, and collapses a keyed table's rows to the last change per key, deleting every touched
+// key; partial images are completed from earlier images of their key where the batch has one.
+func TestBufferPlan(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name    string
+		keyed   bool
+		wm      map[string]string
+		rows    []row
+		upserts []int    // row indexes
+		deletes []int64  // ids, in first-touched order
+		maxSeq  []string // "shard=seq"
+		trimmed int
+		// partial images: completed within the batch, looked up in the table (row indexes),
+		// missing (their key was deleted earlier in the batch)
+		fromBuffer int
+		lookups    []int
+		missing    int
+		// qty of the surviving row image of row index merged (-1: not checked)
+		merged, mergedQty int
+	}{
+		{name: "keyless keeps every row and trims covered ones", wm: map[string]string{"a": "2"},
+			rows:    []row{brow("u", "a/1", 1, "x", 0), brow("u", "a/3", 1, "x", 0), brow("u", "b/1", 1, "x", 0), brow("u", "a/2", 2, "y", 0)},
+			upserts: []int{1, 2}, maxSeq: []string{"a=3", "b=1"}, trimmed: 2, merged: -1},
+		{name: "keyless replay is never trimmed and never advances", wm: map[string]string{"a": "5"},
+			rows:    []row{brow("r", "a/1", 1, "x", 0), brow("u", "a/6", 2, "y", 0)},
+			upserts: []int{0, 1}, maxSeq: []string{"a=6"}, merged: -1},
+		{name: "last change per key wins", keyed: true,
+			rows: []row{brow("u", "a/1", 1, "first", 1), brow("u", "a/2", 1, "second", 2), brow("d", "a/3", 2, "", 0),
+				brow("u", "a/4", 3, "c", 3), brow("d", "a/5", 3, "", 0), brow("d", "a/6", 4, "", 0), brow("u", "a/7", 4, "again", 4)},
+			upserts: []int{1, 6}, deletes: []int64{1, 2, 3, 4}, maxSeq: []string{"a=7"}, merged: -1},
+		{name: "a key change deletes the old key", keyed: true,
+			rows:    []row{brow("u", "a/1", 3, "c", 3), brow("k3", "a/2", 30, "moved", 3)},
+			upserts: []int{1}, deletes: []int64{3, 30}, maxSeq: []string{"a=2"}, merged: -1},
+		{name: "keyed trims covered rows per shard", keyed: true, wm: map[string]string{"a": "2", "b": "9"},
+			rows:    []row{brow("u", "a/2", 1, "old", 1), brow("u", "b/3", 1, "older", 1), brow("u", "a/3", 2, "new", 2)},
+			upserts: []int{2}, deletes: []int64{2}, maxSeq: []string{"a=3"}, trimmed: 2, merged: -1},
+		{name: "partial image completed from an earlier image", keyed: true,
+			rows:    []row{brow("u", "a/1", 1, "a", 7), brow("p", "a/2", 1, "b", 0)},
+			upserts: []int{1}, deletes: []int64{1}, maxSeq: []string{"a=2"}, fromBuffer: 1, merged: 1, mergedQty: 7},
+		{name: "partial image of a key the batch does not have is looked up", keyed: true,
+			rows:    []row{brow("p", "a/1", 1, "b", 0)},
+			upserts: []int{0}, deletes: []int64{1}, maxSeq: []string{"a=1"}, lookups: []int{0}, merged: -1},
+		{name: "partial image after a delete of its key keeps nothing", keyed: true,
+			rows:    []row{brow("d", "a/1", 1, "", 0), brow("p", "a/2", 1, "b", 0)},
+			upserts: []int{1}, deletes: []int64{1}, maxSeq: []string{"a=2"}, missing: 1, merged: -1},
+		{name: "partial image after a key change completes from the changed row", keyed: true,
+			rows:    []row{brow("k5", "a/1", 6, "x", 1), brow("p", "a/2", 6, "y", 0)},
+			upserts: []int{1}, deletes: []int64{5, 6}, maxSeq: []string{"a=2"}, fromBuffer: 1, merged: 1, mergedQty: 1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBuffer()
+			for _, r := range c.rows {
+				b.add(r, 10)
+			}
+			got := b.plan(bufLayout(c.keyed, c.wm))
+			if !slices.Equal(got.upserts, c.upserts) {
+				t.Errorf("upserts %v, want %v", got.upserts, c.upserts)
+			}
+			var dels []int64
+			for _, k := range got.deletes {
+				dels = append(dels, k[0].I)
+			}
+			if !slices.Equal(dels, c.deletes) {
+				t.Errorf("deletes %v, want %v", dels, c.deletes)
+			}
+			var seqs []string
+			for _, s := range slices.Sorted(maps.Keys(got.maxSeq)) {
+				seqs = append(seqs, s+"="+got.maxSeq[s])
+			}
+			if !slices.Equal(seqs, c.maxSeq) {
+				t.Errorf("maxSeq %v, want %v", seqs, c.maxSeq)
+			}
+			if got.trimmed != c.trimmed {
+				t.Errorf("trimmed %d, want %d", got.trimmed, c.trimmed)
+			}
+			var lks []int
+			for _, lk := range got.lookups {
+				lks = append(lks, lk.row)
+			}
+			if got.fromBuffer != c.fromBuffer || !slices.Equal(lks, c.lookups) || got.missing != c.missing {
+				t.Errorf("partial: from buffer %d, lookups %v, missing %d; want %d, %v, %d",
+					got.fromBuffer, lks, got.missing, c.fromBuffer, c.lookups, c.missing)
+			}
+			if c.merged >= 0 {
+				r := b.rows[c.merged]
+				if r.vals[2] != (dms.Datum{I: int64(c.mergedQty)}) || len(r.absent) != 0 || r.absent == nil {
+					t.Errorf("merged row: qty %+v absent %v, want qty %d and an empty absent list", r.vals[2], r.absent, c.mergedQty)
+				}
+			}
+			if got.empty() != (len(c.upserts) == 0 && len(c.deletes) == 0) {
+				t.Errorf("empty() = %v", got.empty())
+			}
+		})
+	}
+}
+
+// A lookup of a key change's partial image uses the old key's stored row.
+func TestBufferPlanLookupKey(t *testing.T) {
+	t.Parallel()
+	b := newBuffer()
+	b.add(brow("k5", "a/1", 6, "x", 1), 10)
+	b.rows[0].absent = []int32{2}
+	got := b.plan(bufLayout(true, nil))
+	if len(got.lookups) != 1 || got.lookups[0].key[0].I != 5 {
+		t.Fatalf("lookups %+v, want one of key 5", got.lookups)
+	}
+}
+
+type ackCount map[string]int
+
+type namedAcker struct {
+	name string
+	got  ackCount
+}
+
+func (a *namedAcker) Done(n int) { a.got[a.name] += n }
+
+// Acknowledgements wait for release, counted per acker whatever their order; the buffer knows
+// what it holds per shard, and release empties it.
+func TestBufferAcksAndRelease(t *testing.T) {
+	t.Parallel()
+	got := ackCount{}
+	x, y := &namedAcker{"x", got}, &namedAcker{"y", got}
+	b := newBuffer()
+	if b.pending() {
+		t.Fatal("a new buffer is pending")
+	}
+	t0 := time.Unix(100, 0)
+	clock := t0
+	b.now = func() time.Time { clock = clock.Add(time.Second); return clock.Add(-time.Second) }
+	for _, a := range []change.Acker{x, x, y, x, nil, y, y} {
+		b.attach(a)
+	}
+	if !b.pending() || !b.first.Equal(t0) {
+		t.Fatalf("pending %v, first %v; want pending since %v", b.pending(), b.first, t0)
+	}
+	b.add(brow("u", "a/5", 1, "x", 0), 100)
+	b.add(brow("r", "b/9", 2, "y", 0), 100)
+	if !b.holds("a", "5") || !b.holds("a", "4") || b.holds("a", "6") || b.holds("b", "1") {
+		t.Fatalf("holds: high %v (a replayed row must not count)", b.high)
+	}
+	if b.bytes != 2*(100+64) || len(got) != 0 {
+		t.Fatalf("bytes %d, acknowledged %v before release", b.bytes, got)
+	}
+	b.release()
+	if got["x"] != 3 || got["y"] != 3 {
+		t.Fatalf("acknowledged %v, want x=3 y=3", got)
+	}
+	if b.pending() || len(b.rows) != 0 || b.bytes != 0 || !b.first.IsZero() || len(b.high) != 0 {
+		t.Fatalf("buffer not empty after release: %+v", b)
+	}
+	b.release()
+	if got["x"] != 3 || got["y"] != 3 {
+		t.Fatalf("a second release acknowledged again: %v", got)
+	}
+}
+
+// A batch landed when the watermarks cover every shard it advances; a batch of replayed rows
+// only never counts as landed.
+func TestBatchLandedIn(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		maxSeq, wm map[string]string
+		want       bool
+	}{
+		{map[string]string{"a": "5"}, map[string]string{"a": "5"}, true},
+		{map[string]string{"a": "5"}, map[string]string{"a": "6"}, true},
+		{map[string]string{"a": "5"}, map[string]string{"a": "4"}, false},
+		{map[string]string{"a": "5", "b": "2"}, map[string]string{"a": "9"}, false},
+		{map[string]string{}, map[string]string{"a": "9"}, false},
+	} {
+		b := batch{maxSeq: c.maxSeq}
+		if got := b.landedIn(c.wm); got != c.want {
+			t.Errorf("maxSeq %v, watermarks %v: landed %v, want %v", c.maxSeq, c.wm, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package sink
+
+import (
+	"fmt"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+)
+
+// unknownColumns lists the columns of an upsert that the table does not have (excluded columns
+// are never unknown). Deletes are applied by key and never evolve the schema.
+func (w *writer) unknownColumns(ev *change.Event) []change.Column {
+	if ev.Op == change.OpDelete {
+		return nil
+	}
+	var out []change.Column
+	for i, c := range ev.Columns {
+		if _, ok := w.st.lay.index(i, c.Name); !ok && !w.set.exclude[c.Name] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// convert turns the event's images into typed values. A non-empty reason means the record
+// cannot be applied and goes to the dead-letter place.
+func (w *writer) convert(ev *change.Event) (row, string) {
+	l := w.st.lay
+	r := row{del: ev.Op == change.OpDelete, shard: ev.Pos.Shard, seq: ev.Pos.Seq, vals: make([]dms.Datum, len(l.types))}
+	for i := range r.vals {
+		r.vals[i].Null = true
+	}
+	// With absent_columns keep, an update notes which columns its image carried: the live ones
+	// it leaves out keep their values (partial.go).
+	keep := w.set.keepAbsent && ev.Op == change.OpUpdate && len(l.live) > 0 && l.keyed()
+	if keep {
+		if cap(w.seen) < len(l.types) {
+			w.seen = make([]bool, len(l.types))
+		}
+		w.seen = w.seen[:len(l.types)]
+		clear(w.seen)
+	}
+	for pos, c := range ev.Columns {
+		i, ok := l.index(pos, c.Name)
+		if !ok || (r.del && !isKey(l, i)) {
+			continue // excluded, or a non-key column of a delete
+		}
+		if keep {
+			w.seen[i] = true
+		}
+		v := c.Value
+		if w.set.transformed() {
+			v, _ = w.set.value(c.Name, v)
+		}
+		d, err := dms.Convert(l.types[i], v)
+		if err != nil {
+			return r, fmt.Sprintf("column %s: %v", c.Name, err)
+		}
+		r.vals[i] = d
+	}
+	for _, i := range l.keyIdx {
+		if r.vals[i].Null {
+			return r, fmt.Sprintf("%s without a value for key column %s", ev.Op, l.names[i])
+		}
+	}
+	if ev.Op == change.OpUpdate && l.keyed() && len(ev.Before) > 0 {
+		old, changed, reason := w.beforeKey(ev, r.vals)
+		if reason != "" {
+			return r, reason
+		}
+		if changed {
+			r.oldKey = old
+		}
+	}
+	if keep {
+		r.absent = absentColumns(l, w.seen)
+	}
+	return r, ""
+}
+
+// beforeKey reads the old key from the before-image; changed is true when it differs from the
+// new key (a primary-key change).
+func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, bool, string) {
+	l := w.st.lay
+	old := make([]dms.Datum, len(l.keyIdx))
+	found := 0
+	for ki, i := range l.keyIdx {
+		old[ki] = vals[i] // a key column the before-image leaves out did not change (Oracle)
+		for _, c := range ev.Before {
+			if c.Name != l.names[i] {
+				continue
+			}
+			v := c.Value
+			if w.set.transformed() {
+				v, _ = w.set.value(c.Name, v)
+			}
+			d, err := dms.Convert(l.types[i], v)
+			if err != nil {
+				return nil, false, fmt.Sprintf("before-image column %s: %v", c.Name, err)
+			}
+			if d.Null {
+				return nil, false, fmt.Sprintf("before-image key column %s is null", c.Name)
+			}
+			old[ki] = d
+			found++
+			break
+		}
+	}
+	if found == 0 {
+		return nil, false, "" // pk-only before-image of an update that kept its key: {}
+	}
+	for ki, i := range l.keyIdx {
+		if old[ki] != vals[i] {
+			return old, true, ""
+		}
+	}
+	return nil, false, ""
+}
+
+// absentColumns lists the live columns of l that an update image did not carry (seen), nil
+// when the image is complete.
+func absentColumns(l *layout, seen []bool) []int32 {
+	var out []int32
+	for _, i := range l.live {
+		if !seen[i] {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}

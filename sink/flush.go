@@ -1,0 +1,226 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"strconv"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// The commit path of a table writer: the buffer's batch becomes data and equality-delete files
+// and one row delta that also advances the watermarks, committed through commit.Run.
+
+// staged holds the files written for a batch, reusable across commit attempts while the batch
+// does not change.
+type staged struct {
+	data    []iceberg.DataFile
+	deletes []iceberg.DataFile
+}
+
+// policy is how the writer's commits are tried: CommitRetries attempts after the first, and
+// until the context ends in the final flush of a graceful stop.
+func (w *writer) policy() commit.Policy {
+	return commit.Policy{Retries: w.env.retries, Closing: func() bool { return w.closing }}
+}
+
+// flushing is one flush in progress: the batch being committed and the files written for it.
+type flushing struct {
+	w     *writer
+	b     batch
+	files *staged
+}
+
+// flush commits the buffer as one snapshot and then acknowledges every attached event.
+func (w *writer) flush(ctx context.Context) error {
+	if err := w.awaitDeadLetters(ctx); err != nil {
+		return err
+	}
+	if !w.buf.pending() {
+		return nil
+	}
+	start := time.Now()
+	f := &flushing{w: w}
+	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "commit " + w.name, Stage: f.stage, Reloaded: f.reloaded, Failed: f.failed,
+	})
+	if err != nil {
+		return err
+	}
+	if res.Landed {
+		w.log.Info("commit outcome was unknown; the table already holds this batch")
+	}
+	w.committed(ctx, &f.b, res.Attempts, time.Since(start))
+	return nil
+}
+
+// stage plans the batch on the writer's newest table and commits it; nil and nil when the
+// table already holds everything buffered.
+func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+	w := f.w
+	nb := w.buf.plan(w.st.lay)
+	if f.files == nil || nb.trimmed != f.b.trimmed {
+		f.b, f.files = nb, nil
+	}
+	if f.b.empty() {
+		return nil, nil // nothing left that the table does not already hold
+	}
+	// Partial images keep values read from the snapshot the commit is staged on: read them for
+	// new files, and again after a reload moved the table.
+	if len(f.b.lookups) > 0 && (f.files == nil || !f.b.filled || f.b.fillSnap != snapshotID(w.st.tbl)) {
+		changed, err := w.lookup(ctx, &f.b)
+		if err != nil {
+			return nil, err
+		}
+		if changed {
+			f.files = nil
+		}
+	}
+	if f.files == nil {
+		files, err := w.writeFiles(ctx, &f.b)
+		if err != nil {
+			return nil, err
+		}
+		f.files = files
+		fault.Hit(fault.AfterDataFiles)
+	}
+	return w.commitBatch(ctx, &f.b, f.files)
+}
+
+// reloaded adopts a table reloaded after a failed attempt and tells whether it already holds the
+// batch (the watermarks cover it).
+func (f *flushing) reloaded(tbl *table.Table) (bool, error) {
+	if err := f.w.use(tbl); err != nil {
+		f.w.log.Warn("reload failed", zap.Error(err))
+		return false, nil
+	}
+	return f.b.landedIn(f.w.st.lay.watermark), nil
+}
+
+func (f *flushing) failed(attempt int, err, reloadErr error) {
+	f.w.env.metrics.CommitFailed(f.w.name)
+	f.w.log.Warn("commit failed", zap.Int("attempt", attempt+1), zap.Error(err))
+	if reloadErr != nil {
+		f.w.log.Warn("reload failed", zap.Error(reloadErr))
+	}
+}
+
+// committed reports a flush that ended, acknowledges the batch and runs the maintenance commit
+// handed to the writer.
+func (w *writer) committed(ctx context.Context, b *batch, attempts int, took time.Duration) {
+	if !b.empty() {
+		info := CommitInfo{Table: w.name, Source: w.src, SnapshotID: snapshotID(w.st.tbl),
+			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts,
+			Took: took, Oldest: w.buf.first, Watermarks: maps.Clone(w.st.lay.watermark)}
+		w.env.metrics.Committed(info)
+		w.env.onCommit(info)
+		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
+			zap.Int("trimmed", b.trimmed), zap.Int64("snapshot", info.SnapshotID), zap.Int("attempts", attempts),
+			zap.Duration("took", took))
+		w.logPartial(b)
+	}
+	if b.trimmed > 0 {
+		w.env.metrics.Skipped(w.name, b.trimmed)
+	}
+	fault.Hit(fault.AfterCommit)
+	w.buf.release()
+	// Maintenance handed to the writer runs after the acknowledgements, so it never delays a
+	// checkpoint, and not at all in the final flush of a graceful stop.
+	if !b.empty() && !w.closing {
+		w.maint.afterCommit(ctx, w.st.tbl, w.use)
+	}
+}
+
+// writeFiles writes the data and equality-delete files of a batch (nothing is committed).
+func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
+	l := w.st.lay
+	out := &staged{}
+	mem := memory.DefaultAllocator
+	if len(b.upserts) > 0 {
+		rb := array.NewRecordBuilder(mem, l.arrow)
+		for _, ri := range b.upserts {
+			r := &w.buf.rows[ri]
+			vals := r.vals
+			if len(r.absent) > 0 {
+				vals = w.completed(r, b.fill[ri])
+			}
+			for ci, t := range l.types {
+				dms.AppendDatum(rb.Field(ci), t, vals[ci])
+			}
+		}
+		rec := rb.NewRecordBatch()
+		rb.Release()
+		for df, err := range table.WriteRecords(ctx, w.st.tbl, l.arrow, single(rec)) {
+			if err != nil {
+				return nil, fmt.Errorf("write data files for %s: %w", w.name, err)
+			}
+			out.data = append(out.data, df)
+		}
+	}
+	if len(b.deletes) > 0 {
+		rb := array.NewRecordBuilder(mem, l.keyArrow)
+		for _, key := range b.deletes {
+			for ki, ci := range l.keyIdx {
+				dms.AppendDatum(rb.Field(ki), l.types[ci], key[ki])
+			}
+		}
+		rec := rb.NewRecordBatch()
+		rb.Release()
+		files, err := w.st.tbl.NewTransaction().WriteEqualityDeletes(ctx, l.keyIDs, single(rec))
+		rec.Release() // WriteEqualityDeletes does not release its input
+		if err != nil {
+			return nil, fmt.Errorf("write equality deletes for %s: %w", w.name, err)
+		}
+		out.deletes = files
+	}
+	return out, nil
+}
+
+// commitBatch stages the files and the advanced watermarks in one transaction on the current
+// table, commits it and adopts the committed table.
+func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged) (*table.Table, error) {
+	props := iceberg.Properties{}
+	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes))}
+	for shard, seq := range b.maxSeq {
+		if change.CompareSeq(seq, w.st.lay.watermark[shard]) > 0 {
+			k := tableprop.Watermark(w.env.stream, shard)
+			props[k] = seq
+			summary[k] = seq
+		}
+	}
+	txn := w.st.tbl.NewTransaction()
+	rd := txn.NewRowDelta(summary)
+	rd.AddRows(f.data...)
+	rd.AddDeletes(f.deletes...)
+	if err := rd.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("stage row delta: %w", err)
+	}
+	if len(props) > 0 {
+		if err := txn.SetProperties(props); err != nil {
+			return nil, fmt.Errorf("stage watermarks: %w", err)
+		}
+	}
+	tbl, err := txn.Commit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tbl, w.adopt(tbl)
+}
+
+// adopt uses a table the writer just committed. Its failure is not retried: the commit landed,
+// and a layout that cannot be built from the table will not be built on another attempt.
+func (w *writer) adopt(tbl *table.Table) error {
+	return commit.Permanent(w.use(tbl))
+}

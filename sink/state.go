@@ -1,0 +1,94 @@
+package sink
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// TableStatus is the state of one table writer, for status pages.
+type TableStatus struct {
+	// Source is the DMS "schema.table", Table the target "namespace.table".
+	Source, Table string
+	// Status is active, paused or dropped (tableprop.StatusActive, ...); Reason says why when
+	// not active; Since is when the state was entered.
+	Status, Reason string
+	Since          time.Time
+}
+
+// targetTable is what a writer knows of its table: the table as last loaded or committed, its
+// layout (schema and watermarks) and the writer's state. Only the writer's goroutine touches it,
+// except the published status (pub), which TableStatuses reads under pubMu.
+type targetTable struct {
+	tbl *table.Table
+	lay *layout // nil until the table was loaded or created
+	// status is tableprop.StatusActive, StatusPaused or StatusDropped, with the reason when not
+	// active.
+	status, reason string
+	pubMu          sync.Mutex
+	pub            TableStatus
+}
+
+// loaded reports whether the table was loaded or created.
+func (t *targetTable) loaded() bool { return t.lay != nil }
+
+// covers reports whether the table already holds the change of shard at seq.
+func (t *targetTable) covers(shard, seq string) bool {
+	return t.lay != nil && checkpoint.Covered(t.lay.watermark[shard], seq)
+}
+
+// published returns the status as last published.
+func (t *targetTable) published() TableStatus {
+	t.pubMu.Lock()
+	defer t.pubMu.Unlock()
+	return t.pub
+}
+
+// use adopts tbl, the newest table loaded or committed: the layout follows its schema and
+// watermarks, and buffered rows are re-laid when another worker changed the schema.
+func (w *writer) use(tbl *table.Table) error {
+	lay, err := newLayout(tbl, w.env.stream)
+	if err != nil {
+		return fmt.Errorf("table %s: %w", w.name, err)
+	}
+	if w.st.lay != nil && len(w.buf.rows) > 0 {
+		// A reload picked up another worker's schema change while rows are buffered.
+		relayRows(w.buf.rows, w.st.lay, lay)
+	}
+	w.st.tbl, w.st.lay = tbl, lay
+	return nil
+}
+
+// setStatus changes the writer's state and publishes it.
+func (w *writer) setStatus(status, reason string) {
+	t := &w.st
+	if t.status == status && t.reason == reason && !t.published().Since.IsZero() {
+		return
+	}
+	t.status, t.reason = status, reason
+	t.pubMu.Lock()
+	t.pub = TableStatus{Source: w.src, Table: w.name, Status: status, Reason: reason, Since: time.Now()}
+	t.pubMu.Unlock()
+	w.env.metrics.TableStatus(w.name, status, reason)
+	if status == tableprop.StatusActive {
+		w.log.Info("table active")
+	} else {
+		w.log.Warn("table not taking records; they are dead-lettered", zap.String("status", status), zap.String("reason", reason))
+	}
+}
+
+func (w *writer) pause(reason string) { w.setStatus(tableprop.StatusPaused, reason) }
+
+// snapshotID is the id of the table's current snapshot, 0 when it has none.
+func snapshotID(t *table.Table) int64 {
+	if s := t.CurrentSnapshot(); s != nil {
+		return s.SnapshotID
+	}
+	return 0
+}
