@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // ErrClosed is returned by Submit and Flush after Close.
@@ -24,12 +25,12 @@ type Option func(*Iceberg)
 func WithLogger(l *zap.Logger) Option { return func(s *Iceberg) { s.log = l.Named("sink") } }
 
 // WithMetrics sets the metrics receiver (default: none). If m also implements
-// MaintenanceMetrics, it receives the maintenance measurements too.
+// maintenance.Metrics, it receives the maintenance measurements too.
 func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
 
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: the Metrics
-// value if it implements MaintenanceMetrics, else none).
-func WithMaintenanceMetrics(m MaintenanceMetrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
+// value if it implements maintenance.Metrics, else none).
+func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
 // Iceberg routes events to one writer per target table and runs those writers.
 type Iceberg struct {
@@ -38,7 +39,7 @@ type Iceberg struct {
 	dlq      change.DeadLetterer
 	log      *zap.Logger
 	metrics  Metrics
-	mmetrics MaintenanceMetrics
+	mmetrics maintenance.Metrics
 
 	mu      sync.Mutex
 	writers map[string]*writer          // by source "schema.table"
@@ -67,11 +68,8 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	for _, o := range opts {
 		o(s)
 	}
-	if s.mmetrics == nil {
-		s.mmetrics = nopMaintenanceMetrics{}
-		if mm, ok := s.metrics.(MaintenanceMetrics); ok {
-			s.mmetrics = mm
-		}
+	if mm, ok := s.metrics.(maintenance.Metrics); ok && s.mmetrics == nil {
+		s.mmetrics = mm
 	}
 	if dlq == nil {
 		if cfg.DeadLetters.Type != DeadLettersTable {
@@ -121,8 +119,8 @@ func (s *Iceberg) Run(ctx context.Context) error {
 			return s.tdl.Run(gctx)
 		})
 		if s.cfg.Maintenance.Enabled {
-			m := newMaintainer(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics)
-			g.Go(func() error { return m.run(mctx) })
+			m := maintenance.New(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics, 0)
+			g.Go(func() error { return m.Run(mctx) })
 		}
 	}
 	close(s.started)
@@ -193,15 +191,16 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 		return w, nil
 	}
 	// The table's maintainer runs beside its writer and stops when the writer has finished.
-	w.maint = newMaintainer(s.cat, w.ident, w.name, s.cfg.Maintenance, w.log, s.mmetrics)
-	w.maint.handoffWait = handoffWait(s.cfg.FlushInterval)
+	m := maintenance.New(s.cat, w.ident, w.name, s.cfg.Maintenance, w.log, s.mmetrics,
+		maintenance.HandoffWait(s.cfg.FlushInterval))
+	w.maint = m
 	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {
 		defer s.wwg.Done()
 		defer stopMaint()
 		return w.run(s.gctx)
 	})
-	s.group.Go(func() error { return w.maint.run(mctx) })
+	s.group.Go(func() error { return m.Run(mctx) })
 	return w, nil
 }
 

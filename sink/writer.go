@@ -68,7 +68,7 @@ type writer struct {
 	keyBuf []byte
 	seen   []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
 	merged []dms.Datum // writeFiles' scratch: a partial image completed from the table
-	maint  *maintainer // nil when maintenance is off
+	maint  maintainer  // nil when maintenance is off
 	// def is the latest table-def seen in a control record of this table, defTS that record's
 	// metadata.timestamp.
 	def   *change.TableDef
@@ -741,8 +741,8 @@ func (w *writer) flush(ctx context.Context) error {
 	w.release()
 	// Maintenance handed to the writer runs after the acknowledgements, so it never delays a
 	// checkpoint, and not at all in the final flush of a graceful stop.
-	if committed && !w.closing {
-		w.maint.afterCommit(ctx, w.tbl, w.use)
+	if committed && !w.closing && w.maint != nil {
+		w.maint.AfterCommit(ctx, w.tbl, w.use)
 	}
 	return nil
 }
