@@ -15,6 +15,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // setMaintenance puts a sink.maintenance section into the pipeline's service configuration.
@@ -211,7 +212,7 @@ func TestCompactionConflictsWithLiveCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := sink.DefaultMaintenanceConfig()
+	cfg := maintenance.DefaultConfig()
 	cfg.Owner = "conflict-test"
 	var conflicted, compacted, runs int
 	for ; !gen.Exited(); time.Sleep(200 * time.Millisecond) {
@@ -245,7 +246,7 @@ func TestCompactionConflictsWithLiveCommits(t *testing.T) {
 						}
 					}
 				}
-				rep, err := sink.MaintainTable(ctx, cat, id, cfg, sink.MaintainOptions{IgnoreLease: true, SkipOrphans: true, BeforeCommit: hold})
+				rep, err := maintenance.RunTable(ctx, cat, id, cfg, maintenance.RunOptions{IgnoreLease: true, SkipOrphans: true, BeforeCommit: hold})
 				if err != nil {
 					t.Fatalf("maintain %v: %v", id, err)
 				}

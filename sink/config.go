@@ -3,6 +3,8 @@ package sink
 import (
 	"fmt"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // Config configures the Iceberg sink.
@@ -59,8 +61,8 @@ type Config struct {
 	// hashes columns.
 	HashKey []byte `yaml:"-"`
 	// Maintenance configures compaction, snapshot expiry, manifest rewrite and orphan cleanup,
-	// which run beside the table writers. Default: DefaultMaintenanceConfig().
-	Maintenance MaintenanceConfig `yaml:"maintenance"`
+	// which run beside the table writers. Default: maintenance.DefaultConfig().
+	Maintenance maintenance.Config `yaml:"maintenance"`
 }
 
 // TableConfig holds the settings of one source table.
@@ -151,7 +153,7 @@ func DefaultConfig() Config {
 		FlushBytes:    64 << 20,
 		QueueLength:   8192,
 		CommitRetries: 20,
-		Maintenance:   DefaultMaintenanceConfig(),
+		Maintenance:   maintenance.DefaultConfig(),
 		DropTable:     DropTableIgnore,
 		AbsentColumns: AbsentNull,
 		DeadLetters:   DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},

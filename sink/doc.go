@@ -2,8 +2,9 @@
 // DMS table definitions, configuration or inferred values, and the table writers that buffer,
 // deduplicate and commit each table's changes as one snapshot per batch (data files for new row
 // images, equality-delete files for replaced and deleted keys, and the per-shard watermarks as
-// table properties in the same commit). It also owns the dead-letter file, and table
-// maintenance (compaction, snapshot expiry, manifest rewrite, orphan cleanup; maintenance.go).
+// table properties in the same commit). It also owns the dead-letter file, and runs table
+// maintenance (compaction, snapshot expiry, manifest rewrite, orphan cleanup), which package
+// sink/maintenance owns; a writer knows it only through the maintainer interface.
 //
 // Every commit (table batches, schema changes, drops, key changes, dead letters) goes through
 // sink/commit's one loop with a stage function; every persisted property name comes from
@@ -21,7 +22,7 @@
 // applies backpressure to the shard processors. With maintenance on, Run also owns one maintainer
 // goroutine per table, stopped when its writer finishes. It compacts on its own goroutine against
 // a snapshot; its commits are handed to the writer, which runs them right after one of its own
-// commits (maintainer.afterCommit), so the two never race. Maintenance errors are logged and
+// commits (maintainer.AfterCommit), so the two never race. Maintenance errors are logged and
 // counted, never returned from Run. Metrics and the commit listener are called on the writers'
 // goroutines: they must be safe for concurrent use and must not block.
 package sink

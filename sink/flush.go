@@ -138,8 +138,8 @@ func (w *writer) committed(ctx context.Context, b *batch, attempts int, took tim
 	w.buf.release()
 	// Maintenance handed to the writer runs after the acknowledgements, so it never delays a
 	// checkpoint, and not at all in the final flush of a graceful stop.
-	if !b.empty() && !w.closing {
-		w.maint.afterCommit(ctx, w.st.tbl, w.use)
+	if !b.empty() && !w.closing && w.maint != nil {
+		w.maint.AfterCommit(ctx, w.st.tbl, w.use)
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // The one sink test harness: newHarness with options, and the helpers that submit, flush and
@@ -52,7 +53,7 @@ type harness struct {
 type harnessConfig struct {
 	tables   map[string]TableConfig
 	mod      func(*Config)
-	maint    func(*MaintenanceConfig)
+	maint    func(*maintenance.Config)
 	maintSet bool
 	tableDLQ bool
 	opts     []Option
@@ -71,7 +72,7 @@ func withConfig(mod func(*Config)) harnessOption { return func(c *harnessConfig)
 
 // withMaintenance turns background maintenance off and then lets mod (may be nil) set the
 // maintenance configuration. Without it the sink runs with the default maintenance.
-func withMaintenance(mod func(*MaintenanceConfig)) harnessOption {
+func withMaintenance(mod func(*maintenance.Config)) harnessOption {
 	return func(c *harnessConfig) { c.maint, c.maintSet = mod, true }
 }
 

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // BenchmarkMaintenanceCDC drives the sink in process (SQLite catalog, local warehouse in a temp
@@ -48,7 +49,7 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		keys:      envInt("BENCH_KEYS", 1000),
 		interval:  envDuration("BENCH_FLUSH_INTERVAL", 500*time.Millisecond),
 		scanEvery: envInt("BENCH_SCAN_EVERY", 50),
-		maxDel:    envInt("BENCH_MAX_DELETE_FILES", DefaultMaintenanceConfig().MaxDeleteFiles),
+		maxDel:    envInt("BENCH_MAX_DELETE_FILES", maintenance.DefaultConfig().MaxDeleteFiles),
 		keepLast:  envInt("BENCH_KEEP_LAST", 20),
 		retention: envDuration("BENCH_RETENTION", 30*time.Second),
 	}
@@ -166,7 +167,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	zc.DisableStacktrace = true
 	log, _ := zc.Build()
 	rec := &maintRecorder{}
-	s, err := New(cfg, cat, &memDLQ{}, WithLogger(log), WithMetrics(rec))
+	s, err := New(cfg, cat, &memDLQ{}, WithLogger(log), WithMetrics(rec), WithMaintenanceMetrics(rec))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -214,12 +215,12 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	}
 	fmt.Fprintf(out, "load: %d rows in %s\n\n", p.rows, time.Since(start).Round(time.Millisecond))
 	s.mu.Lock()
-	m := s.writers["shop.bench"].maint
+	m, _ := s.writers["shop.bench"].maint.(*maintenance.Maintainer)
 	s.mu.Unlock()
 	if m != nil {
-		m.handoffWait = 2 * p.interval // the sink's flush interval is the benchmark's clock here
+		m.SetHandoffWait(2 * p.interval) // the sink's flush interval is the benchmark's clock here
 	} else {
-		m = &maintainer{} // maintenance off: never busy
+		m = &maintenance.Maintainer{} // maintenance off: never busy
 	}
 
 	fmt.Fprintf(out, "| commit | scan | compacted copy | ratio | rows ok | data files | delete files | snapshots | metadata.json | compactions |\n|---:|---:|---:|---:|:-:|---:|---:|---:|---:|---:|\n")
@@ -246,14 +247,14 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 				submit(change.OpInsert, maxID, int32(rng.IntN(1000)))
 			}
 		}
-		runs0, busy0 := m.runs.Load(), m.busy.Load()
+		runs0, busy0 := m.Runs(), m.Busy()
 		c0, w0 := cpuNow(), time.Now()
 		if err := s.Flush(ctx); err != nil {
 			b.Fatal(err)
 		}
 		now := time.Now()
 		sm := commitSample{at: now, wall: now.Sub(w0), cpu: cpuNow() - c0,
-			overlap: busy0 || m.busy.Load() || m.runs.Load() != runs0}
+			overlap: busy0 || m.Busy() || m.Runs() != runs0}
 		samples = append(samples, sm)
 		if !last.IsZero() {
 			gap := now.Sub(last)
@@ -278,7 +279,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		if i%p.scanEvery == 0 || i == p.commits {
 			// The table as of this commit, timed once our own compaction (if one is running) is
 			// done, so that it does not compete with the scans for the CPU.
-			for wait := time.Now(); m.busy.Load() && time.Since(wait) < time.Minute; {
+			for wait := time.Now(); m.Busy() && time.Since(wait) < time.Minute; {
 				time.Sleep(10 * time.Millisecond)
 			}
 			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), out)
@@ -446,7 +447,7 @@ func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *t
 	}); ok {
 		_ = p.PurgeTable(ctx, copyIdent)
 	}
-	c := summaryCounts(tbl.CurrentSnapshot())
+	totals := tbl.CurrentSnapshot().Summary.Properties
 	fi, _ := os.Stat(strings.TrimPrefix(tbl.MetadataLocation(), "file://"))
 	ratio := d.Seconds() / dc.Seconds()
 	mark := "yes"
@@ -454,6 +455,6 @@ func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *t
 		mark = "**NO**"
 	}
 	fmt.Fprintf(out, "| %d | %s | %s | %.2f | %s | %d | %d | %d | %s | %d |\n", commit, d.Round(time.Millisecond), dc.Round(time.Millisecond),
-		ratio, mark, c.dataFiles, c.deleteFiles, len(tbl.Metadata().Snapshots()), kib(fi.Size()), compactions)
+		ratio, mark, totals.GetInt("total-data-files", 0), totals.GetInt("total-delete-files", 0), len(tbl.Metadata().Snapshots()), kib(fi.Size()), compactions)
 	return ratio
 }

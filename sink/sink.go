@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // ErrClosed is returned by Submit and Flush after Close.
@@ -24,9 +25,8 @@ type Option func(*Iceberg)
 // WithLogger sets the logger (default: no logging).
 func WithLogger(l *zap.Logger) Option { return func(s *Iceberg) { s.log = l.Named("sink") } }
 
-// WithMetrics sets the metrics receiver (default: NopMetrics). If m also implements
-// MaintenanceMetrics, it receives the maintenance measurements too (until maintenance takes its
-// receiver only from WithMaintenanceMetrics).
+// WithMetrics sets the metrics receiver (default: NopMetrics); maintenance has its own
+// (WithMaintenanceMetrics).
 func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
 
 // WithCommitListener sets a function told of every successful table commit, after the commit
@@ -34,9 +34,8 @@ func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
 // goroutine and must not block. Default: none.
 func WithCommitListener(f func(CommitInfo)) Option { return func(s *Iceberg) { s.onCommit = f } }
 
-// WithMaintenanceMetrics sets the receiver of maintenance measurements (default: the Metrics
-// value if it implements MaintenanceMetrics, else none).
-func WithMaintenanceMetrics(m MaintenanceMetrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
+// WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
+func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
 // Iceberg routes events to one writer per target table and runs those writers.
 type Iceberg struct {
@@ -45,7 +44,7 @@ type Iceberg struct {
 	dlq      change.DeadLetterer
 	log      *zap.Logger
 	metrics  Metrics
-	mmetrics MaintenanceMetrics
+	mmetrics maintenance.Metrics
 	onCommit func(CommitInfo)
 
 	mu      sync.Mutex
@@ -80,12 +79,6 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	}
 	if s.onCommit == nil {
 		s.onCommit = func(CommitInfo) {}
-	}
-	if s.mmetrics == nil {
-		s.mmetrics = nopMaintenanceMetrics{}
-		if mm, ok := s.metrics.(MaintenanceMetrics); ok {
-			s.mmetrics = mm
-		}
 	}
 	if dlq == nil {
 		if cfg.DeadLetters.Type != DeadLettersTable {
@@ -135,8 +128,8 @@ func (s *Iceberg) Run(ctx context.Context) error {
 			return s.tdl.Run(gctx)
 		})
 		if s.cfg.Maintenance.Enabled {
-			m := newMaintainer(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics)
-			g.Go(func() error { return m.run(mctx) })
+			m := maintenance.New(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics, 0)
+			g.Go(func() error { return m.Run(mctx) })
 		}
 	}
 	close(s.started)
@@ -206,15 +199,16 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 		return w, nil
 	}
 	// The table's maintainer runs beside its writer and stops when the writer has finished.
-	w.maint = newMaintainer(s.cat, w.ident, w.name, s.cfg.Maintenance, w.log, s.mmetrics)
-	w.maint.handoffWait = handoffWait(s.cfg.FlushInterval)
+	m := maintenance.New(s.cat, w.ident, w.name, s.cfg.Maintenance, w.log, s.mmetrics,
+		maintenance.HandoffWait(s.cfg.FlushInterval))
+	w.maint = m
 	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {
 		defer s.wwg.Done()
 		defer stopMaint()
 		return w.run(s.gctx)
 	})
-	s.group.Go(func() error { return w.maint.run(mctx) })
+	s.group.Go(func() error { return m.Run(mctx) })
 	return w, nil
 }
 

@@ -72,7 +72,7 @@ type writer struct {
 	closing bool
 	seen    []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
 	merged  []dms.Datum // writeFiles' scratch: a partial image completed from the table
-	maint   *maintainer // nil when maintenance is off
+	maint   maintainer  // nil when maintenance is off
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {

@@ -14,6 +14,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 const maintainUsage = `usage: dms2iceberg maintain --config FILE [flags] [namespace.table ...]
@@ -59,11 +60,11 @@ func runMaintain(ctx context.Context, args []string) error {
 	}
 	mcfg := cfg.Sink.Maintenance
 	mcfg.Owner = cfg.WorkerID + "/maintain"
-	opts := sink.MaintainOptions{Log: log, IgnoreLease: *ignoreLease, SkipOrphans: *noOrphans}
+	opts := maintenance.RunOptions{Log: log, IgnoreLease: *ignoreLease, SkipOrphans: *noOrphans}
 	failed := 0
 	for _, id := range idents {
-		rep, err := sink.MaintainTable(ctx, cat, id, mcfg, opts)
-		if errors.Is(err, sink.ErrLeaseHeld) {
+		rep, err := maintenance.RunTable(ctx, cat, id, mcfg, opts)
+		if errors.Is(err, maintenance.ErrLeaseHeld) {
 			fmt.Printf("%s: skipped: %v\n", strings.Join(id, "."), err)
 			continue
 		}
@@ -112,7 +113,7 @@ func maintainTargets(ctx context.Context, cat catalog.Catalog, args []string) ([
 	return out, nil
 }
 
-func printReport(w io.Writer, name string, r sink.MaintenanceReport) {
+func printReport(w io.Writer, name string, r maintenance.Report) {
 	fmt.Fprintf(w, "%s\n", name)
 	if r.Compacted {
 		fmt.Fprintf(w, "  data files     %d → %d  (%d rewritten into %d, %s → %s)\n", r.DataFilesBefore, r.DataFilesAfter,

@@ -9,6 +9,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // metricsNamespace prefixes every metric name: dms2iceberg_<subsystem>_<name>.
@@ -58,7 +59,7 @@ type promMetrics struct {
 	// Process.
 	ready prometheus.Gauge
 
-	// Maintenance (sink.MaintenanceMetrics).
+	// Maintenance (maintenance.Metrics).
 	maintDeleteFiles  *prometheus.GaugeVec
 	maintDeleteRows   *prometheus.GaugeVec
 	maintDataFiles    *prometheus.GaugeVec
@@ -322,9 +323,12 @@ func (m *promMetrics) SetReady(ok bool) {
 	}
 }
 
-var _ sink.MaintenanceMetrics = (*promMetrics)(nil)
+var (
+	_ maintenance.Metrics = (*promMetrics)(nil)
+	_ sink.Metrics        = (*promMetrics)(nil)
+)
 
-func (m *promMetrics) MaintenanceChecked(st sink.MaintenanceStatus) {
+func (m *promMetrics) MaintenanceChecked(st maintenance.Status) {
 	m.maintDeleteFiles.WithLabelValues(st.Table).Set(float64(st.DeleteFiles))
 	m.maintDeleteRows.WithLabelValues(st.Table).Set(float64(st.DeleteRows))
 	m.maintDataFiles.WithLabelValues(st.Table).Set(float64(st.DataFiles))
@@ -342,7 +346,7 @@ func (m *promMetrics) MaintenanceChecked(st sink.MaintenanceStatus) {
 	}
 }
 
-func (m *promMetrics) Maintained(r sink.MaintenanceReport) {
+func (m *promMetrics) Maintained(r maintenance.Report) {
 	m.maintRuns.WithLabelValues(r.Table, r.Trigger).Inc()
 	m.maintDuration.WithLabelValues(r.Table).Observe(r.Took.Seconds())
 	m.maintDeletesFreed.WithLabelValues(r.Table).Add(float64(r.DeleteFilesRemoved))

@@ -81,7 +81,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	defer closeDLQ()
-	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics)}
+	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics)}
 	if cfg.PostCommit.Enabled() {
 		hook := newPostCommitHook(cfg.PostCommit, log, metrics)
 		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))

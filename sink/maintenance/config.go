@@ -1,15 +1,15 @@
-package sink
+package maintenance
 
 import (
 	"fmt"
 	"time"
 )
 
-// MaintenanceConfig configures the table maintenance that runs in process beside each table's
+// Config configures the table maintenance that runs in process beside each table's
 // writer (design.md, "Maintenance"). Compaction is triggered by measured state (delete files,
 // delete rows, small data files), snapshot expiry by the number of expirable snapshots or the
 // metadata size, manifest rewrite by the manifest count; Interval adds a time-based floor.
-type MaintenanceConfig struct {
+type Config struct {
 	// Enabled runs maintenance in the service. Default true. `dms2iceberg maintain` runs it on
 	// demand either way.
 	Enabled bool `yaml:"enabled"`
@@ -72,9 +72,9 @@ type MaintenanceConfig struct {
 	CommitRetries int `yaml:"commit_retries"`
 }
 
-// DefaultMaintenanceConfig returns the defaults documented on each field.
-func DefaultMaintenanceConfig() MaintenanceConfig {
-	return MaintenanceConfig{
+// DefaultConfig returns the defaults documented on each field.
+func DefaultConfig() Config {
+	return Config{
 		Enabled:           true,
 		MaxDeleteFiles:    8,
 		MaxDeleteRows:     200000,
@@ -95,11 +95,11 @@ func DefaultMaintenanceConfig() MaintenanceConfig {
 	}
 }
 
-// MinOrphanAge is the lowest accepted MaintenanceConfig.OrphanMinAge.
+// MinOrphanAge is the lowest accepted Config.OrphanMinAge.
 const MinOrphanAge = time.Hour
 
-// Validate reports the first invalid field by name.
-func (c MaintenanceConfig) Validate() error {
+// Validate reports the first invalid field by its YAML path (sink.maintenance.<key>).
+func (c Config) Validate() error {
 	pos := func(name string, v int64) error {
 		if v <= 0 {
 			return fmt.Errorf("sink.maintenance.%s: must be positive, got %d", name, v)

@@ -1,0 +1,298 @@
+package maintenance
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/compaction"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// Compaction rewrites the data files that deletes apply to (and small ones) with the deletes
+// applied, and drops the delete files that no surviving data file needs any more. It runs in
+// three parts:
+//
+//   - plan (planCompaction) reads the snapshot S current when it starts and decides which files
+//     to rewrite and which delete files become dead;
+//   - rewrite (rewriteFiles), the heavy part, reads and writes data against S while the writer
+//     keeps committing;
+//   - commit (commitRewrite) stages the rewrite on the newest table with the rewritten files'
+//     data sequence number set to S's: equality deletes committed after S have higher sequence
+//     numbers, so they still apply to the rewritten rows, and the deletes it removes (all at or
+//     below S) never applied to anything newer than S. Watermark properties are not touched: the
+//     commit only adds the rewrite snapshot and the lease properties.
+
+// compactionPlan is what a compaction of snapshot snap rewrites and drops.
+type compactionPlan struct {
+	src       *table.Table
+	snap      *table.Snapshot
+	fs        icebergio.IO
+	before    counts
+	groups    []table.CompactionTaskGroup
+	rewritten map[string]struct{} // data files the groups rewrite; "" alone: none
+	dead      []iceberg.DataFile  // equality-delete files that apply to no surviving data file
+}
+
+func (p *compactionPlan) empty() bool { return len(p.groups) == 0 && len(p.dead) == 0 }
+
+// compact runs one compaction and adds what it did to rep.
+func (m *Maintainer) compact(ctx context.Context, rep *Report, trigger string) error {
+	start := time.Now()
+	src, err := m.cat.LoadTable(ctx, m.ident)
+	if err != nil {
+		return err
+	}
+	if src.CurrentSnapshot() == nil {
+		return nil
+	}
+	p, err := m.planCompaction(ctx, src)
+	if err != nil {
+		return m.compactionFailed(err)
+	}
+	if p.empty() {
+		m.base = p.before
+		m.next = time.Now().Add(m.cfg.MinInterval)
+		m.log.Debug("nothing to compact", zap.String("trigger", trigger))
+		return nil
+	}
+	results, err := m.rewriteFiles(ctx, p)
+	if err != nil {
+		return m.compactionFailed(err)
+	}
+	if m.afterRewrite != nil {
+		m.afterRewrite()
+	}
+	c, err := m.commitRewrite(ctx, p, results, trigger)
+	if errors.Is(err, errSuperseded) {
+		// Not landed (checked before staging): the new files are referenced by nothing.
+		removeWritten(p.fs, results)
+		m.log.Info("compaction superseded: another one rewrote its files first", zap.String("trigger", trigger))
+		return nil
+	}
+	if err != nil {
+		if c.sent == 0 {
+			removeWritten(p.fs, results) // never sent: the new files are ours alone
+		}
+		return m.compactionFailed(err)
+	}
+	m.compacted(rep, p, results, c, start, trigger)
+	return nil
+}
+
+// compactionConfig is the planner's configuration: every data file with a delete applying to it
+// or below 75% of the target size is a candidate, alone or not, so that every equality delete the
+// rewrite applies becomes dead and is dropped.
+func (m *Maintainer) compactionConfig(tbl *table.Table) compaction.Config {
+	c := compaction.DefaultConfig()
+	target := m.cfg.TargetFileSize
+	if target <= 0 {
+		target = tbl.Properties().GetInt64(table.WriteTargetFileSizeBytesKey, table.WriteTargetFileSizeBytesDefault)
+	}
+	c.TargetFileSizeBytes = target
+	c.MinFileSizeBytes = target * 3 / 4
+	c.MaxFileSizeBytes = target * 9 / 5
+	c.MinInputFiles = 1
+	c.DeleteFileThreshold = 1
+	return c
+}
+
+// planCompaction decides, on src's current snapshot, which groups of data files to rewrite and
+// which equality-delete files that makes dead. It reads manifests, no data.
+func (m *Maintainer) planCompaction(ctx context.Context, src *table.Table) (*compactionPlan, error) {
+	snap := src.CurrentSnapshot()
+	p := &compactionPlan{src: src, snap: snap, before: summaryCounts(snap), rewritten: make(map[string]struct{})}
+	plan, err := compaction.Analyze(ctx, src, m.compactionConfig(src))
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range plan.Groups {
+		if len(g.Tasks) == 1 && len(g.Tasks[0].EqualityDeleteFiles)+len(g.Tasks[0].DeleteFiles)+len(g.Tasks[0].DeletionVectorFiles) == 0 {
+			continue // one file without deletes: rewriting it gains nothing
+		}
+		p.groups = append(p.groups, table.CompactionTaskGroup{PartitionKey: g.PartitionKey, Tasks: g.Tasks, TotalSizeBytes: g.TotalSizeBytes})
+		for _, t := range g.Tasks {
+			p.rewritten[t.File.FilePath()] = struct{}{}
+		}
+	}
+	if p.fs, err = src.FS(ctx); err != nil {
+		return nil, err
+	}
+	if len(p.groups) == 0 {
+		// Nothing to rewrite; still drop the delete files that apply to no live data file (for
+		// example the deletes a load writes for its own keys). An impossible path makes every
+		// data file a survivor.
+		p.rewritten[""] = struct{}{}
+	}
+	p.dead, err = compaction.CollectDeadEqualityDeletesWithSpecs(ctx, p.fs, src.Metadata(), snap, p.rewritten)
+	if err != nil {
+		return nil, fmt.Errorf("collect dead equality deletes: %w", err)
+	}
+	return p, nil
+}
+
+// rewriteFiles reads the planned groups at the plan's snapshot and writes their rows, deletes
+// applied, into new data files (nothing is committed). On failure it removes what it wrote.
+func (m *Maintainer) rewriteFiles(ctx context.Context, p *compactionPlan) ([]table.CompactionGroupResult, error) {
+	opts := []table.CompactionGroupOption{table.WithCompactionScanConcurrency(m.cfg.Workers)}
+	if m.cfg.TargetFileSize > 0 {
+		opts = append(opts, table.WithCompactionTargetFileSize(m.cfg.TargetFileSize))
+	}
+	var results []table.CompactionGroupResult
+	for _, g := range p.groups {
+		r, err := table.ExecuteCompactionGroup(ctx, p.src, g, opts...)
+		results = append(results, r)
+		if err != nil {
+			removeWritten(p.fs, results)
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// removeWritten deletes the data files a rewrite wrote, when no commit references them.
+func removeWritten(fs icebergio.IO, results []table.CompactionGroupResult) {
+	for _, r := range results {
+		for _, df := range r.NewDataFiles {
+			_ = fs.Remove(df.FilePath())
+		}
+	}
+}
+
+// commitRewrite commits the rewritten files and drops the dead deletes on the newest table,
+// with the plan snapshot's data sequence number. A retry first checks whether an attempt whose
+// outcome was unknown landed (its run id in the summary), and gives up with errSuperseded when
+// another compaction replaced some of the inputs.
+func (m *Maintainer) commitRewrite(ctx context.Context, p *compactionPlan, results []table.CompactionGroupResult, trigger string) (committed, error) {
+	var tok [8]byte
+	_, _ = rand.Read(tok[:])
+	id := hex.EncodeToString(tok[:])
+	summary := iceberg.Properties{tableprop.SummaryMaintenanceRun: id, tableprop.SummaryMaintenanceTrigger: trigger,
+		tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)}
+	c, err := m.commit(ctx, "compact", iceberg.Properties{tableprop.LastCompaction: formatTime(time.Now())},
+		func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
+			if attempt > 0 && landed(head, id, p.snap.SequenceNumber) {
+				return errAlreadyCommitted
+			}
+			rw := txn.NewRewrite(summary)
+			for _, r := range results {
+				rw.ApplyResult(r)
+			}
+			for _, df := range p.dead {
+				rw.DeleteFile(df)
+			}
+			if len(results) > 0 {
+				rw.DataSequenceNumber(p.snap.SequenceNumber)
+			}
+			err := rw.Commit(ctx)
+			if err != nil && inputsGone(ctx, head, p.rewritten, p.dead) {
+				return errSuperseded
+			}
+			return err
+		})
+	if errors.Is(err, errAlreadyCommitted) {
+		c.tbl, err = m.cat.LoadTable(ctx, m.ident)
+	}
+	return c, err
+}
+
+// compacted records a committed compaction in rep and in the maintainer's schedule.
+func (m *Maintainer) compacted(rep *Report, p *compactionPlan, results []table.CompactionGroupResult, c committed, start time.Time, trigger string) {
+	var removedPos []iceberg.DataFile
+	for _, r := range results {
+		rep.DataFilesRewritten += len(r.OldDataFiles)
+		rep.DataFilesWritten += len(r.NewDataFiles)
+		rep.BytesBefore += r.BytesBefore
+		rep.BytesAfter += r.BytesAfter
+		removedPos = append(removedPos, r.SafePosDeletes...)
+	}
+	rep.DeleteFilesRemoved = len(p.dead) + len(removedPos)
+	for _, df := range p.dead {
+		rep.DeleteRowsRemoved += df.Count()
+	}
+	rep.Compacted = true
+	rep.CompactionAttempts = max(c.sent, 1)
+	rep.CompactionTook = time.Since(start)
+	b := p.before
+	m.base = counts{dataFiles: b.dataFiles - rep.DataFilesRewritten + rep.DataFilesWritten,
+		deleteFiles: b.deleteFiles - rep.DeleteFilesRemoved, deleteRows: b.deleteRows - rep.DeleteRowsRemoved}
+	m.failures = 0
+	m.next = time.Now().Add(m.cfg.MinInterval)
+	m.log.Info("compacted", zap.String("trigger", trigger), zap.Time("started", start),
+		zap.Duration("took", rep.CompactionTook), zap.Int("attempts", rep.CompactionAttempts),
+		zap.Int("data_files_rewritten", rep.DataFilesRewritten), zap.Int("data_files_written", rep.DataFilesWritten),
+		zap.Int("delete_files_removed", rep.DeleteFilesRemoved), zap.Int64("delete_rows_removed", rep.DeleteRowsRemoved),
+		zap.Int64("bytes_before", rep.BytesBefore), zap.Int64("bytes_after", rep.BytesAfter),
+		zap.Int64("starting_snapshot", p.snap.SnapshotID), zap.Int64("snapshot", snapshotID(c.tbl)))
+}
+
+// inputsGone reports whether some of a compaction's input files (data files it rewrote, delete
+// files it drops) are no longer live in head: another compaction replaced them.
+func inputsGone(ctx context.Context, head *table.Table, rewritten map[string]struct{}, dead []iceberg.DataFile) bool {
+	snap := head.CurrentSnapshot()
+	fs, err := head.FS(ctx)
+	if snap == nil || err != nil {
+		return false
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return false
+	}
+	want := make(map[string]bool, len(rewritten)+len(dead))
+	for p := range rewritten {
+		if p != "" {
+			want[p] = true
+		}
+	}
+	for _, df := range dead {
+		want[df.FilePath()] = true
+	}
+	live := 0
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return false
+			}
+			if want[e.DataFile().FilePath()] {
+				live++
+			}
+		}
+	}
+	return live < len(want)
+}
+
+// compactionFailed backs off before the next compaction of the table.
+func (m *Maintainer) compactionFailed(err error) error {
+	m.failures++
+	d := max(m.cfg.MinInterval, 5*time.Second) << min(m.failures-1, 6)
+	m.next = time.Now().Add(min(d, 10*time.Minute))
+	return err
+}
+
+// landed reports whether a compaction with this run id is an ancestor of the table's current
+// snapshot (searching back to the sequence number it started from).
+func landed(tbl *table.Table, id string, from int64) bool {
+	meta := tbl.Metadata()
+	cur := tbl.CurrentSnapshot()
+	if cur == nil {
+		return false
+	}
+	for _, s := range table.AncestorsOf(cur.SnapshotID, meta.SnapshotByID) {
+		if s.SequenceNumber <= from {
+			return false
+		}
+		if s.Summary != nil && s.Summary.Properties[tableprop.SummaryMaintenanceRun] == id {
+			return true
+		}
+	}
+	return false
+}

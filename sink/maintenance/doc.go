@@ -1,0 +1,31 @@
+// Package maintenance owns the maintenance of the Iceberg tables the sink writes: compaction
+// (delete files applied and dropped, small files merged), snapshot expiry, manifest rewrite and
+// orphan cleanup, when each is due, and the per-table lease that lets one worker of many
+// maintain a table (design.md, "Maintenance"). It does not import the sink: the sink constructs
+// a Maintainer per table and calls it through a one-method interface (AfterCommit).
+//
+// Files, one concept each:
+//   - config.go: Config with DefaultConfig and Validate (YAML under sink.maintenance);
+//   - metrics.go: the Metrics interface, Status and Report;
+//   - maintainer.go: the Maintainer and one run of the steps (maintain);
+//   - schedule.go: when: Run's loop, measuring a table and deciding which steps are due;
+//   - lease.go: the lease in two table properties: acquire, validate, renew, release;
+//   - handoff.go: the commit of every step, through commit.Run, as jobs the writer may run;
+//   - compact.go: compaction as plan, rewrite and commit;
+//   - steps.go: snapshot expiry, manifest rewrite, orphan cleanup;
+//   - api.go: RunTable, the on-demand run of every step (the maintain command).
+//
+// Every persisted name (lease, last-run times, snapshot summary keys) is in sink/tableprop.
+//
+// Concurrency: a Maintainer's Run loop is one goroutine, owned by the caller (the sink runs one
+// per table and cancels it when the table's writer has finished). It alone measures, schedules,
+// plans and rewrites; during a run it starts one goroutine that renews the lease and waits for
+// it before the run returns. The table's writer calls AfterCommit on its own goroutine after
+// each commit: it never blocks there except to run the one maintenance commit that is waiting
+// for it (the hand-off slot), which it stages on the table it just committed, so the two never
+// conflict; the maintenance goroutine waits for that job's result at most HandoffWait and then
+// commits on its own (a commit that loses a race is restaged on the newest table and yields to
+// the writers between attempts). The state the two goroutines share is atomic: the slot, the
+// newest committed table, the time of the writer's last commit and the lease's end. RunTable runs
+// the same steps on the calling goroutine, with no hand-off.
+package maintenance

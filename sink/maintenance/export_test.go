@@ -1,0 +1,54 @@
+package maintenance
+
+import (
+	"context"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+)
+
+// Internals the external tests (package maintenance_test, which drives a real sink to make the
+// commits maintenance works on) reach.
+
+// Steps is what one run does.
+type Steps = steps
+
+// CompactOnly and ExpireAndManifests are the runs the tests start by hand.
+var (
+	CompactOnly        = Steps{compact: true, trigger: "test"}
+	ExpireAndManifests = Steps{expire: true, manifests: true, trigger: "test"}
+)
+
+var (
+	ErrLeaseLost = errLeaseLost
+	Expirable    = expirable
+)
+
+// NewForTest is New without hand-off.
+func NewForTest(cat catalog.Catalog, ident table.Identifier, name string, cfg Config, log *zap.Logger) *Maintainer {
+	return New(cat, ident, name, cfg, log, nil, 0)
+}
+
+func (m *Maintainer) Lease(ctx context.Context, tbl *table.Table) bool { return m.lease(ctx, tbl) }
+func (m *Maintainer) Maintain(ctx context.Context, s Steps) (Report, error) {
+	return m.maintain(ctx, s)
+}
+func (m *Maintainer) AcquireOn(ctx context.Context, base *table.Table, now time.Time) (bool, error) {
+	return m.acquireOn(ctx, base, now)
+}
+func (m *Maintainer) Holds(now time.Time) bool                      { return m.holds(now) }
+func (m *Maintainer) SetLease(until time.Time)                      { m.setLease(until) }
+func (m *Maintainer) LeaseProps(until time.Time) iceberg.Properties { return m.leaseProps(until) }
+func (m *Maintainer) Owner() string                                 { return m.owner }
+func (m *Maintainer) IgnoreLease()                                  { m.ignoreLease = true }
+func (m *Maintainer) AfterRewrite(f func())                         { m.afterRewrite = f }
+func (m *Maintainer) BeforeCommit(f func(step string, attempt int)) { m.beforeCommit = f }
+
+// SummaryCounts returns the data and delete files of a snapshot, from its summary.
+func SummaryCounts(s *table.Snapshot) (dataFiles, deleteFiles int) {
+	c := summaryCounts(s)
+	return c.dataFiles, c.deleteFiles
+}

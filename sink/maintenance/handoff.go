@@ -1,0 +1,179 @@
+package maintenance
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+)
+
+// HandoffWait is how long a maintenance commit waits for the writer to commit (and run it right
+// after) before running by itself: two flush intervals, at most 10s.
+func HandoffWait(flushInterval time.Duration) time.Duration {
+	return min(2*flushInterval, 10*time.Second)
+}
+
+// stageFunc stages one maintenance change in txn on head; attempt counts from 0.
+type stageFunc func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error
+
+// commitJob is one maintenance commit attempt: stage on a table, add props (lease renewal
+// included), commit.
+type commitJob struct {
+	step    string
+	props   iceberg.Properties
+	stage   stageFunc
+	attempt int
+	done    chan jobResult // buffered: the executor never blocks on it
+}
+
+type jobResult struct {
+	tbl  *table.Table // the committed table; nil when nothing was committed
+	head *table.Table // the table the job was staged on
+	sent bool         // a commit request was sent (false: staging failed)
+	err  error
+}
+
+// AfterCommit is called by the table's writer, on its goroutine, after each of its commits, with
+// the committed table. It runs the maintenance commit waiting for the writer, if any, on that
+// table (so the two never conflict) and passes the result to adopt; then it hands the newest
+// table to the maintainer and wakes it. Without a waiting commit it does not block.
+func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error) {
+	if m == nil || tbl == nil {
+		return
+	}
+	m.writerCommit.Store(time.Now().UnixNano())
+	if job := m.slot.Swap(nil); job != nil {
+		res := m.execute(ctx, job, tbl)
+		if res.tbl != nil {
+			if err := adopt(res.tbl); err == nil {
+				tbl = res.tbl
+			}
+		}
+		job.done <- res
+	}
+	m.latest.Store(tbl)
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
+}
+
+// execute stages job on head (loaded from the catalog when nil) and commits it. It touches no
+// mutable maintainer state, so the writer may run it.
+func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Table) jobResult {
+	if head == nil {
+		var err error
+		if head, err = m.cat.LoadTable(ctx, m.ident); err != nil {
+			return jobResult{err: err, sent: true} // retryable, like a lost commit
+		}
+	}
+	txn := head.NewTransaction()
+	if err := job.stage(ctx, txn, head, job.attempt); err != nil {
+		return jobResult{head: head, err: err}
+	}
+	if len(job.props) > 0 {
+		if err := txn.SetProperties(job.props); err != nil {
+			return jobResult{head: head, err: fmt.Errorf("stage properties: %w", err)}
+		}
+	}
+	if m.beforeCommit != nil {
+		m.beforeCommit(job.step, job.attempt)
+	}
+	tbl, err := txn.Commit(ctx)
+	if tbl != nil {
+		if err != nil {
+			m.log.Warn("cleanup after a maintenance commit failed", zap.String("step", job.step), zap.Error(err))
+		}
+		return jobResult{tbl: tbl, head: head, sent: true}
+	}
+	return jobResult{head: head, sent: true, err: err}
+}
+
+// runJob runs a commit job between two commits of the table's writer when the writer is
+// committing (it then never conflicts with the writer and the writer continues from the result),
+// and here, on the newest table, when the writer is quiet or does not take the job in time.
+func (m *Maintainer) runJob(ctx context.Context, job *commitJob) jobResult {
+	wait := time.Duration(m.handoffWait.Load())
+	active := time.Since(time.Unix(0, m.writerCommit.Load())) < wait
+	if wait <= 0 || !active {
+		return m.execute(ctx, job, nil)
+	}
+	m.slot.Store(job)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case res := <-job.done:
+		return res
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	if !m.slot.CompareAndSwap(job, nil) {
+		return <-job.done // the writer took it
+	}
+	if ctx.Err() != nil {
+		return jobResult{err: ctx.Err()}
+	}
+	return m.execute(ctx, job, nil)
+}
+
+// committed is how a maintenance commit ended.
+type committed struct {
+	tbl  *table.Table // the committed table
+	head *table.Table // the table the last attempt was staged on
+	sent int          // commit requests sent
+}
+
+// commit stages a maintenance change on the newest table, renews the lease in the same
+// transaction and commits through commit.Run, restaging after losing to another commit and
+// yielding to the writers between attempts. Each attempt is a job the writer may run (runJob),
+// which brings its own head: the loop reloads nothing. stage may return errNothingToDo,
+// errAlreadyCommitted or errSuperseded; commit then returns that error at once, as it does any
+// staging error and a lost lease.
+func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
+	var out committed
+	res, err := commit.Run(ctx, m.cat, m.ident, nil, commit.Policy{Retries: m.cfg.CommitRetries, Yield: true}, commit.Op{
+		Name: step,
+		Stage: func(ctx context.Context, _ *table.Table, attempt int) (*table.Table, error) {
+			now := time.Now()
+			if !m.ignoreLease && !m.holds(now) {
+				return nil, commit.Permanent(errLeaseLost)
+			}
+			p := maps.Clone(props)
+			if p == nil {
+				p = iceberg.Properties{}
+			}
+			until := now.Add(m.cfg.LeaseDuration)
+			if !m.ignoreLease {
+				maps.Copy(p, m.leaseProps(until))
+			}
+			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: stage, attempt: attempt, done: make(chan jobResult, 1)})
+			out.head = r.head
+			if r.sent {
+				out.sent++
+			}
+			if r.err == nil {
+				if !m.ignoreLease {
+					m.setLease(until)
+				}
+				return r.tbl, nil
+			}
+			if !r.sent {
+				return nil, commit.Permanent(r.err)
+			}
+			return nil, r.err
+		},
+		Reload: func(context.Context) (*table.Table, error) { return nil, nil },
+		Failed: func(attempt int, err, _ error) {
+			m.log.Info("maintenance commit lost to another commit; restaging on the newest table",
+				zap.String("step", step), zap.Int("attempt", attempt+1), zap.Error(err))
+		},
+	})
+	out.tbl = res.Table
+	return out, err
+}

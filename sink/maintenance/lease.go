@@ -1,0 +1,216 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// The per-table maintenance lease (design.md, "Maintenance") lives in two table properties,
+// tableprop.MaintenanceOwner and tableprop.MaintenanceUntil.
+//
+// Catalog commits check requirements on snapshots and schemas, not on properties: a property
+// change is applied on top of whatever is current. So an acquisition is validated after its
+// commit: every table version between the one it read and its own must not show a live lease
+// other than the one it read; otherwise another worker acquired the lease in between and this one
+// backs off (its record is then treated as a foreign lease until it ends). The holder renews in
+// every maintenance commit and needs no validation while its lease has not ended.
+
+// ReadLease returns the lease recorded in a table's properties: its owner ("<owner>#<token>",
+// "" when none) and when it ends unless renewed.
+func ReadLease(p iceberg.Properties) (owner string, until time.Time) {
+	return p[tableprop.MaintenanceOwner], parseTime(p[tableprop.MaintenanceUntil])
+}
+
+// holds reports whether this process holds a lease that is not about to end. The margin covers
+// clock skew between workers and the time a commit takes.
+func (m *Maintainer) holds(now time.Time) bool {
+	return m.leaseUntil().After(now.Add(m.cfg.LeaseDuration / 10))
+}
+
+// lease reports whether this process may maintain the table now, acquiring or renewing the
+// lease when needed. tbl is a recent version of the table.
+func (m *Maintainer) lease(ctx context.Context, tbl *table.Table) bool {
+	if m.ignoreLease {
+		return true
+	}
+	now := time.Now()
+	if m.holds(now) && m.leaseUntil().Sub(now) > m.cfg.LeaseDuration/2 {
+		return true
+	}
+	if !m.holds(now) && m.foreign(tbl.Properties(), now) {
+		return false
+	}
+	ok, err := m.acquire(ctx)
+	if err != nil && ctx.Err() == nil {
+		m.metrics.MaintenanceFailed(m.name, "lease")
+		m.log.Warn("cannot acquire the maintenance lease", zap.Error(err))
+	}
+	return ok
+}
+
+// foreign reports a live lease in props that is not the one this process holds.
+func (m *Maintainer) foreign(props iceberg.Properties, now time.Time) bool {
+	owner, until := ReadLease(props)
+	if owner == "" || !until.After(now) || (owner == m.owner && until.Equal(m.leaseUntil())) {
+		return false
+	}
+	if owner != m.heldByOther {
+		m.heldByOther = owner
+		m.log.Debug("maintenance lease held by another worker", zap.String("owner", owner), zap.Time("until", until))
+	}
+	return true
+}
+
+func (m *Maintainer) leaseUntil() time.Time {
+	if n := m.leaseEnd.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+func (m *Maintainer) setLease(until time.Time) {
+	if until.IsZero() {
+		m.leaseEnd.Store(0)
+		return
+	}
+	m.leaseEnd.Store(until.UnixNano())
+}
+
+// renewWhileRunning keeps the lease renewed, with properties-only commits, while a long run
+// (a big compaction) is in progress, until stop is closed.
+func (m *Maintainer) renewWhileRunning(ctx context.Context, stop <-chan struct{}) {
+	tick := time.NewTicker(m.cfg.LeaseDuration / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		now := time.Now()
+		if !m.holds(now) || m.leaseUntil().Sub(now) > m.cfg.LeaseDuration*3/4 {
+			continue
+		}
+		tbl, err := m.cat.LoadTable(ctx, m.ident)
+		if err != nil {
+			continue
+		}
+		until := now.Add(m.cfg.LeaseDuration)
+		txn := tbl.NewTransaction()
+		if err := txn.SetProperties(m.leaseProps(until)); err != nil {
+			continue
+		}
+		if _, err := txn.Commit(ctx); err != nil {
+			m.log.Debug("cannot renew the maintenance lease", zap.Error(err))
+			continue
+		}
+		if m.holds(time.Now()) { // not lost meanwhile (then the record we wrote is foreign to us)
+			m.setLease(until)
+		}
+	}
+}
+
+func (m *Maintainer) leaseProps(until time.Time) iceberg.Properties {
+	return iceberg.Properties{tableprop.MaintenanceOwner: m.owner, tableprop.MaintenanceUntil: formatTime(until)}
+}
+
+// acquire acquires or renews the lease with a properties-only commit.
+func (m *Maintainer) acquire(ctx context.Context) (bool, error) {
+	base, err := m.cat.LoadTable(ctx, m.ident)
+	if err != nil {
+		return false, err
+	}
+	return m.acquireOn(ctx, base, time.Now())
+}
+
+// acquireOn acquires or renews the lease, deciding on base as read at now.
+func (m *Maintainer) acquireOn(ctx context.Context, base *table.Table, now time.Time) (bool, error) {
+	renewal := m.holds(now)
+	if !renewal && m.foreign(base.Properties(), now) {
+		return false, nil
+	}
+	until := now.Add(m.cfg.LeaseDuration)
+	txn := base.NewTransaction()
+	if err := txn.SetProperties(m.leaseProps(until)); err != nil {
+		return false, err
+	}
+	committed, err := txn.Commit(ctx)
+	if err != nil && committed == nil {
+		return false, err
+	}
+	if !renewal {
+		ok, err := validAcquisition(ctx, base, committed, now)
+		if !ok {
+			m.log.Info("maintenance lease acquisition raced with another worker; backing off", zap.Error(err))
+			return false, nil
+		}
+		m.log.Info("maintenance lease acquired", zap.String("owner", m.owner), zap.Time("until", until))
+	}
+	m.setLease(until)
+	m.heldByOther = ""
+	return true, nil
+}
+
+// validAcquisition checks that no table version between base (read before deciding to acquire
+// at now) and committed (the acquisition) recorded a live lease other than base's.
+func validAcquisition(ctx context.Context, base, committed *table.Table, now time.Time) (bool, error) {
+	entries := slices.Collect(committed.Metadata().PreviousFiles())
+	idx := slices.IndexFunc(entries, func(e table.MetadataLogEntry) bool { return e.MetadataFile == base.MetadataLocation() })
+	if idx < 0 {
+		return false, errors.New("the version the acquisition read is no longer in the metadata log")
+	}
+	bo, bu := ReadLease(base.Properties())
+	fs, err := committed.FS(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range entries[idx+1:] {
+		f, err := fs.Open(e.MetadataFile)
+		if err != nil {
+			return false, err
+		}
+		meta, err := table.ParseMetadata(f)
+		_ = f.Close()
+		if err != nil {
+			return false, fmt.Errorf("read %s: %w", e.MetadataFile, err)
+		}
+		o, u := ReadLease(meta.Properties())
+		if o != "" && u.After(now) && (o != bo || !u.Equal(bu)) {
+			return false, fmt.Errorf("%s acquired it concurrently", o)
+		}
+	}
+	return true, nil
+}
+
+// release ends a held lease early (at shutdown), so another worker can take over at once.
+func (m *Maintainer) release() {
+	if m.ignoreLease || !m.holds(time.Now()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	tbl, err := m.cat.LoadTable(ctx, m.ident)
+	if err != nil {
+		return
+	}
+	txn := tbl.NewTransaction()
+	if err := txn.SetProperties(m.leaseProps(time.Now())); err != nil {
+		return
+	}
+	if _, err := txn.Commit(ctx); err != nil {
+		m.log.Debug("cannot release the maintenance lease", zap.Error(err))
+		return
+	}
+	m.setLease(time.Time{})
+}

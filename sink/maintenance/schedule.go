@@ -1,0 +1,271 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// counts are a snapshot's totals, read from its summary.
+type counts struct {
+	dataFiles, deleteFiles int
+	deleteRows, records    int64
+}
+
+func summaryCounts(s *table.Snapshot) counts {
+	if s == nil || s.Summary == nil {
+		return counts{}
+	}
+	p := s.Summary.Properties
+	return counts{
+		dataFiles:   p.GetInt("total-data-files", 0),
+		deleteFiles: p.GetInt("total-delete-files", 0),
+		deleteRows:  p.GetInt64("total-equality-deletes", 0),
+		records:     p.GetInt64("total-records", 0),
+	}
+}
+
+// tableState is what maintenance measures before deciding what to do.
+type tableState struct {
+	counts
+	snapshots, expirable int
+	metaBytes            int64
+	manifests            int
+	leaseOwner           string
+	leaseUntil           time.Time
+	lastCompaction       time.Time
+	lastOrphans          time.Time
+}
+
+// steps is what a run does.
+type steps struct {
+	compact, expire, manifests, orphans bool
+	trigger                             string
+}
+
+func (s steps) any() bool { return s.compact || s.expire || s.manifests || s.orphans }
+
+func (s *steps) why(trigger string) {
+	if s.trigger == "" {
+		s.trigger = trigger
+	}
+}
+
+// Run measures and maintains the table until ctx ends, on the calling goroutine. Maintenance
+// failures are logged and counted, never returned (it returns nil): they must not stop
+// ingestion. On return it releases a held lease.
+func (m *Maintainer) Run(ctx context.Context) error {
+	tick := time.NewTicker(m.cfg.CheckInterval)
+	defer tick.Stop()
+	defer m.release()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-m.kick:
+		case <-tick.C:
+		}
+		m.check(ctx)
+	}
+}
+
+// check measures the table and runs whatever is due.
+func (m *Maintainer) check(ctx context.Context) {
+	tbl := m.latest.Swap(nil)
+	if tbl == nil {
+		t, err := m.cat.LoadTable(ctx, m.ident)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, catalog.ErrNoSuchTable) {
+				m.log.Debug("cannot load table to measure it", zap.Error(err))
+			}
+			return
+		}
+		tbl = t
+	}
+	now := time.Now()
+	st := m.measure(ctx, tbl, now, now.Sub(m.lastFull) >= m.cfg.CheckInterval)
+	m.metrics.MaintenanceChecked(m.status(st, now))
+	if now.Before(m.pauseUntil) {
+		return
+	}
+	s := m.due(st, now)
+	if !s.any() {
+		return
+	}
+	if !m.lease(ctx, tbl) {
+		return
+	}
+	_, err := m.maintain(ctx, s)
+	if err == nil || errors.Is(err, errLeaseLost) {
+		m.pauses = 0
+		return
+	}
+	if ctx.Err() == nil {
+		// Back off before the next run, so that a step failing for good (say, a table with
+		// gc.enabled=false) does not run after every commit.
+		m.pauses++
+		d := min(max(m.cfg.MinInterval, 5*time.Second)<<min(m.pauses-1, 7), 10*time.Minute)
+		m.pauseUntil = time.Now().Add(d)
+		m.log.Warn("maintenance failed", zap.String("trigger", s.trigger), zap.Duration("next_try_in", d), zap.Error(err))
+	}
+}
+
+func (m *Maintainer) status(st tableState, now time.Time) Status {
+	owner := st.leaseOwner
+	if !st.leaseUntil.After(now) {
+		owner = ""
+	}
+	return Status{Table: m.name, DeleteFiles: st.deleteFiles, DataFiles: st.dataFiles,
+		DeleteRows: st.deleteRows, Records: st.records,
+		NewDataFiles: max(0, st.dataFiles-m.base.dataFiles), NewDeleteFiles: max(0, st.deleteFiles-m.base.deleteFiles),
+		Snapshots: st.snapshots, Expirable: st.expirable, MetadataBytes: st.metaBytes, Manifests: st.manifests,
+		LeaseHeld: m.ignoreLease || m.holds(now), LeaseOwner: owner, LastCompaction: st.lastCompaction}
+}
+
+// measure reads the table's state: totals from the current snapshot's summary and lease and
+// history from the metadata (no I/O); with full, also the metadata file's size and the number of
+// manifests (one stat and one manifest-list read).
+func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Time, full bool) tableState {
+	meta := tbl.Metadata()
+	props := tbl.Properties()
+	st := tableState{counts: summaryCounts(tbl.CurrentSnapshot()), snapshots: len(meta.Snapshots()),
+		expirable: expirable(meta, m.cfg.KeepLast, m.cfg.SnapshotRetention, now)}
+	st.leaseOwner, st.leaseUntil = ReadLease(props)
+	st.lastCompaction = parseTime(props[tableprop.LastCompaction])
+	st.lastOrphans = parseTime(props[tableprop.LastOrphanCleanup])
+	if full {
+		m.lastFull = now
+		m.metaBytes, m.manifests = fileStats(ctx, tbl)
+	}
+	st.metaBytes, st.manifests = m.metaBytes, m.manifests
+	return st
+}
+
+// fileStats returns the size of the table's metadata file and the number of manifests of its
+// current snapshot (-1 for what cannot be read).
+func fileStats(ctx context.Context, tbl *table.Table) (int64, int) {
+	size, n := int64(-1), -1
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return size, n
+	}
+	if f, err := fs.Open(tbl.MetadataLocation()); err == nil {
+		if fi, err := f.Stat(); err == nil {
+			size = fi.Size()
+		}
+		_ = f.Close()
+	}
+	if snap := tbl.CurrentSnapshot(); snap == nil {
+		n = 0
+	} else if mf, err := snap.Manifests(fs); err == nil {
+		n = len(mf)
+	}
+	return size, n
+}
+
+// expirable counts the snapshots ExpireSnapshots would remove with these settings: the main
+// branch keeps its newest keepLast ancestors and every ancestor younger than retention, up to the
+// first one that is neither; snapshots outside the branch are kept while younger than retention.
+func expirable(meta table.Metadata, keepLast int, retention time.Duration, now time.Time) int {
+	cutoff := now.Add(-retention).UnixMilli()
+	keep := make(map[int64]bool)
+	for name, ref := range meta.Refs() {
+		keep[ref.SnapshotID] = true
+		if name != table.MainBranch {
+			continue
+		}
+		for i, s := range table.AncestorsOf(ref.SnapshotID, meta.SnapshotByID) {
+			if s.TimestampMs < cutoff && i >= keepLast {
+				break
+			}
+			keep[s.SnapshotID] = true
+		}
+	}
+	n := 0
+	for _, s := range meta.Snapshots() {
+		if !keep[s.SnapshotID] && s.TimestampMs < cutoff {
+			n++
+		}
+	}
+	return n
+}
+
+// due decides what to run from the measured state.
+func (m *Maintainer) due(st tableState, now time.Time) steps {
+	var s steps
+	c := m.cfg
+	interval := now.Sub(m.lastRun) >= c.Interval
+	if !now.Before(m.next) {
+		m.dueCompaction(&s, st, interval)
+	}
+	if st.expirable >= c.ExpireBatch {
+		s.expire = true
+		s.why("snapshots")
+	}
+	// The size and manifest triggers stay true until a run brings them down, which a rewrite
+	// cannot always do: they fire at most once per check interval.
+	structural := now.Sub(m.structural) >= c.CheckInterval
+	if structural && st.metaBytes > c.MaxMetadataBytes {
+		m.structural = now
+		s.expire = st.expirable > 0
+		s.manifests = true
+		s.why("metadata-size")
+		if st.expirable == 0 && now.Sub(m.metaWarned) >= c.Interval {
+			m.metaWarned = now
+			m.log.Warn("metadata file is larger than max_metadata_bytes and no snapshot can be expired yet: snapshot_retention is long for this commit rate",
+				zap.Int64("metadata_bytes", st.metaBytes), zap.Int("snapshots", st.snapshots))
+		}
+	}
+	if structural && st.manifests > c.MaxManifests {
+		m.structural = now
+		s.manifests = true
+		s.why("manifests")
+	}
+	if interval && st.expirable > 0 {
+		s.expire = true
+		s.why("interval")
+	}
+	lastOrphans := st.lastOrphans
+	if lastOrphans.IsZero() {
+		// Never cleaned: first an hour after this process started, not in a burst at startup.
+		lastOrphans = m.created.Add(min(time.Hour, c.OrphanInterval) - c.OrphanInterval)
+	}
+	if c.OrphanInterval > 0 && now.Sub(lastOrphans) >= c.OrphanInterval {
+		s.orphans = true
+		s.why("orphans")
+	}
+	return s
+}
+
+// dueCompaction sets s.compact when a compaction threshold is crossed (files and rows added
+// since the last compaction), or at the interval when there is anything to compact.
+func (m *Maintainer) dueCompaction(s *steps, st tableState, interval bool) {
+	c := m.cfg
+	switch {
+	case st.deleteFiles-m.base.deleteFiles >= c.MaxDeleteFiles:
+		s.compact = true
+		s.why("delete-files")
+	case st.deleteRows-m.base.deleteRows >= c.MaxDeleteRows:
+		s.compact = true
+		s.why("delete-rows")
+	case st.dataFiles-m.base.dataFiles >= c.MaxSmallFiles:
+		s.compact = true
+		s.why("small-files")
+	case interval && (st.deleteFiles > m.base.deleteFiles || st.dataFiles > m.base.dataFiles+1):
+		s.compact = true
+		s.why("interval")
+	}
+}
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
+}
+
+func formatTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }

@@ -1,0 +1,27 @@
+package maintenance_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+)
+
+func TestExpirable(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(5)
+	for b := 1; b <= 5; b++ {
+		m.batch(b, 5)
+	}
+	meta := loadUsers(t, h.cat).Metadata()
+	now := time.Now()
+	if n := maintenance.Expirable(meta, 2, 0, now.Add(time.Second)); n != 4 {
+		t.Fatalf("expirable(keep 2, retention 0) = %d of 6, want 4", n)
+	}
+	if n := maintenance.Expirable(meta, 2, time.Hour, now); n != 0 {
+		t.Fatalf("expirable within retention = %d, want 0", n)
+	}
+	h.close()
+}

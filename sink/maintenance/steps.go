@@ -1,0 +1,115 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	iofs "io/fs"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// The steps besides compaction (compact.go): snapshot expiry, manifest rewrite, orphan cleanup.
+
+// expire removes the snapshots outside the retention window, then the files only they
+// referenced. The file removal runs here, after the commit, not inside it: the commit may run on
+// the writer's goroutine.
+func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
+	c, err := m.commit(ctx, "expire", nil, func(_ context.Context, txn *table.Transaction, head *table.Table, _ int) error {
+		if expirable(head.Metadata(), m.cfg.KeepLast, m.cfg.SnapshotRetention, time.Now()) == 0 {
+			return errNothingToDo
+		}
+		return txn.ExpireSnapshots(table.WithRetainLast(m.cfg.KeepLast), table.WithOlderThan(m.cfg.SnapshotRetention),
+			table.WithPostCommit(false))
+	})
+	if errors.Is(err, errNothingToDo) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	tbl, pre := c.tbl, c.head
+	kept := make(map[int64]bool)
+	for _, s := range tbl.Metadata().Snapshots() {
+		kept[s.SnapshotID] = true
+	}
+	var ids []int64
+	for _, s := range pre.Metadata().Snapshots() {
+		if !kept[s.SnapshotID] {
+			ids = append(ids, s.SnapshotID)
+		}
+	}
+	rep.SnapshotsExpired += len(ids)
+	if err := table.NewRemoveSnapshotsUpdate(ids, true).PostCommit(ctx, pre, tbl); err != nil && !onlyNotExist(err) {
+		m.log.Warn("removing the files of expired snapshots failed (orphan cleanup will remove them)", zap.Error(err))
+	}
+	m.log.Info("expired snapshots", zap.Int("expired", len(ids)), zap.Int("left", len(kept)))
+	return nil
+}
+
+// onlyNotExist reports an error made only of "file does not exist" errors: the file removal after
+// expiry lists the files a rewrite removed (DELETED manifest entries) again when the snapshot
+// holding that entry expires, after an earlier expiry already removed them.
+func onlyNotExist(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !onlyNotExist(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, iofs.ErrNotExist)
+}
+
+// rewriteManifests merges the current snapshot's data manifests (every commit adds one).
+func (m *Maintainer) rewriteManifests(ctx context.Context, rep *Report) error {
+	var res *table.RewriteManifestsResult
+	_, err := m.commit(ctx, "manifests", nil, func(ctx context.Context, txn *table.Transaction, _ *table.Table, _ int) error {
+		r, err := txn.RewriteManifests(ctx)
+		if err != nil {
+			return err
+		}
+		if r.IsNoOp() {
+			return errNothingToDo
+		}
+		res = r
+		return nil
+	})
+	if errors.Is(err, errNothingToDo) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	rep.ManifestsRewritten += len(res.RewrittenManifests)
+	rep.ManifestsAdded += len(res.AddedManifests)
+	m.log.Info("rewrote manifests", zap.Int("rewritten", len(res.RewrittenManifests)), zap.Int("added", len(res.AddedManifests)))
+	return nil
+}
+
+// removeOrphans deletes files under the table's location that no metadata references and that
+// are older than OrphanMinAge (files being written are younger), then records the time.
+func (m *Maintainer) removeOrphans(ctx context.Context, rep *Report) error {
+	tbl, err := m.cat.LoadTable(ctx, m.ident)
+	if err != nil {
+		return err
+	}
+	res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(m.cfg.OrphanMinAge))
+	if err != nil {
+		return fmt.Errorf("orphan cleanup: %w", err)
+	}
+	rep.OrphansRemoved += len(res.DeletedFiles)
+	rep.OrphanBytes += res.TotalSizeBytes
+	if len(res.DeletedFiles) > 0 {
+		m.log.Info("removed orphan files", zap.Int("files", len(res.DeletedFiles)), zap.Int64("bytes", res.TotalSizeBytes))
+	}
+	_, err = m.commit(ctx, "orphans", iceberg.Properties{tableprop.LastOrphanCleanup: formatTime(time.Now())},
+		func(context.Context, *table.Transaction, *table.Table, int) error { return nil })
+	return err
+}
