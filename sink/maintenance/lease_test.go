@@ -83,9 +83,12 @@ func TestLeaseRenewedDuringLongRun(t *testing.T) {
 	m.load(50)
 	m.batch(1, 50)
 	cfg := testConfig()
-	cfg.LeaseDuration = 400 * time.Millisecond
+	// The run outlasts 2.5 leases, so it only succeeds if the lease is renewed meanwhile. The lease
+	// is long against one renewal commit (which took up to 1.7 s on a loaded 2-core machine), so
+	// the test measures renewal, not the machine's speed.
+	cfg.LeaseDuration = 3 * time.Second
 	mt := testMaintainer(t, h.cat, cfg)
-	mt.AfterRewrite(func() { time.Sleep(time.Second) }) // 2.5 leases
+	mt.AfterRewrite(func() { time.Sleep(7500 * time.Millisecond) })
 	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
 		t.Fatal("no lease")
 	}
