@@ -57,6 +57,15 @@ type Config struct {
 	ShutdownTimeout time.Duration
 	// Decoder configures the DMS decoder. Default dms.DefaultConfig().
 	Decoder dms.Config
+	// ArrivalMargin is how far before its read time a caught-up shard's read horizon is put
+	// (Kinesis propagation delay and clock skew). Default 2s (DefaultArrivalMargin).
+	ArrivalMargin time.Duration `yaml:"arrival_margin"`
+	// MaxReadAhead is how far past the stream watermark W, by arrival time, a shard that is
+	// not holding W back is read before its processor pauses. Default 30s.
+	MaxReadAhead time.Duration `yaml:"max_read_ahead"`
+	// HorizonInterval is how often every owned shard's horizon is published on its lease row
+	// and W recomputed; keep it at most the sink's flush interval. Default 1s.
+	HorizonInterval time.Duration `yaml:"horizon_interval"`
 }
 
 // Metrics receives the consumer's measurements. Implementations are safe for concurrent use.
@@ -113,6 +122,11 @@ type Consumer struct {
 	kc     KinesisAPI
 	shards *shardMap
 
+	// wm is the stream watermark and commit bound the horizon loop computes (horizon.go);
+	// clock is the time source (nil: time.Now), replaced in tests.
+	wm    watermarkState
+	clock func() time.Time
+
 	mu    sync.Mutex
 	fatal error
 	fail  context.CancelCauseFunc
@@ -140,6 +154,9 @@ func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ..
 	if cfg.Decoder == (dms.Config{}) {
 		cfg.Decoder = dms.DefaultConfig()
 	}
+	cfg.ArrivalMargin = durOr(cfg.ArrivalMargin, DefaultArrivalMargin)
+	cfg.MaxReadAhead = durOr(cfg.MaxReadAhead, DefaultMaxReadAhead)
+	cfg.HorizonInterval = durOr(cfg.HorizonInterval, DefaultHorizonInterval)
 	switch {
 	case cfg.Stream == "":
 		return nil, errors.New("consumer: stream is required")
@@ -200,6 +217,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
+	// The horizon loop outlives runCtx: while processors drain at shutdown, the sink commits
+	// up to the bound it keeps computing. It stops once the worker has stopped.
+	hzCtx, stopHorizons := context.WithCancel(context.WithoutCancel(ctx))
+	hzDone := make(chan struct{})
+	go func() {
+		defer close(hzDone)
+		c.runHorizons(hzCtx)
+	}()
+	defer func() {
+		stopHorizons()
+		<-hzDone
+	}()
 	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(leases)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)

@@ -7,6 +7,7 @@ package change
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Op is the operation of a DMS record.
@@ -150,6 +151,11 @@ type Event struct {
 	Control *Control
 	Meta    Metadata
 	Pos     Position
+	// Arrival is when the record reached Kinesis: its ApproximateArrivalTimestamp (millisecond
+	// precision), set by the consumer's shard processor. The ordering guard orders changes
+	// across shards by it and commits only changes that arrived at or before the stream's
+	// commit bound. Zero when unknown (tests, decode command, a record without the timestamp).
+	Arrival time.Time
 	// Raw is the record as it arrived, for dead letters. It may alias the consumer's buffer and
 	// is valid until the event is acknowledged.
 	Raw []byte
