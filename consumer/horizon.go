@@ -140,8 +140,12 @@ type horizonLoop struct {
 	shards map[string]shardInfo // the last shard list read
 }
 
+func newHorizonLoop(c *Consumer) *horizonLoop {
+	return &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time)}
+}
+
 func (c *Consumer) runHorizons(ctx context.Context) {
-	l := &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time)}
+	l := newHorizonLoop(c)
 	t := time.NewTicker(durOr(c.cfg.HorizonInterval, DefaultHorizonInterval))
 	defer t.Stop()
 	for {
