@@ -138,6 +138,8 @@ type horizonLoop struct {
 	memo   map[string]time.Time
 	logged map[string]time.Time
 	shards map[string]shardInfo // the last shard list read
+	// unknownSince is when W was last seen becoming unknown (zero: W is known).
+	unknownSince time.Time
 }
 
 func newHorizonLoop(c *Consumer) *horizonLoop {
@@ -204,11 +206,15 @@ func (l *horizonLoop) tick(ctx context.Context) {
 	c.wm.set(res)
 	now := c.now()
 	var age time.Duration
-	if !res.W.IsZero() {
-		age = now.Sub(res.W)
+	switch {
+	case !res.W.IsZero():
+		age, l.unknownSince = now.Sub(res.W), time.Time{}
+	case l.unknownSince.IsZero():
+		l.unknownSince = now
 	}
 	c.wmMetrics().StreamWatermark(res.W, age, res.Holder, res.HolderOwner)
-	if res.Holder != "" && (res.W.IsZero() || age > heldLogAge) && now.Sub(l.logged[res.Holder]) >= heldLogEvery {
+	held := age > heldLogAge || (res.W.IsZero() && now.Sub(l.unknownSince) > heldLogAge)
+	if res.Holder != "" && held && now.Sub(l.logged[res.Holder]) >= heldLogEvery {
 		l.logged[res.Holder] = now
 		r := rows[res.Holder]
 		c.log.Warn("stream watermark held back: tables commit only changes that arrived before it",
@@ -346,48 +352,50 @@ func (p *processor) atTip(readTime time.Time) {
 // that the rest of its batch goes on. It returns false when the processor's context ended while
 // waiting.
 func (p *processor) align(arrival time.Time) bool {
-	ahead := durOr(p.c.cfg.MaxReadAhead, DefaultMaxReadAhead).Milliseconds()
-	var timer *time.Timer
-	var started time.Time
+	if p.mayHandOn(arrival) {
+		return true // the hot path: no allocation, no timer
+	}
+	if p.alignBy.IsZero() {
+		p.alignBy = time.Now().Add(maxAlignWait)
+	}
+	started := time.Now()
+	timer := time.NewTimer(time.Until(p.alignBy))
+	p.hz.paused.Store(true)
 	defer func() {
-		if timer != nil {
-			timer.Stop()
-			p.hz.paused.Store(false)
-			p.c.wmMetrics().ReadAheadPaused(p.shard, time.Since(started))
-		}
+		timer.Stop()
+		p.hz.paused.Store(false)
+		p.c.wmMetrics().ReadAheadPaused(p.shard, time.Since(started))
 	}()
 	for {
-		w := p.c.wm.w.Load()
-		h, last := p.hz.horizon.Load(), p.hz.lastArrival.Load()
-		own := max(h, last-1)
-		base := w
-		if w == 0 {
-			base = p.hz.firstArrival.Load()
-			if base == 0 {
-				base = h // known only from reads at the tip
-			}
-		}
-		switch {
-		case p.alignOff, h == 0 && last == 0, arrival.UnixMilli() <= base+ahead, w != 0 && own <= w:
-			return true
-		}
-		if p.alignBy.IsZero() {
-			p.alignBy = time.Now().Add(maxAlignWait)
-		}
-		if timer == nil {
-			started = time.Now()
-			timer = time.NewTimer(time.Until(p.alignBy))
-			p.hz.paused.Store(true)
-		}
 		select {
 		case <-p.ctx.Done():
 			return false
 		case <-timer.C:
 			p.alignOff = true
 			p.log.Warn("read-ahead alignment paused this shard for the longest one read may wait; handing on the rest of this batch anyway (the commit bound keeps tables correct)",
-				zap.Duration("waited", maxAlignWait), zap.Time("record_arrival", arrival), zap.Time("watermark", timeOf(w)))
+				zap.Duration("waited", maxAlignWait), zap.Time("record_arrival", arrival), zap.Time("watermark", p.c.Watermark()))
 			return true
 		case <-p.c.wm.changedCh():
 		}
+		if p.mayHandOn(arrival) {
+			return true
+		}
 	}
+}
+
+// mayHandOn is align's rule without waiting.
+func (p *processor) mayHandOn(arrival time.Time) bool {
+	w := p.c.wm.w.Load()
+	h, last := p.hz.horizon.Load(), p.hz.lastArrival.Load()
+	if p.alignOff || (h == 0 && last == 0) || (w != 0 && max(h, last-1) <= w) {
+		return true
+	}
+	base := w
+	if w == 0 {
+		base = p.hz.firstArrival.Load()
+		if base == 0 {
+			base = h // known only from reads at the tip
+		}
+	}
+	return arrival.UnixMilli() <= base+durOr(p.c.cfg.MaxReadAhead, DefaultMaxReadAhead).Milliseconds()
 }
