@@ -240,3 +240,45 @@ func allQuiet(fast []*processor, done []atomic.Bool) bool {
 	}
 	return true
 }
+
+// The tick reads the other workers' rows: their horizons bound W, and their oldest pending change
+// bounds the commit bound (this process's own pending does not); a shard at SHARD_END stops
+// counting.
+func TestTickBoundsByOtherWorkersRows(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	e.c.clock = func() time.Time { return sec(100) }
+	a := e.start("shardId-a", "")
+	other := e.table.Worker("w2", time.Hour)
+	e.start("shardId-b", "") // listed, then handed to w2
+	e.table.Expire("shardId-b")
+	e.take(other, "shardId-b", "w2")
+	pub := func(h checkpoint.Horizon) {
+		t.Helper()
+		if err := other.PublishHorizon(e.ctx, "shardId-b", other.Epoch("shardId-b"), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := newHorizonLoop(e.c)
+	deliverAt(a, 5000, sec(100), rec{"101", sec(3)}, rec{"102", sec(20)})
+	pub(checkpoint.Horizon{Read: sec(30), PendingFrom: sec(5), At: sec(100)})
+	loop.tick(e.ctx)
+	if w, b := e.c.Watermark(), e.c.CommitBound(); !w.Equal(sec(20).Add(-ms)) || !b.Equal(sec(5).Add(-ms)) {
+		t.Fatalf("W %v bound %v, want %v and %v", w, b, sec(20).Add(-ms), sec(5).Add(-ms))
+	}
+	if e.metrics.holder != "shardId-a" {
+		t.Fatalf("holder %q, want shardId-a", e.metrics.holder)
+	}
+	pub(checkpoint.Horizon{Read: sec(10), At: sec(101)})
+	loop.tick(e.ctx)
+	if w, b := e.c.Watermark(), e.c.CommitBound(); !w.Equal(sec(10)) || !b.Equal(sec(10)) {
+		t.Fatalf("W %v bound %v, want both %v", w, b, sec(10))
+	}
+	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
+		t.Fatal(err)
+	}
+	loop.tick(e.ctx)
+	if w := e.c.Watermark(); !w.Equal(sec(20).Add(-ms)) {
+		t.Fatalf("W %v after b's SHARD_END, want %v", w, sec(20).Add(-ms))
+	}
+}
