@@ -1,7 +1,8 @@
 // Package checkpoint owns the join between shards and tables: the per-shard Tracker that knows,
 // for every delivery (one KCL ProcessRecords call) of a shard, how many of its events are not yet
 // finished, and the highest sequence number below which everything is committed. Only that
-// number may ever be written as the shard's Kinesis checkpoint (invariant 1).
+// number may ever be written as the shard's Kinesis checkpoint (invariant 1). The Tracker also
+// knows the arrival of the oldest unfinished delivery (Oldest).
 //
 // It also owns the lease table and the persisted names:
 //
@@ -11,6 +12,10 @@
 //   - dynamo.go: Leases, the DynamoDB store (the KCL's checkpointer, made safe);
 //   - memleases.go: MemLeaseTable and MemLeases, the in-memory store for tests, with the same
 //     rules (leasetest holds the contract both keep);
+//   - the horizon attributes of a lease row (AttrReadHorizon, AttrPendingFrom, AttrHorizonAt):
+//     how far each shard's owner has handed records on, by Kinesis arrival time, and the oldest
+//     record it has not yet committed; every worker reads them all (Rows) to compute the
+//     stream-wide watermark (package consumer);
 //   - watermark.go: the per-shard watermark properties the sink writes into every Iceberg
 //     commit.
 //

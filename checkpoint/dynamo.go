@@ -24,6 +24,9 @@ const (
 	attrEpoch   = AttrLeaseEpoch
 )
 
+// removeHorizon is the update clause of an acquisition that forgets the previous owner's horizon.
+const removeHorizon = " REMOVE #rh, #pf, #ha"
+
 // DynamoDBAPI is the part of the DynamoDB client the checkpointer uses (the KCL's interface).
 type DynamoDBAPI = chk.DynamoDBAPI
 
@@ -32,12 +35,16 @@ type DynamoDBAPI = chk.DynamoDBAPI
 //
 //   - lease acquisition and renewal are UpdateItems that never write the Checkpoint attribute,
 //     so a renewal can never roll a checkpoint back;
-//   - every acquisition (not renewal) increments LeaseEpoch;
+//   - every acquisition (not renewal) increments LeaseEpoch and removes the horizon attributes;
+//   - the horizon attributes are written only by PublishHorizon, conditional on owner and epoch;
 //   - the KCL's checkpoint path (CheckpointSequence) is refused: checkpoints are written only
 //     through Checkpoint, conditional on owner and epoch, never backwards, and never over
 //     SHARD_END.
 //
-// Every other method is the KCL's own implementation.
+// Every other method is the KCL's own implementation. None of the KCL's writes that remain
+// (RemoveLeaseOwner is an UpdateItem removing AssignedTo; RemoveLeaseInfo deletes the row of a
+// shard gone from ListShards; ClaimShard, a PutItem, is lease stealing, which is disabled) drops
+// the attributes this type adds.
 type Leases struct {
 	*chk.DynamoCheckpoint
 	ddb      DynamoDBAPI
@@ -101,6 +108,10 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 		names["#p"] = attrParent
 		values[":parent"] = &types.AttributeValueMemberS{Value: shard.ParentShardId}
 		update += ", #p = :parent"
+	}
+	if epoch != cur.Epoch { // an acquisition: the previous owner's horizon is lost with its buffers
+		names["#rh"], names["#pf"], names["#ha"] = AttrReadHorizon, AttrPendingFrom, AttrHorizonAt
+		update += removeHorizon
 	}
 	var cond string
 	if cur.Owner == "" {
@@ -179,6 +190,83 @@ func (l *Leases) Checkpoint(ctx context.Context, shard string, epoch int64, seq 
 		return fmt.Errorf("checkpoint %s at %s refused: %w", shard, seq, gerr)
 	}
 	return refusal(cur, shard, l.worker, epoch, seq)
+}
+
+// PublishHorizon writes h on the shard's row (a zero Read or PendingFrom removes that attribute),
+// only if this worker holds the lease under epoch and the checkpoint is not ShardEnd. One
+// UpdateItem: the three attributes always change together.
+func (l *Leases) PublishHorizon(ctx context.Context, shard string, epoch int64, h Horizon) error {
+	names := map[string]string{"#o": attrOwner, "#e": attrEpoch, "#c": attrSeq, "#ha": AttrHorizonAt}
+	values := map[string]types.AttributeValue{
+		":me":    &types.AttributeValueMemberS{Value: l.worker},
+		":epoch": &types.AttributeValueMemberN{Value: strconv.FormatInt(epoch, 10)},
+		":end":   &types.AttributeValueMemberS{Value: ShardEnd},
+		":at":    unixMilli(h.At),
+	}
+	set, remove := "SET #ha = :at", ""
+	for _, a := range []struct {
+		ref, name, val string
+		t              time.Time
+	}{{"#rh", AttrReadHorizon, ":rh", h.Read}, {"#pf", AttrPendingFrom, ":pf", h.PendingFrom}} {
+		names[a.ref] = a.name
+		if a.t.IsZero() {
+			remove += sep(remove) + a.ref
+			continue
+		}
+		values[a.val] = unixMilli(a.t)
+		set += ", " + a.ref + " = " + a.val
+	}
+	update := set
+	if remove != "" {
+		update += " REMOVE " + remove
+	}
+	_, err := l.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(l.table), Key: LeaseKey(shard),
+		UpdateExpression:         aws.String(update),
+		ConditionExpression:      aws.String("#o = :me AND #e = :epoch AND (attribute_not_exists(#c) OR #c <> :end)"),
+		ExpressionAttributeNames: names, ExpressionAttributeValues: values})
+	if err == nil {
+		return nil
+	}
+	var ccf *types.ConditionalCheckFailedException
+	if !errors.As(err, &ccf) {
+		return fmt.Errorf("publish the horizon of %s: %w", shard, err)
+	}
+	cur, gerr := l.Get(ctx, shard)
+	if gerr != nil {
+		return fmt.Errorf("publish the horizon of %s refused: %w", shard, gerr)
+	}
+	return publishRefusal(cur, shard, l.worker, epoch)
+}
+
+func sep(list string) string {
+	if list == "" {
+		return ""
+	}
+	return ", "
+}
+
+// Rows reads every row of the lease table with a consistent, paginated scan.
+func (l *Leases) Rows(ctx context.Context) ([]LeaseRow, error) {
+	var rows []LeaseRow
+	var errs []error
+	in := &dynamodb.ScanInput{TableName: aws.String(l.table), ConsistentRead: aws.Bool(true)}
+	for {
+		out, err := l.ddb.Scan(ctx, in)
+		if err != nil {
+			return nil, fmt.Errorf("scan lease table %s: %w", l.table, err)
+		}
+		for _, item := range out.Items {
+			r, err := ParseLeaseRow(item)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			rows = append(rows, r)
+		}
+		if len(out.LastEvaluatedKey) == 0 {
+			return rows, errors.Join(errs...)
+		}
+		in.ExclusiveStartKey = out.LastEvaluatedKey
+	}
 }
 
 // ShardFinished reports whether a shard's lease row says it was read to its end and committed.

@@ -34,6 +34,21 @@ const (
 	// a checkpoint conditional on it is refused once the lease has moved on, even back to the
 	// same worker.
 	AttrLeaseEpoch = "LeaseEpoch"
+	// AttrReadHorizon (N, unix milliseconds) is ours: the owner's read horizon of the shard.
+	// Every record of the shard whose Kinesis arrival time (ApproximateArrivalTimestamp) is at
+	// or before it has been handed on to the owner's sink. Absent: unknown (never published,
+	// or the lease was taken since: a new owner's horizon restarts unknown, because what the
+	// old owner handed on is lost with its buffers). At SHARD_END it is the shard's final
+	// horizon: no record of the shard arrived after it.
+	AttrReadHorizon = "ReadHorizon"
+	// AttrPendingFrom (N, unix milliseconds) is ours: the arrival time of the oldest record of
+	// the shard the owner has handed on whose change is not yet in a committed snapshot (the
+	// record after the checkpoint). Absent: nothing is pending, or unknown as for
+	// AttrReadHorizon. Written together with AttrReadHorizon, in the same update.
+	AttrPendingFrom = "PendingFrom"
+	// AttrHorizonAt (N, unix milliseconds) is ours: when the owner last published
+	// AttrReadHorizon and AttrPendingFrom (its own clock). It shows whether the owner is alive.
+	AttrHorizonAt = "HorizonAt"
 )
 
 // ShardEnd is the checkpoint of a shard that was read to its end and fully committed.
@@ -56,8 +71,31 @@ type LeaseRow struct {
 	// Epoch is AttrLeaseEpoch (0 when absent or malformed: the lease was never acquired by
 	// dms2iceberg).
 	Epoch int64
+	// ReadHorizon is AttrReadHorizon (zero when absent or malformed: unknown).
+	ReadHorizon time.Time
+	// PendingFrom is AttrPendingFrom (zero when absent or malformed).
+	PendingFrom time.Time
+	// HorizonAt is AttrHorizonAt (zero when absent or malformed).
+	HorizonAt time.Time
 	// Exists is false when there is no row at all.
 	Exists bool
+}
+
+// Horizon is what the owner of a shard publishes on its lease row (PublishHorizon): the three
+// attributes AttrReadHorizon, AttrPendingFrom and AttrHorizonAt, at millisecond precision.
+type Horizon struct {
+	// Read is the read horizon (zero: unknown, the attribute is removed).
+	Read time.Time
+	// PendingFrom is the arrival of the oldest pending record (zero: none, the attribute is
+	// removed).
+	PendingFrom time.Time
+	// At is the time of the publish.
+	At time.Time
+}
+
+// unixMilli is the stored form of a horizon attribute.
+func unixMilli(t time.Time) *types.AttributeValueMemberN {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(t.UnixMilli(), 10)}
 }
 
 // Row is the former name of LeaseRow, kept until its last users (the integration guard tests)
@@ -98,6 +136,21 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 		} else {
 			r.Epoch = n
 		}
+	}
+	for _, a := range []struct {
+		name string
+		dst  *time.Time
+	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrHorizonAt, &r.HorizonAt}} {
+		v, ok := item[a.name].(*types.AttributeValueMemberN)
+		if !ok {
+			continue
+		}
+		ms, err := strconv.ParseInt(v.Value, 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("lease of %s: bad %s %q: %w", r.Shard, a.name, v.Value, err))
+			continue
+		}
+		*a.dst = time.UnixMilli(ms).UTC()
 	}
 	return r, errors.Join(errs...)
 }

@@ -17,10 +17,14 @@ func TestParseLeaseRowReadsEveryAttribute(t *testing.T) {
 		AttrParentShardID: &types.AttributeValueMemberS{Value: "shardId-0"},
 		AttrLeaseTimeout:  &types.AttributeValueMemberS{Value: ts},
 		AttrLeaseEpoch:    &types.AttributeValueMemberN{Value: "7"},
+		AttrReadHorizon:   &types.AttributeValueMemberN{Value: "1764583200123"},
+		AttrPendingFrom:   &types.AttributeValueMemberN{Value: "1764583199000"},
+		AttrHorizonAt:     &types.AttributeValueMemberN{Value: "1764583201000"},
 	})
 	want, _ := time.Parse(time.RFC3339Nano, ts)
 	if err != nil || !r.Exists || r.Shard != "shardId-1" || r.Owner != "w1" || r.Checkpoint != "123" || r.Parent != "shardId-0" ||
-		r.Epoch != 7 || r.LeaseTimeoutText != ts || !r.LeaseTimeout.Equal(want) {
+		r.Epoch != 7 || r.LeaseTimeoutText != ts || !r.LeaseTimeout.Equal(want) ||
+		r.ReadHorizon.UnixMilli() != 1764583200123 || r.PendingFrom.UnixMilli() != 1764583199000 || r.HorizonAt.UnixMilli() != 1764583201000 {
 		t.Fatalf("parsed %+v, %v", r, err)
 	}
 }
@@ -41,11 +45,14 @@ func TestParseLeaseRowReportsMalformedAttributes(t *testing.T) {
 		AttrAssignedTo:   &types.AttributeValueMemberS{Value: "w1"},
 		AttrLeaseTimeout: &types.AttributeValueMemberS{Value: "soon"},
 		AttrLeaseEpoch:   &types.AttributeValueMemberN{Value: "x"},
+		AttrReadHorizon:  &types.AttributeValueMemberN{Value: "1.5"},
+		AttrHorizonAt:    &types.AttributeValueMemberN{Value: "1764583201000"},
 	})
 	if err == nil {
 		t.Fatal("no error for a malformed timeout and epoch")
 	}
-	if r.Owner != "w1" || r.Shard != "shardId-1" || !r.LeaseTimeout.IsZero() || r.Epoch != 0 || r.LeaseTimeoutText != "soon" {
+	if r.Owner != "w1" || r.Shard != "shardId-1" || !r.LeaseTimeout.IsZero() || r.Epoch != 0 || r.LeaseTimeoutText != "soon" ||
+		!r.ReadHorizon.IsZero() || r.HorizonAt.UnixMilli() != 1764583201000 {
 		t.Fatalf("parsed %+v", r)
 	}
 }

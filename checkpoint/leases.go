@@ -17,7 +17,11 @@ import (
 //     a checkpoint back;
 //   - every acquisition (not renewal) increments the epoch;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
-//     never over ShardEnd.
+//     never over ShardEnd;
+//   - the horizon attributes (AttrReadHorizon, AttrPendingFrom, AttrHorizonAt) are written only
+//     by the owner, under the epoch it holds, never once the checkpoint is ShardEnd (the final
+//     horizon is published before it); every acquisition (not renewal) removes them, so a new
+//     owner's horizon starts unknown.
 
 // ErrFenced means a checkpoint was refused because the lease moved on: another worker holds
 // it, or this worker re-acquired it under a newer epoch.
@@ -40,6 +44,13 @@ type LeaseStore interface {
 	Checkpoint(ctx context.Context, shard string, epoch int64, seq string) error
 	// ShardFinished reports whether the shard's row says it was read to its end and committed.
 	ShardFinished(ctx context.Context, shard string) (bool, error)
+	// PublishHorizon writes h on the shard's row (a zero Read or PendingFrom removes that
+	// attribute), only if this worker still holds the lease under epoch (else ErrFenced) and the
+	// checkpoint is not ShardEnd (else ErrRegression).
+	PublishHorizon(ctx context.Context, shard string, epoch int64, h Horizon) error
+	// Rows reads every row of the lease table (a full scan). A malformed attribute is reported in
+	// the error and left zero in its row; the rows are returned all the same.
+	Rows(ctx context.Context) ([]LeaseRow, error)
 }
 
 var (
@@ -71,6 +82,12 @@ func checkpointAllowed(cur LeaseRow, worker string, epoch int64, seq string) boo
 	return seq == ShardEnd || change.CompareSeq(cur.Checkpoint, seq) <= 0
 }
 
+// publishAllowed is the rule of PublishHorizon: worker holds cur under epoch and the shard is not
+// finished. (Leases states the same rule as a DynamoDB condition expression.)
+func publishAllowed(cur LeaseRow, worker string, epoch int64) bool {
+	return cur.Owner == worker && cur.Epoch == epoch && cur.Checkpoint != ShardEnd
+}
+
 // refusal explains a refused checkpoint from the row as it is now: ErrFenced when the lease
 // moved on, else ErrRegression.
 func refusal(cur LeaseRow, shard, worker string, epoch int64, seq string) error {
@@ -78,4 +95,12 @@ func refusal(cur LeaseRow, shard, worker string, epoch int64, seq string) error 
 		return fmt.Errorf("%w (shard %s: owner %q epoch %d, ours %q epoch %d)", ErrFenced, shard, cur.Owner, cur.Epoch, worker, epoch)
 	}
 	return fmt.Errorf("%w (shard %s: stored %q, refused %q)", ErrRegression, shard, cur.Checkpoint, seq)
+}
+
+// publishRefusal explains a refused PublishHorizon from the row as it is now.
+func publishRefusal(cur LeaseRow, shard, worker string, epoch int64) error {
+	if cur.Owner != worker || cur.Epoch != epoch {
+		return fmt.Errorf("%w (shard %s: owner %q epoch %d, ours %q epoch %d)", ErrFenced, shard, cur.Owner, cur.Epoch, worker, epoch)
+	}
+	return fmt.Errorf("%w (shard %s is finished: no horizon is published after %s)", ErrRegression, shard, ShardEnd)
 }

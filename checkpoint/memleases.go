@@ -88,6 +88,9 @@ func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 		return err
 	}
 	timeout := now.Add(m.duration)
+	if epoch != cur.Epoch { // an acquisition forgets the previous owner's horizon
+		cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = time.Time{}, time.Time{}, time.Time{}
+	}
 	cur.Exists, cur.Owner, cur.Epoch = true, newOwner, epoch
 	cur.LeaseTimeout, cur.LeaseTimeoutText = timeout, timeout.Format(time.RFC3339Nano)
 	if shard.ParentShardId != "" {
@@ -117,6 +120,46 @@ func (m *MemLeases) Checkpoint(_ context.Context, shard string, epoch int64, seq
 	cur.Checkpoint = seq
 	m.t.rows[shard] = cur
 	return nil
+}
+
+// PublishHorizon writes h under the rules of LeaseStore.PublishHorizon, at millisecond
+// precision as in DynamoDB.
+func (m *MemLeases) PublishHorizon(_ context.Context, shard string, epoch int64, h Horizon) error {
+	m.t.mu.Lock()
+	defer m.t.mu.Unlock()
+	cur := m.t.get(shard)
+	if !publishAllowed(cur, m.worker, epoch) {
+		return publishRefusal(cur, shard, m.worker, epoch)
+	}
+	cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = toMilli(h.Read), toMilli(h.PendingFrom), toMilli(h.At)
+	m.t.rows[shard] = cur
+	return nil
+}
+
+// toMilli is t as stored: truncated to milliseconds, UTC; zero stays zero (absent).
+func toMilli(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return time.UnixMilli(t.UnixMilli()).UTC()
+}
+
+// Rows returns every row of the table, in no particular order.
+func (m *MemLeases) Rows(context.Context) ([]LeaseRow, error) {
+	m.t.mu.Lock()
+	defer m.t.mu.Unlock()
+	rows := make([]LeaseRow, 0, len(m.t.rows))
+	for _, r := range m.t.rows {
+		rows = append(rows, r)
+	}
+	return rows, nil
+}
+
+// Delete removes the shard's row, as the KCL does for a shard gone from ListShards.
+func (t *MemLeaseTable) Delete(shard string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.rows, shard)
 }
 
 // ShardFinished reports whether the shard's checkpoint is ShardEnd.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
@@ -35,6 +36,7 @@ func (s *Shard) ID() string { return s.id }
 type Delivery struct {
 	shard     *Shard
 	last      string
+	first     time.Time // arrival of the delivery's first record (zero: unknown)
 	remaining atomic.Int64
 	finished  bool // guarded by shard.mu
 }
@@ -45,7 +47,13 @@ var _ change.Acker = (*Delivery)(nil)
 // events. Deliveries must be registered in sequence order. A delivery with n == 0 is finished at
 // once. After Abandon, a delivery is never registered: it can never be committed.
 func (s *Shard) Begin(last string, n int) *Delivery {
-	d := &Delivery{shard: s, last: last}
+	return s.BeginAt(last, time.Time{}, n)
+}
+
+// BeginAt is Begin for a delivery whose first record arrived (Kinesis
+// ApproximateArrivalTimestamp) at first: Oldest reports it while the delivery is pending.
+func (s *Shard) BeginAt(last string, first time.Time, n int) *Delivery {
+	d := &Delivery{shard: s, last: last, first: first}
 	d.remaining.Store(int64(n))
 	s.mu.Lock()
 	if !s.abandoned {
@@ -126,6 +134,19 @@ func (s *Shard) Pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.pending)
+}
+
+// Oldest returns the arrival of the first record of the oldest registered delivery that is not
+// finished (the delivery after Committed), and whether there is one. The arrival is zero when
+// that delivery was registered by Begin (unknown). Deliveries are registered in sequence order,
+// so no pending record arrived much before it (arrival follows sequence approximately).
+func (s *Shard) Oldest() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return time.Time{}, false
+	}
+	return s.pending[0].first, true
 }
 
 // Changed returns a channel that is closed the next time Committed advances or the last pending

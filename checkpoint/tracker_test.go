@@ -142,3 +142,41 @@ func TestAbandonedDeliveryIsNeverCommittedAndDoesNotBlockTheDrain(t *testing.T) 
 		t.Fatalf("after a delivery registered past the abandoned one: committed %q pending %d, want 10 and 0", got, s.Pending())
 	}
 }
+
+// Oldest is the first arrival of the oldest unfinished delivery: it moves only when the prefix
+// finishes, is unset when nothing is pending, and an abandoned delivery leaves it.
+func TestOldestIsTheFirstArrivalOfTheOldestOpenDelivery(t *testing.T) {
+	t.Parallel()
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	s := NewShard("shardId-0", "")
+	if _, ok := s.Oldest(); ok {
+		t.Fatal("pending before any delivery")
+	}
+	d1 := s.BeginAt("10", at(100), 2)
+	d2 := s.BeginAt("20", at(200), 1)
+	d3 := s.BeginAt("30", at(300), 1)
+	want := func(ms int64, when string) {
+		t.Helper()
+		got, ok := s.Oldest()
+		if !ok || !got.Equal(at(ms)) {
+			t.Fatalf("%s: oldest %v (pending %v), want %v", when, got, ok, at(ms))
+		}
+	}
+	want(100, "three open")
+	d2.Done(1)
+	want(100, "a later delivery finished")
+	d1.Done(2)
+	want(300, "the prefix finished")
+	s.BeginAt("35", at(350), 0) // finished at once (all dead-lettered): not pending
+	want(300, "after an empty delivery")
+	d4 := s.BeginAt("40", at(400), 1)
+	s.Abandon(d3)
+	if got, ok := s.Oldest(); ok {
+		t.Fatalf("oldest %v after abandoning the open deliveries", got)
+	}
+	d3.Done(1)
+	d4.Done(1)
+	if _, ok := s.Oldest(); ok {
+		t.Fatal("pending after everything finished")
+	}
+}

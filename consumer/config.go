@@ -42,6 +42,17 @@ type Config struct {
 	IdleBetweenReads time.Duration `yaml:"idle_between_reads"`
 	// MaxRecords is the GetRecords batch limit, 1..10000. Default 10000.
 	MaxRecords int `yaml:"max_records"`
+
+	// ArrivalMargin is how far before its read time a caught-up shard's read horizon is put:
+	// Kinesis propagation delay (AWS: typically under 1 s) plus clock skew between Kinesis and
+	// this host (NTP, which the leases already need: tens of ms). Default 2s.
+	ArrivalMargin time.Duration `yaml:"arrival_margin"`
+	// MaxReadAhead is how far past the stream watermark W, by arrival time, a shard that is not
+	// holding W back is read before its processor pauses (read-ahead alignment). Default 30s.
+	MaxReadAhead time.Duration `yaml:"max_read_ahead"`
+	// HorizonInterval is how often every owned shard's horizon is published on its lease row
+	// and W recomputed; cmd keeps it at most sink.flush_interval. Default 1s.
+	HorizonInterval time.Duration `yaml:"horizon_interval"`
 }
 
 // DefaultConfig returns the defaults documented on each field; the required fields are empty.
@@ -53,6 +64,9 @@ func DefaultConfig() Config {
 		Failover:         30 * time.Second,
 		IdleBetweenReads: 250 * time.Millisecond,
 		MaxRecords:       MaxRecordsLimit,
+		ArrivalMargin:    DefaultArrivalMargin,
+		MaxReadAhead:     DefaultMaxReadAhead,
+		HorizonInterval:  DefaultHorizonInterval,
 	}
 }
 
@@ -71,10 +85,14 @@ func (c Config) Validate() error {
 	}{
 		{"shutdown_timeout", c.ShutdownTimeout}, {"consumer.shard_sync", c.ShardSync},
 		{"consumer.failover", c.Failover}, {"consumer.idle_between_reads", c.IdleBetweenReads},
+		{"consumer.max_read_ahead", c.MaxReadAhead}, {"consumer.horizon_interval", c.HorizonInterval},
 	} {
 		if pos.v <= 0 {
 			return fmt.Errorf("%s: must be positive, got %s", pos.path, pos.v)
 		}
+	}
+	if c.ArrivalMargin < 0 {
+		return fmt.Errorf("consumer.arrival_margin: must not be negative, got %s", c.ArrivalMargin)
 	}
 	if c.MaxRecords <= 0 || c.MaxRecords > MaxRecordsLimit {
 		return fmt.Errorf("consumer.max_records: must be 1..%d, got %d", MaxRecordsLimit, c.MaxRecords)

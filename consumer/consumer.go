@@ -86,6 +86,11 @@ type Consumer struct {
 	kc     KinesisAPI
 	shards *shardMap
 
+	// wm is the stream watermark and commit bound the horizon loop computes (horizon.go);
+	// clock is the time source (nil: time.Now), replaced in tests.
+	wm    watermarkState
+	clock func() time.Time
+
 	mu    sync.Mutex
 	fatal error
 	fail  context.CancelCauseFunc
@@ -145,6 +150,18 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
+	// The horizon loop outlives runCtx: while processors drain at shutdown, the sink commits
+	// up to the bound it keeps computing. It stops once the worker has stopped.
+	hzCtx, stopHorizons := context.WithCancel(context.WithoutCancel(ctx))
+	hzDone := make(chan struct{})
+	go func() {
+		defer close(hzDone)
+		c.runHorizons(hzCtx)
+	}()
+	defer func() {
+		stopHorizons()
+		<-hzDone
+	}()
 	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(leases)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)

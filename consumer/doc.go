@@ -8,6 +8,16 @@
 // Concurrency: the KCL runs one goroutine per leased shard and calls that shard's processor from
 // it; a processor's decoder and checkpointer are used only there. Acknowledgements arrive from
 // the sink's writer goroutines through checkpoint.Shard, which is safe for concurrent use.
+//
+// The ordering guard's consumer side (issue 11): every processor records the Kinesis arrival of
+// what it hands on (change.Event.Arrival) and its reads at the tip; one goroutine per Consumer
+// (horizon.go, started and waited for by Run, outliving the worker's shutdown so the sink keeps
+// committing while processors drain) publishes each owned shard's read horizon on its lease row,
+// scans the lease table, and computes the stream watermark W and the commit bound
+// (watermark.go, a pure function of that snapshot). Consumer.Watermark and Consumer.CommitBound
+// read them through atomics, from any goroutine. A processor pauses inside ProcessRecords (read-
+// ahead alignment) while it is too far ahead of W, waking on every recomputation.
+//
 // Consumer.Run starts the worker and returns only after the worker has shut down (bounded by
 // Config.ShutdownTimeout, because the KCL's own shutdown can hang).
 package consumer

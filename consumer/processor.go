@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
 	"go.uber.org/zap"
 
@@ -39,6 +40,11 @@ type processor struct {
 	// stale is set when a newer processor took over the same shard in this worker, or a
 	// checkpoint was fenced; a stale processor never writes a checkpoint again.
 	stale atomic.Bool
+	// hz is the shard's read horizon (horizon.go).
+	hz horizonState
+	// alignBy and alignOff bound read-ahead alignment within one ProcessRecords call.
+	alignBy  time.Time
+	alignOff bool
 }
 
 func (p *processor) Initialize(in *kcl.InitializationInput) {
@@ -91,7 +97,14 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 	}
 	p.checkpoint()
+	readTime := p.c.now()
+	if in.CacheEntryTime != nil {
+		readTime = *in.CacheEntryTime // just before the read: the earlier, the safer
+	}
 	if len(in.Records) == 0 {
+		if in.MillisBehindLatest == 0 {
+			p.atTip(readTime)
+		}
 		return
 	}
 	p.c.metrics.Records(p.shard, len(in.Records), in.MillisBehindLatest)
@@ -111,14 +124,36 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 		ev.Pos = change.Position{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq}
 		ev.Raw = r.Data
+		ev.Arrival = p.arrival(r)
 	}
 	fault.Hit(fault.AfterDecode)
-	last := aws.ToString(in.Records[len(in.Records)-1].SequenceNumber)
-	d := p.track.Begin(last, len(events))
+	last := &in.Records[len(in.Records)-1]
+	d := p.track.BeginAt(aws.ToString(last.SequenceNumber), p.arrival(&in.Records[0]), len(events))
+	if !p.handOn(d, events) {
+		return
+	}
+	p.handedOn(p.arrival(last)) // the last record may have been dead-lettered: it is done too
+	if in.MillisBehindLatest == 0 {
+		p.atTip(readTime)
+	}
+	p.checkpoint()
+}
+
+// handOn submits the delivery's events, pausing for read-ahead alignment before each one that
+// arrived too far past W. It returns false, with the delivery abandoned and the processor
+// halted, when an event could not be handed on.
+func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
+	p.alignBy, p.alignOff = time.Time{}, false
 	for i := range events {
 		ev := &events[i]
 		ev.Ack = d
-		if err := p.c.sink.Submit(p.ctx, ev); err != nil {
+		var err error
+		if !p.align(ev.Arrival) {
+			err = p.ctx.Err()
+		} else {
+			err = p.c.sink.Submit(p.ctx, ev)
+		}
+		if err != nil {
 			if p.ctx.Err() == nil {
 				p.c.stop(fmt.Errorf("shard %s: hand over record %s: %w", p.shard, ev.Pos.Seq, err))
 			}
@@ -128,10 +163,20 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 			// shutdown timeout.
 			p.track.Abandon(d)
 			p.halted = true
-			return
+			return false
 		}
+		p.handedOn(ev.Arrival)
 	}
-	p.checkpoint()
+	return true
+}
+
+// arrival is the record's ApproximateArrivalTimestamp; a record without one (never from
+// Kinesis) gets the arrival of the last record handed on, or zero.
+func (p *processor) arrival(r *ktypes.Record) time.Time {
+	if r.ApproximateArrivalTimestamp != nil {
+		return r.ApproximateArrivalTimestamp.Truncate(time.Millisecond).UTC()
+	}
+	return timeOf(p.hz.lastArrival.Load())
 }
 
 // waitForParents blocks until every parent shard is finished (SHARD_END in the lease table) or
@@ -240,6 +285,7 @@ func (p *processor) checkpoint() {
 
 func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 	reason := aws.ToString(kcl.ShutdownReasonMessage(in.ShutdownReason))
+	defer p.hz.closed.Store(true) // the horizon loop publishes nothing for it any more
 	fault.Hit(fault.DuringShutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.ShutdownTimeout)
 	defer cancel()
@@ -249,9 +295,14 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 	}
 	p.checkpoint()
 	if in.ShutdownReason == kcl.TERMINATE && !p.halted && !p.stale.Load() {
+		// The final horizon: the last record's arrival (the tip rule never applies to a
+		// shard at its end); published before SHARD_END, which freezes it.
+		p.hz.horizon.Store(msOf(ownHorizon(timeOf(p.hz.horizon.Load()), timeOf(p.hz.lastArrival.Load()), time.Time{}, time.Time{}, 0)))
+		p.publish(ctx, true)
 		p.finishShard(ctx)
 		return
 	}
+	p.publish(ctx, true) // nothing pending any more: others need not wait for this shard's changes
 	p.log.Info("shard processor stopped", zap.String("reason", reason), zap.String("checkpoint", p.saved))
 }
 

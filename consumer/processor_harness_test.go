@@ -194,6 +194,22 @@ type fakeMetrics struct {
 	checkpointed          []string
 	fenced, dead, trimmed int
 	waiting               chan bool
+	// WatermarkMetrics
+	publishFailed, paused int
+	watermark             time.Time
+	holder                string
+}
+
+func (m *fakeMetrics) StreamWatermark(w time.Time, _ time.Duration, holder, _ string) {
+	m.mu.Lock()
+	m.watermark, m.holder = w, holder
+	m.mu.Unlock()
+}
+func (m *fakeMetrics) HorizonPublishFailed(string) { m.mu.Lock(); m.publishFailed++; m.mu.Unlock() }
+func (m *fakeMetrics) ReadAheadPaused(string, time.Duration) {
+	m.mu.Lock()
+	m.paused++
+	m.mu.Unlock()
 }
 
 func (m *fakeMetrics) Records(string, int, int64) {}

@@ -22,6 +22,9 @@ type KinesisAPI interface {
 // shardInfo is what the consumer needs to know about a shard's lineage.
 type shardInfo struct {
 	parents []string // ParentShardId and AdjacentParentShardId, when set
+	// closed: the shard has an ending sequence number (split or merged away); it delivers no
+	// new records, only what it holds.
+	closed bool
 }
 
 // shardMap caches the stream's shards (ListShards), refreshed when a shard is unknown or the
@@ -31,8 +34,9 @@ type shardMap struct {
 	stream string
 	maxAge time.Duration
 
-	mu      sync.Mutex
-	shards  map[string]shardInfo
+	mu     sync.Mutex
+	shards map[string]shardInfo // replaced whole by refresh, never modified: shareable
+	// fetched is when the listing in shards started: every shard listed open was open then.
 	fetched time.Time
 }
 
@@ -41,6 +45,7 @@ func newShardMap(api KinesisAPI, stream string) *shardMap {
 }
 
 func (m *shardMap) refresh(ctx context.Context) error {
+	started := time.Now()
 	shards := make(map[string]shardInfo)
 	in := &kinesis.ListShardsInput{StreamName: aws.String(m.stream)}
 	for {
@@ -49,7 +54,7 @@ func (m *shardMap) refresh(ctx context.Context) error {
 			return fmt.Errorf("list shards of %s: %w", m.stream, err)
 		}
 		for _, s := range out.Shards {
-			var info shardInfo
+			info := shardInfo{closed: s.SequenceNumberRange != nil && aws.ToString(s.SequenceNumberRange.EndingSequenceNumber) != ""}
 			for _, p := range []*string{s.ParentShardId, s.AdjacentParentShardId} {
 				if aws.ToString(p) != "" {
 					info.parents = append(info.parents, aws.ToString(p))
@@ -63,9 +68,20 @@ func (m *shardMap) refresh(ctx context.Context) error {
 		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
 	}
 	m.mu.Lock()
-	m.shards, m.fetched = shards, time.Now()
+	m.shards, m.fetched = shards, started
 	m.mu.Unlock()
 	return nil
+}
+
+// snapshot lists the stream's shards now and returns them (read-only) with the time the listing
+// started.
+func (m *shardMap) snapshot(ctx context.Context) (map[string]shardInfo, time.Time, error) {
+	if err := m.refresh(ctx); err != nil {
+		return nil, time.Time{}, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.shards, m.fetched, nil
 }
 
 // lookup returns the shard's info and whether the stream still has it.

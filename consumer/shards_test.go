@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -65,6 +66,28 @@ func TestShardMapFollowsPagesAndKnowsBothParents(t *testing.T) {
 	}
 	if _, ok, _ := m.lookup(context.Background(), "gone", false); ok {
 		t.Fatal("a shard the stream does not have was found")
+	}
+}
+
+// The snapshot the horizon loop reads: every shard across pages, closed ones (with an ending
+// sequence number) marked, and the time the listing started, which is no later than the call.
+func TestShardMapSnapshotMarksClosedShards(t *testing.T) {
+	t.Parallel()
+	f := &fakeKinesis{shards: []ktypes.Shard{
+		{ShardId: aws.String("s0"), SequenceNumberRange: &ktypes.SequenceNumberRange{StartingSequenceNumber: aws.String("1"), EndingSequenceNumber: aws.String("99")}},
+		{ShardId: aws.String("s1"), SequenceNumberRange: &ktypes.SequenceNumberRange{StartingSequenceNumber: aws.String("100")}, ParentShardId: aws.String("s0")},
+	}}
+	m := newShardMap(f, "stream")
+	before := time.Now()
+	shards, at, err := m.snapshot(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(shards) != 2 || !shards["s0"].closed || shards["s1"].closed || len(shards["s1"].parents) != 1 {
+		t.Fatalf("snapshot %+v", shards)
+	}
+	if at.Before(before) || at.After(time.Now()) {
+		t.Fatalf("listed at %v, want between %v and now", at, before)
 	}
 }
 

@@ -40,3 +40,34 @@ func (d dynamoLeaseTable) Expire(t *testing.T, shard string) {
 func TestLeasesKeepTheLeaseContract(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Table { return dynamoLeaseTable{name: leaseTable(t)} })
 }
+
+// The horizon attributes dms2iceberg adds to lease rows survive the KCL's own writes that remain
+// in use: releasing a lease (RemoveLeaseOwner, an UpdateItem that removes AssignedTo) keeps
+// them, so the shard holds the stream watermark at its last published horizon until the next
+// owner takes the lease (which removes them).
+func TestLeaseReleaseKeepsTheHorizon(t *testing.T) {
+	table := leaseTable(t)
+	a := leases(t, table, "A", time.Hour)
+	const shard = "shardId-000000000000"
+	if err := a.GetLease(shardStatus(shard, ""), "A"); err != nil {
+		t.Fatal(err)
+	}
+	h := checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_100).UTC(), PendingFrom: time.UnixMilli(1_764_000_000_050).UTC(), At: time.UnixMilli(1_764_000_001_000).UTC()}
+	if err := a.PublishHorizon(t.Context(), shard, a.Epoch(shard), h); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.RemoveLeaseOwner(shard); err != nil {
+		t.Fatalf("the KCL's lease release: %v", err)
+	}
+	r := stored(t, a, shard)
+	if r.Owner != "" || !r.ReadHorizon.Equal(h.Read) || !r.PendingFrom.Equal(h.PendingFrom) || !r.HorizonAt.Equal(h.At) {
+		t.Fatalf("row after the release: %+v, want no owner and the horizon %+v kept", r, h)
+	}
+	b := leases(t, table, "B", time.Hour)
+	if err := b.GetLease(shardStatus(shard, ""), "B"); err != nil {
+		t.Fatal(err)
+	}
+	if r := stored(t, b, shard); !r.ReadHorizon.IsZero() || !r.PendingFrom.IsZero() || !r.HorizonAt.IsZero() {
+		t.Fatalf("row after B took the released lease: %+v, want the horizon removed", r)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
@@ -47,6 +48,12 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 		{"CheckpointNeverMovesBackwards", neverBackwards},
 		{"ShardEndIsFinal", shardEndFinal},
 		{"CheckpointWithoutLeaseIsFenced", withoutLease},
+		{"HorizonPublishedByOwner", horizonPublished},
+		{"HorizonSurvivesRenewalAndCheckpoint", horizonSurvives},
+		{"TakeoverRemovesHorizonAndFencesOldOwner", horizonTakeover},
+		{"ReacquisitionRemovesHorizon", horizonReacquisition},
+		{"NoHorizonAfterShardEnd", horizonAfterShardEnd},
+		{"HorizonWithoutLeaseIsFenced", horizonWithoutLease},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -228,4 +235,135 @@ func withoutLease(t *testing.T, tbl Table, shard string) {
 	if r := row(t, a, shard); r.Checkpoint != "" {
 		t.Fatalf("stored %q after B's refused checkpoint", r.Checkpoint)
 	}
+}
+
+// Horizons are stored at millisecond precision; the test values are whole milliseconds.
+var (
+	h1 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_100).UTC(), PendingFrom: time.UnixMilli(1_764_000_000_050).UTC(), At: time.UnixMilli(1_764_000_001_000).UTC()}
+	h2 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_900).UTC(), At: time.UnixMilli(1_764_000_002_000).UTC()}
+)
+
+func publish(t *testing.T, s Store, shard string, epoch int64, h checkpoint.Horizon) {
+	t.Helper()
+	if err := s.PublishHorizon(t.Context(), shard, epoch, h); err != nil {
+		t.Fatalf("publish %s (epoch %d): %v", shard, epoch, err)
+	}
+}
+
+func publishRefused(t *testing.T, s Store, shard string, epoch int64, want error) {
+	t.Helper()
+	if err := s.PublishHorizon(t.Context(), shard, epoch, h2); !errors.Is(err, want) {
+		t.Fatalf("publish %s (epoch %d): %v, want %v", shard, epoch, err, want)
+	}
+}
+
+func wantHorizon(t *testing.T, r checkpoint.LeaseRow, want checkpoint.Horizon, when string) {
+	t.Helper()
+	if !r.ReadHorizon.Equal(want.Read) || !r.PendingFrom.Equal(want.PendingFrom) || !r.HorizonAt.Equal(want.At) {
+		t.Fatalf("%s: row horizon (read %v, pending %v, at %v), want (read %v, pending %v, at %v)", when,
+			r.ReadHorizon, r.PendingFrom, r.HorizonAt, want.Read, want.PendingFrom, want.At)
+	}
+}
+
+// horizonPublished: the owner's publish sets all three attributes; a publish with nothing pending
+// removes PendingFrom; Rows (the scan every worker reads) shows the published values.
+func horizonPublished(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	e := take(t, a, shard, "A")
+	wantHorizon(t, row(t, a, shard), checkpoint.Horizon{}, "fresh lease")
+	publish(t, a, shard, e, h1)
+	wantHorizon(t, row(t, a, shard), h1, "after the first publish")
+	publish(t, a, shard, e, h2)
+	wantHorizon(t, row(t, a, shard), h2, "after a publish with nothing pending")
+	rows, err := tbl.Worker(t, "B").Rows(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, r := range rows {
+		if r.Shard == shard {
+			found = true
+			wantHorizon(t, r, h2, "scanned by another worker")
+			if r.Owner != "A" || r.Epoch != e {
+				t.Fatalf("scanned row %+v", r)
+			}
+		}
+	}
+	if !found {
+		t.Fatalf("Rows has no row of %s", shard)
+	}
+}
+
+// horizonSurvives: renewals and checkpoints leave the published horizon alone.
+func horizonSurvives(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	sh := status(shard, "", "")
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatal(err)
+	}
+	e := a.Epoch(shard)
+	publish(t, a, shard, e, h1)
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatalf("renewal: %v", err)
+	}
+	mustCheckpoint(t, a, shard, e, "100")
+	r := row(t, a, shard)
+	wantHorizon(t, r, h1, "after a renewal and a checkpoint")
+	if r.Checkpoint != "100" || r.Epoch != e {
+		t.Fatalf("row %+v", r)
+	}
+}
+
+// horizonTakeover: taking the lease removes the old owner's horizon (its buffers are lost), and the
+// old owner can no longer publish; the new one can.
+func horizonTakeover(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	old := take(t, a, shard, "A")
+	publish(t, a, shard, old, h1)
+	tbl.Expire(t, shard)
+	eb := take(t, b, shard, "B")
+	wantHorizon(t, row(t, b, shard), checkpoint.Horizon{}, "after the takeover")
+	publishRefused(t, a, shard, old, checkpoint.ErrFenced)
+	wantHorizon(t, row(t, b, shard), checkpoint.Horizon{}, "after the old owner's refused publish")
+	publish(t, b, shard, eb, h2)
+	wantHorizon(t, row(t, b, shard), h2, "after the new owner's publish")
+}
+
+// horizonReacquisition: re-taking an expired lease, even by the same worker, removes the horizon
+// and fences the older epoch's publish.
+func horizonReacquisition(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	old := take(t, a, shard, "A")
+	publish(t, a, shard, old, h1)
+	tbl.Expire(t, shard)
+	e := take(t, a, shard, "A")
+	wantHorizon(t, row(t, a, shard), checkpoint.Horizon{}, "after the re-acquisition")
+	publishRefused(t, a, shard, old, checkpoint.ErrFenced)
+	publish(t, a, shard, e, h1)
+	wantHorizon(t, row(t, a, shard), h1, "after the publish under the new epoch")
+}
+
+// horizonAfterShardEnd: the final horizon is published before SHARD_END; after it nothing changes
+// the row's horizon.
+func horizonAfterShardEnd(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	e := take(t, a, shard, "A")
+	publish(t, a, shard, e, h2)
+	mustCheckpoint(t, a, shard, e, checkpoint.ShardEnd)
+	publishRefused(t, a, shard, e, checkpoint.ErrRegression)
+	if err := a.PublishHorizon(t.Context(), shard, e, h1); !errors.Is(err, checkpoint.ErrRegression) {
+		t.Fatalf("publish after SHARD_END: %v", err)
+	}
+	wantHorizon(t, row(t, a, shard), h2, "after SHARD_END")
+}
+
+func horizonWithoutLease(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	publishRefused(t, a, shard, 1, checkpoint.ErrFenced)
+	if r := row(t, a, shard); r.Exists {
+		t.Fatalf("a refused publish created the row %+v", r)
+	}
+	e := take(t, a, shard, "A")
+	publishRefused(t, b, shard, e, checkpoint.ErrFenced)
+	wantHorizon(t, row(t, a, shard), checkpoint.Horizon{}, "after B's refused publish")
 }

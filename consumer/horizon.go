@@ -1,0 +1,401 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+)
+
+// Defaults of the ordering guard's consumer side.
+const (
+	// DefaultArrivalMargin is how far before its read time a caught-up shard's horizon is put.
+	// AWS documents that a record put to Kinesis is typically readable in under a second
+	// (propagation delay), and NTP-synced clocks (required by the KCL's leases anyway) agree
+	// within tens of milliseconds; 2 s covers both with room.
+	DefaultArrivalMargin = 2 * time.Second
+	// DefaultMaxReadAhead is how far past W (by arrival time) a shard that is not holding W
+	// back reads before it pauses.
+	DefaultMaxReadAhead = 30 * time.Second
+	// DefaultHorizonInterval is how often the horizons are published and W computed.
+	DefaultHorizonInterval = time.Second
+	// maxAlignWait bounds one pause of read-ahead alignment inside one ProcessRecords call:
+	// Kinesis shard iterators expire 5 minutes after they were issued, and an expired one ends
+	// the KCL's shard consumer (a replay after re-leasing). After it, the batch goes on and the
+	// next one pauses again.
+	maxAlignWait = 4 * time.Minute
+	// heartbeatTicks: an unchanged horizon is published again every this many intervals, so
+	// HorizonAt shows the owner alive.
+	heartbeatTicks = 10
+	// heldLogAge and heldLogEvery: a W older than heldLogAge logs the shard holding it back, at
+	// most once per heldLogEvery per shard.
+	heldLogAge   = 30 * time.Second
+	heldLogEvery = time.Minute
+)
+
+// WatermarkMetrics receives the measurements of the ordering guard. It is separate from Metrics
+// so that existing Metrics implementations keep compiling: a Metrics value passed to WithMetrics
+// that also implements WatermarkMetrics receives these calls; otherwise they are dropped. Safe
+// for concurrent use, never blocking.
+type WatermarkMetrics interface {
+	// StreamWatermark is called every HorizonInterval with W (zero: unknown), its age (now - W;
+	// 0 when unknown), and the shard holding it back with its lease owner ("" when none).
+	StreamWatermark(w time.Time, age time.Duration, holder, owner string)
+	// HorizonPublishFailed counts a failed publish of a shard's horizon (fenced or an error).
+	HorizonPublishFailed(shard string)
+	// ReadAheadPaused reports how long a shard's processor paused for read-ahead alignment.
+	ReadAheadPaused(shard string, d time.Duration)
+}
+
+// watermarkState is W and the commit bound as the horizon loop last computed them (unix
+// milliseconds, 0 = unknown), for concurrent readers.
+type watermarkState struct {
+	w, bound atomic.Int64
+	mu       sync.Mutex
+	changed  chan struct{} // closed after every computation
+}
+
+func (s *watermarkState) changedCh() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.changed == nil {
+		s.changed = make(chan struct{})
+	}
+	return s.changed
+}
+
+func (s *watermarkState) set(r wmResult) {
+	s.w.Store(msOf(r.W))
+	s.bound.Store(msOf(r.Bound))
+	s.mu.Lock()
+	if s.changed != nil {
+		close(s.changed)
+	}
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func msOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func timeOf(ms int64) time.Time {
+	if ms == 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms).UTC()
+}
+
+// Watermark returns the stream-wide watermark W: every shard that can still deliver records has
+// handed on every record that arrived at or before it (zero: unknown, at start or while a shard
+// has no known horizon). Safe for concurrent use.
+func (c *Consumer) Watermark() time.Time { return timeOf(c.wm.w.Load()) }
+
+// CommitBound returns the bound a table writer commits up to: changes that arrived at or before
+// it (zero: nothing may commit yet). It is W, lowered below the oldest change another process
+// has handed on and not yet committed. Safe for concurrent use.
+func (c *Consumer) CommitBound() time.Time { return timeOf(c.wm.bound.Load()) }
+
+func (c *Consumer) now() time.Time {
+	if c.clock != nil {
+		return c.clock()
+	}
+	return time.Now()
+}
+
+func (c *Consumer) wmMetrics() WatermarkMetrics {
+	if m, ok := c.metrics.(WatermarkMetrics); ok {
+		return m
+	}
+	return nopWatermarkMetrics{}
+}
+
+type nopWatermarkMetrics struct{}
+
+func (nopWatermarkMetrics) StreamWatermark(time.Time, time.Duration, string, string) {}
+func (nopWatermarkMetrics) HorizonPublishFailed(string)                              {}
+func (nopWatermarkMetrics) ReadAheadPaused(string, time.Duration)                    {}
+
+func durOr(d, def time.Duration) time.Duration {
+	if d <= 0 {
+		return def
+	}
+	return d
+}
+
+// horizonLoop is the one goroutine of a consumer that publishes its shards' horizons and
+// computes W every HorizonInterval, until ctx ends. Its state (memo, log times) is its own.
+type horizonLoop struct {
+	c      *Consumer
+	memo   map[string]time.Time
+	logged map[string]time.Time
+	shards map[string]shardInfo // the last shard list read
+	// unknownSince is when W was last seen becoming unknown (zero: W is known).
+	unknownSince time.Time
+}
+
+func newHorizonLoop(c *Consumer) *horizonLoop {
+	return &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time)}
+}
+
+func (c *Consumer) runHorizons(ctx context.Context) {
+	l := newHorizonLoop(c)
+	t := time.NewTicker(durOr(c.cfg.HorizonInterval, DefaultHorizonInterval))
+	defer t.Stop()
+	for {
+		l.tick(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// tick is one round: list shards, publish own horizons, scan the lease table, compute W.
+func (l *horizonLoop) tick(ctx context.Context) {
+	c := l.c
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	shards, listedAt, err := c.shards.snapshot(ctx)
+	if err != nil {
+		l.warn("shard-list", "could not list the stream's shards; horizons do not advance at the tip", err)
+		listedAt = time.Time{}
+		shards = l.shards
+	} else {
+		l.shards = shards
+	}
+	procs := c.liveProcessors()
+	for _, p := range procs {
+		info, ok := shards[p.shard]
+		open := time.Time{}
+		if ok && !info.closed {
+			open = listedAt
+		}
+		p.updateHorizon(open)
+		p.publish(ctx, false)
+	}
+	if shards == nil {
+		return
+	}
+	list, err := c.leases.Rows(ctx)
+	if err != nil && list == nil {
+		l.warn("scan", "could not read the lease table; W is not recomputed", err)
+		return
+	}
+	rows := make(map[string]checkpoint.LeaseRow, len(list))
+	for _, r := range list {
+		rows[r.Shard] = r
+	}
+	own := make(map[string]ownShard, len(procs))
+	for _, p := range procs {
+		if r := rows[p.shard]; r.Owner == c.cfg.WorkerID && r.Epoch == p.epoch && p.epoch != 0 {
+			pending, _ := p.track.Oldest()
+			own[p.shard] = ownShard{horizon: timeOf(p.hz.horizon.Load()), pending: pending}
+		}
+	}
+	res := wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: l.memo})
+	c.wm.set(res)
+	now := c.now()
+	var age time.Duration
+	switch {
+	case !res.W.IsZero():
+		age, l.unknownSince = now.Sub(res.W), time.Time{}
+	case l.unknownSince.IsZero():
+		l.unknownSince = now
+	}
+	c.wmMetrics().StreamWatermark(res.W, age, res.Holder, res.HolderOwner)
+	held := age > heldLogAge || (res.W.IsZero() && now.Sub(l.unknownSince) > heldLogAge)
+	if res.Holder != "" && held && now.Sub(l.logged[res.Holder]) >= heldLogEvery {
+		l.logged[res.Holder] = now
+		r := rows[res.Holder]
+		c.log.Warn("stream watermark held back: tables commit only changes that arrived before it",
+			zap.String("shard", res.Holder), zap.String("last_owner", r.Owner), zap.Time("watermark", res.W),
+			zap.Duration("age", age), zap.Time("shard_horizon", r.ReadHorizon), zap.Time("published_at", r.HorizonAt),
+			zap.Int("shards_unknown", res.Unknown))
+	}
+	for id, at := range l.logged {
+		if now.Sub(at) > 2*heldLogEvery {
+			delete(l.logged, id) // bounded
+		}
+	}
+}
+
+// warn logs a failure of the loop, at most once per heldLogEvery per kind.
+func (l *horizonLoop) warn(kind, msg string, err error) {
+	now := l.c.now()
+	if now.Sub(l.logged[kind]) < heldLogEvery {
+		return
+	}
+	l.logged[kind] = now
+	l.c.log.Warn(msg, zap.Error(err))
+}
+
+// liveProcessors returns the newest processor of every shard that is still running.
+func (c *Consumer) liveProcessors() []*processor {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*processor, 0, len(c.gen))
+	for _, p := range c.gen {
+		if p.track != nil && !p.stale.Load() && !p.hz.closed.Load() {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// horizonState is a processor's read horizon, written by the processor (lastArrival, tipAt)
+// and the horizon loop (horizon), read by both.
+type horizonState struct {
+	// lastArrival is the arrival of the last record handed on (unix ms, 0: none);
+	// firstArrival that of the first one this processor handed on.
+	lastArrival, firstArrival atomic.Int64
+	// tipAt is the time just before the last read that was at the tip of the shard
+	// (MillisBehindLatest == 0) and whose records were all handed on (unix ms, 0: none).
+	tipAt atomic.Int64
+	// horizon is ownHorizon of the above (unix ms, 0: unknown); it never goes back.
+	horizon atomic.Int64
+	// closed is set when the processor has shut down: nothing is published after it.
+	closed atomic.Bool
+	// paused is set while the processor waits for read-ahead alignment.
+	paused atomic.Bool
+
+	pubMu     sync.Mutex // serializes publishes; guards the fields below
+	published checkpoint.Horizon
+	since     int // ticks since the last publish
+}
+
+// updateHorizon recomputes the horizon; listedOpen is when a ListShards saw the shard open.
+func (p *processor) updateHorizon(listedOpen time.Time) {
+	prev := timeOf(p.hz.horizon.Load())
+	h := ownHorizon(prev, timeOf(p.hz.lastArrival.Load()), timeOf(p.hz.tipAt.Load()), listedOpen,
+		durOr(p.c.cfg.ArrivalMargin, DefaultArrivalMargin))
+	p.hz.horizon.Store(msOf(h))
+}
+
+// publish writes the shard's horizon and oldest pending arrival on its lease row, if they
+// changed (or as a heartbeat). final is the last publish of this processor (at its shutdown,
+// after the drain): nothing is published after it.
+func (p *processor) publish(ctx context.Context, final bool) {
+	p.hz.pubMu.Lock()
+	defer p.hz.pubMu.Unlock()
+	if p.hz.closed.Load() || p.stale.Load() {
+		return
+	}
+	if final {
+		p.hz.closed.Store(true)
+	}
+	pending, ok := p.track.Oldest()
+	if ok && pending.IsZero() {
+		pending = timeOf(p.hz.lastArrival.Load()) // unknown first arrival: the best lower estimate
+	}
+	h := checkpoint.Horizon{Read: timeOf(p.hz.horizon.Load()), PendingFrom: pending, At: p.c.now()}
+	p.hz.since++
+	unchanged := h.Read.Equal(p.hz.published.Read) && h.PendingFrom.Equal(p.hz.published.PendingFrom)
+	if h.Read.IsZero() && h.PendingFrom.IsZero() || (unchanged && !final && p.hz.since < heartbeatTicks) {
+		return
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	err := p.c.leases.PublishHorizon(pctx, p.shard, p.epoch, h)
+	if err != nil {
+		p.c.wmMetrics().HorizonPublishFailed(p.shard)
+		if errors.Is(err, checkpoint.ErrFenced) {
+			p.stale.Store(true)
+			p.c.metrics.Fenced(p.shard)
+			p.log.Warn("lease moved on; this processor stops publishing and checkpointing", zap.Error(err))
+			return
+		}
+		p.log.Warn("could not publish the shard's horizon; will retry", zap.Error(err))
+		return
+	}
+	p.hz.published, p.hz.since = h, 0
+}
+
+// handedOn records that the record that arrived at arrival was handed on.
+func (p *processor) handedOn(arrival time.Time) {
+	ms := msOf(arrival)
+	if ms > p.hz.lastArrival.Load() {
+		p.hz.lastArrival.Store(ms)
+	}
+	if ms != 0 && p.hz.firstArrival.Load() == 0 {
+		p.hz.firstArrival.Store(ms)
+	}
+}
+
+// atTip records a read at the tip of the shard, started at readTime, fully handed on.
+func (p *processor) atTip(readTime time.Time) {
+	if ms := msOf(readTime); ms > p.hz.tipAt.Load() {
+		p.hz.tipAt.Store(ms)
+	}
+}
+
+// align waits until the record that arrived at arrival may be handed on:
+//
+//   - a shard whose own horizon is unknown (nothing handed on yet) always proceeds: it is what
+//     holds W back, or will be;
+//   - while W is known: up to W + MaxReadAhead, and beyond it while this shard is the one
+//     holding W back (its horizon at or below W), so the slowest shard always proceeds;
+//   - while W is unknown (at start, before every shard has a horizon): up to MaxReadAhead past
+//     the first record this processor handed on (or its horizon from reads at the tip), then
+//     it waits for W.
+//
+// One ProcessRecords call pauses at most maxAlignWait in all (p.alignBy, reset per call); after
+// that the rest of its batch goes on. It returns false when the processor's context ended while
+// waiting.
+func (p *processor) align(arrival time.Time) bool {
+	if p.mayHandOn(arrival) {
+		return true // the hot path: no allocation, no timer
+	}
+	if p.alignBy.IsZero() {
+		p.alignBy = time.Now().Add(maxAlignWait)
+	}
+	started := time.Now()
+	timer := time.NewTimer(time.Until(p.alignBy))
+	p.hz.paused.Store(true)
+	defer func() {
+		timer.Stop()
+		p.hz.paused.Store(false)
+		p.c.wmMetrics().ReadAheadPaused(p.shard, time.Since(started))
+	}()
+	for {
+		select {
+		case <-p.ctx.Done():
+			return false
+		case <-timer.C:
+			p.alignOff = true
+			p.log.Warn("read-ahead alignment paused this shard for the longest one read may wait; handing on the rest of this batch anyway (the commit bound keeps tables correct)",
+				zap.Duration("waited", maxAlignWait), zap.Time("record_arrival", arrival), zap.Time("watermark", p.c.Watermark()))
+			return true
+		case <-p.c.wm.changedCh():
+		}
+		if p.mayHandOn(arrival) {
+			return true
+		}
+	}
+}
+
+// mayHandOn is align's rule without waiting.
+func (p *processor) mayHandOn(arrival time.Time) bool {
+	w := p.c.wm.w.Load()
+	h, last := p.hz.horizon.Load(), p.hz.lastArrival.Load()
+	if p.alignOff || (h == 0 && last == 0) || (w != 0 && max(h, last-1) <= w) {
+		return true
+	}
+	base := w
+	if w == 0 {
+		base = p.hz.firstArrival.Load()
+		if base == 0 {
+			base = h // known only from reads at the tip
+		}
+	}
+	return arrival.UnixMilli() <= base+durOr(p.c.cfg.MaxReadAhead, DefaultMaxReadAhead).Milliseconds()
+}

@@ -1,0 +1,284 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
+	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Unit tests of the horizons (horizon.go) over the in-memory lease store: what a processor
+// publishes, when its publish is refused, and read-ahead alignment. The clock is fake; the
+// synthetic arrival times (t0 = 2020) lie before any real listing time.
+
+type rec struct {
+	seq     string
+	arrival time.Time
+}
+
+// deliverAt hands p one delivery; behind is its MillisBehindLatest, readTime its read time.
+func deliverAt(p *processor, behind int64, readTime time.Time, recs ...rec) {
+	in := &kcl.ProcessRecordsInput{MillisBehindLatest: behind, CacheEntryTime: &readTime}
+	for _, r := range recs {
+		in.Records = append(in.Records, ktypes.Record{SequenceNumber: aws.String(r.seq), Data: goodRecord, ApproximateArrivalTimestamp: aws.Time(r.arrival)})
+	}
+	p.ProcessRecords(in)
+}
+
+func (e *procEnv) wantHorizon(shard string, read, pending time.Time, when string) checkpoint.LeaseRow {
+	e.t.Helper()
+	r := e.row(shard)
+	if !r.ReadHorizon.Equal(read) || !r.PendingFrom.Equal(pending) {
+		e.t.Fatalf("%s: row horizon %v pending %v, want %v and %v", when, r.ReadHorizon, r.PendingFrom, read, pending)
+	}
+	return r
+}
+
+// A processor's horizon and oldest pending arrival reach its row; acknowledgements remove the
+// pending; a read at the tip advances the horizon to read time - margin; once the lease is taken
+// the row's horizon is gone, the old processor's publish is refused and it stops, and W holds
+// at the shard's last safe point.
+func TestHorizonIsPublishedAndFencedAfterTakeover(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	now := sec(100)
+	e.c.clock = func() time.Time { return now }
+	e.c.cfg.ArrivalMargin = 2 * time.Second
+	p := e.start(shard, "")
+	loop := newHorizonLoop(e.c)
+
+	loop.tick(e.ctx)
+	if r := e.row(shard); !r.ReadHorizon.IsZero() || !e.c.Watermark().IsZero() || !e.c.CommitBound().IsZero() {
+		t.Fatalf("before any record: row horizon %v, W %v, bound %v; want all unknown", r.ReadHorizon, e.c.Watermark(), e.c.CommitBound())
+	}
+	deliverAt(p, 5000, now, rec{"101", sec(10)}, rec{"102", sec(11)})
+	loop.tick(e.ctx)
+	r := e.wantHorizon(shard, sec(11).Add(-ms), sec(10), "two records handed on")
+	if !r.HorizonAt.Equal(now) {
+		t.Fatalf("HorizonAt %v, want %v", r.HorizonAt, now)
+	}
+	if w := e.c.Watermark(); !w.Equal(sec(11).Add(-ms)) || !e.c.CommitBound().Equal(w) {
+		t.Fatalf("W %v bound %v, want both %v (own pending does not lower the bound)", w, e.c.CommitBound(), sec(11).Add(-ms))
+	}
+	e.sink.ack(t, "101", "102")
+	loop.tick(e.ctx)
+	e.wantHorizon(shard, sec(11).Add(-ms), time.Time{}, "everything committed")
+
+	deliverAt(p, 0, sec(50)) // an empty read at the tip
+	loop.tick(e.ctx)
+	e.wantHorizon(shard, sec(48), time.Time{}, "at the tip")
+
+	deliverAt(p, 5000, now, rec{"103", sec(51)})
+	e.table.Expire(shard)
+	other := e.table.Worker("w2", time.Hour)
+	e.take(other, shard, "w2")
+	e.wantHorizon(shard, time.Time{}, time.Time{}, "the lease was taken")
+	loop.tick(e.ctx)
+	e.wantHorizon(shard, time.Time{}, time.Time{}, "after the old owner's tick")
+	if !p.stale.Load() {
+		t.Fatal("the fenced processor is not stale")
+	}
+	if _, fenced, _, _ := e.metrics.counts(); fenced != 1 || e.metrics.publishFailed != 1 {
+		t.Fatalf("fenced %d, publish failures %d; want 1 and 1", fenced, e.metrics.publishFailed)
+	}
+	// The taken shard holds W where this process last knew it safe (its horizon at the last
+	// tick); record 103 (handed on since, never committed) is read again by w2.
+	if w := e.c.Watermark(); !w.Equal(sec(48)) || !e.c.CommitBound().Equal(sec(48)) {
+		t.Fatalf("W %v bound %v after the takeover, want both held at %v", w, e.c.CommitBound(), sec(48))
+	}
+	if err := other.PublishHorizon(e.ctx, shard, other.Epoch(shard), checkpoint.Horizon{Read: sec(45), PendingFrom: sec(49), At: now}); err != nil {
+		t.Fatal(err)
+	}
+	loop.tick(e.ctx)
+	if w, b := e.c.Watermark(), e.c.CommitBound(); !w.Equal(sec(45)) || !b.Equal(sec(45)) {
+		t.Fatalf("W %v bound %v after the new owner published, want %v", w, b, sec(45))
+	}
+}
+
+// At SHARD_END the final horizon is the last record's arrival (minus 1 ms), nothing is pending,
+// and it is published before SHARD_END, after which nothing changes it.
+func TestFinalHorizonAtShardEnd(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	e.c.clock = func() time.Time { return sec(100) }
+	e.sink.autoAck = true
+	p := e.start(shard, "")
+	loop := newHorizonLoop(e.c)
+	deliverAt(p, 5000, sec(100), rec{"101", sec(10)}, rec{"102", sec(12)})
+	loop.tick(e.ctx)
+	p.Shutdown(&kcl.ShutdownInput{ShutdownReason: kcl.TERMINATE})
+	r := e.wantHorizon(shard, sec(12).Add(-ms), time.Time{}, "at SHARD_END")
+	if r.Checkpoint != checkpoint.ShardEnd {
+		t.Fatalf("checkpoint %q, want SHARD_END", r.Checkpoint)
+	}
+	loop.tick(e.ctx)
+	if got := e.row(shard); !got.HorizonAt.Equal(r.HorizonAt) || !got.ReadHorizon.Equal(r.ReadHorizon) {
+		t.Fatalf("row changed after SHARD_END: %+v", got)
+	}
+}
+
+// checkingSink checks, at every hand-over from a fast shard, that it is not further ahead of the
+// slow shard than alignment allows.
+type checkingSink struct {
+	*fakeSink
+	check func(ev *change.Event)
+}
+
+func (s checkingSink) Submit(ctx context.Context, ev *change.Event) error {
+	s.check(ev)
+	return s.fakeSink.Submit(ctx, ev)
+}
+
+// One slow shard and three fast ones, with a small read-ahead: the fast shards pause instead of
+// running ahead of the slow one, the slow one always proceeds, and every record is handed on.
+// The slow shard reads its next record only while no fast shard is running (each is paused or
+// done), so without alignment the fast shards would finish first and the check would fail.
+func TestReadAheadAlignmentOneSlowShardThreeFast(t *testing.T) {
+	t.Parallel()
+	const n = 60
+	ahead, spacing := 2*time.Second, time.Second
+	e := newProcEnv(t)
+	e.c.clock = func() time.Time { return t0 }
+	e.c.cfg.MaxReadAhead = ahead
+	e.c.cfg.HorizonInterval = time.Millisecond
+	e.sink.autoAck = true
+	slow := e.start("shardId-slow", "")
+	fast := []*processor{e.start("shardId-f1", ""), e.start("shardId-f2", ""), e.start("shardId-f3", "")}
+
+	var violations atomic.Int32
+	var firstViolation atomic.Value
+	e.c.sink = checkingSink{fakeSink: e.sink, check: func(ev *change.Event) {
+		if ev.Pos.Shard == slow.shard {
+			return
+		}
+		limit := maxTime(sec(0), timeOf(slow.hz.lastArrival.Load())).Add(ahead + spacing)
+		if ev.Arrival.After(limit) {
+			if violations.Add(1) == 1 {
+				firstViolation.Store(fmt.Sprintf("%s handed on a record of %v while the slow shard was at %v", ev.Pos.Shard, ev.Arrival, timeOf(slow.hz.lastArrival.Load())))
+			}
+		}
+	}}
+	loopCtx, stopLoop := context.WithCancel(e.ctx)
+	loopDone := make(chan struct{})
+	go func() { defer close(loopDone); e.c.runHorizons(loopCtx) }()
+	defer func() { stopLoop(); <-loopDone }()
+
+	records := func(from int) []rec {
+		out := make([]rec, 0, 10)
+		for i := from; i < from+10 && i < n; i++ {
+			out = append(out, rec{strconv.Itoa(1000 + i), sec(i)})
+		}
+		return out
+	}
+	var wg sync.WaitGroup
+	done := make([]atomic.Bool, len(fast))
+	for k, p := range fast {
+		wg.Go(func() {
+			defer done[k].Store(true)
+			for i := 0; i < n; i += 10 {
+				deliverAt(p, 5000, t0, records(i)...)
+			}
+		})
+	}
+	wg.Go(func() {
+		for i := range n {
+			for !allQuiet(fast, done) {
+				select {
+				case <-e.ctx.Done():
+					return
+				case <-e.c.wm.changedCh():
+				}
+			}
+			deliverAt(slow, 5000, t0, rec{strconv.Itoa(1000 + i), sec(i)})
+		}
+	})
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(2 * time.Minute): // a deadlock, not a timing assertion
+		e.cancel()
+		<-finished
+		t.Fatal("the shards did not all finish: alignment deadlocked")
+	}
+	if v := violations.Load(); v != 0 {
+		t.Fatalf("%d hand-overs ran ahead of alignment; first: %v", v, firstViolation.Load())
+	}
+	got := map[string]int{}
+	for _, seq := range e.sink.seqs() {
+		got[seq]++
+	}
+	for i := range n {
+		if c := got[strconv.Itoa(1000+i)]; c != 4 {
+			t.Fatalf("record %d handed on %d times, want 4 (once per shard)", 1000+i, c)
+		}
+	}
+	e.metrics.mu.Lock()
+	paused := e.metrics.paused
+	e.metrics.mu.Unlock()
+	if paused == 0 {
+		t.Fatal("no fast shard ever paused")
+	}
+}
+
+// allQuiet reports whether every fast processor is paused by alignment or done.
+func allQuiet(fast []*processor, done []atomic.Bool) bool {
+	for k, p := range fast {
+		if !done[k].Load() && !p.hz.paused.Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// The tick reads the other workers' rows: their horizons bound W, and their oldest pending change
+// bounds the commit bound (this process's own pending does not); a shard at SHARD_END stops
+// counting.
+func TestTickBoundsByOtherWorkersRows(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	e.c.clock = func() time.Time { return sec(100) }
+	a := e.start("shardId-a", "")
+	other := e.table.Worker("w2", time.Hour)
+	e.start("shardId-b", "") // listed, then handed to w2
+	e.table.Expire("shardId-b")
+	e.take(other, "shardId-b", "w2")
+	pub := func(h checkpoint.Horizon) {
+		t.Helper()
+		if err := other.PublishHorizon(e.ctx, "shardId-b", other.Epoch("shardId-b"), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := newHorizonLoop(e.c)
+	deliverAt(a, 5000, sec(100), rec{"101", sec(3)}, rec{"102", sec(20)})
+	pub(checkpoint.Horizon{Read: sec(30), PendingFrom: sec(5), At: sec(100)})
+	loop.tick(e.ctx)
+	if w, b := e.c.Watermark(), e.c.CommitBound(); !w.Equal(sec(20).Add(-ms)) || !b.Equal(sec(5).Add(-ms)) {
+		t.Fatalf("W %v bound %v, want %v and %v", w, b, sec(20).Add(-ms), sec(5).Add(-ms))
+	}
+	if e.metrics.holder != "shardId-a" {
+		t.Fatalf("holder %q, want shardId-a", e.metrics.holder)
+	}
+	pub(checkpoint.Horizon{Read: sec(10), At: sec(101)})
+	loop.tick(e.ctx)
+	if w, b := e.c.Watermark(), e.c.CommitBound(); !w.Equal(sec(10)) || !b.Equal(sec(10)) {
+		t.Fatalf("W %v bound %v, want both %v", w, b, sec(10))
+	}
+	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
+		t.Fatal(err)
+	}
+	loop.tick(e.ctx)
+	if w := e.c.Watermark(); !w.Equal(sec(20).Add(-ms)) {
+		t.Fatalf("W %v after b's SHARD_END, want %v", w, sec(20).Add(-ms))
+	}
+}

@@ -1,0 +1,208 @@
+package consumer
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+)
+
+// Unit tests of the pure W computation (watermark.go): one table row per shard-state rule.
+
+// t0 lies before any real clock reading, so that a real listing time never caps a test's tip.
+var t0 = time.Date(2020, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func sec(n int) time.Time { return t0.Add(time.Duration(n) * time.Second) }
+
+const ms = time.Millisecond
+
+// rowOf is a lease row owned by owner with ReadHorizon at sec(h) (h < 0: none) and PendingFrom at
+// sec(p) (p < 0: none).
+func rowOf(owner string, h, p int) checkpoint.LeaseRow {
+	r := checkpoint.LeaseRow{Exists: true, Owner: owner, Epoch: 1}
+	if h >= 0 {
+		r.ReadHorizon = sec(h)
+	}
+	if p >= 0 {
+		r.PendingFrom = sec(p)
+	}
+	return r
+}
+
+func ended(h int) checkpoint.LeaseRow {
+	r := rowOf("", h, -1)
+	r.Checkpoint = checkpoint.ShardEnd
+	return r
+}
+
+func TestWatermarkRules(t *testing.T) {
+	t.Parallel()
+	open := func(parents ...string) shardInfo { return shardInfo{parents: parents} }
+	closed := func(parents ...string) shardInfo { return shardInfo{parents: parents, closed: true} }
+	for _, c := range []struct {
+		name   string
+		shards map[string]shardInfo
+		rows   map[string]checkpoint.LeaseRow
+		own    map[string]ownShard
+		memo   map[string]time.Time
+		w      time.Time // zero: unknown
+		bound  time.Time
+		holder string
+	}{
+		{name: "minimum of the open shards' published horizons",
+			shards: map[string]shardInfo{"a": open(), "b": open(), "c": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("w2", 20, -1), "b": rowOf("w2", 10, -1), "c": rowOf("w3", 30, -1)},
+			w:      sec(10), bound: sec(10), holder: "b"},
+		{name: "an owned shard counts with its horizon from memory, not its row",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf(me, 5, -1), "b": rowOf("w2", 20, -1)},
+			own:    map[string]ownShard{"a": {horizon: sec(25)}},
+			w:      sec(20), bound: sec(20), holder: "b"},
+		{name: "a closed shard not yet at SHARD_END counts",
+			shards: map[string]shardInfo{"a": closed(), "b": open("a")},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("w2", 7, -1), "b": rowOf("w2", 20, -1)},
+			w:      sec(7), bound: sec(7), holder: "a"},
+		{name: "a shard at SHARD_END does not count, nor does its pending",
+			shards: map[string]shardInfo{"a": closed(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": func() checkpoint.LeaseRow { r := ended(1); r.PendingFrom = sec(0); return r }(), "b": rowOf("w2", 20, -1)},
+			w:      sec(20), bound: sec(20), holder: "b"},
+		{name: "a shard gone from ListShards does not count",
+			shards: map[string]shardInfo{"b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"gone": rowOf("w2", 1, 0), "b": rowOf("w2", 20, -1)},
+			w:      sec(20), bound: sec(20), holder: "b"},
+		{name: "an unknown horizon with no memo leaves W unknown: nothing commits",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("w2", 20, -1)},
+			holder: "b"},
+		{name: "an owned shard that has handed nothing on yet is unknown too",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf(me, -1, -1), "b": rowOf("w2", 20, -1)},
+			own:    map[string]ownShard{"a": {}},
+			holder: "a"},
+		{name: "an unknown horizon holds W at the shard's memo (lease just taken)",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("w3", -1, -1), "b": rowOf("w2", 20, -1)},
+			memo:   map[string]time.Time{"a": sec(9)},
+			w:      sec(9), bound: sec(9), holder: "a"},
+		{name: "a dead worker's row keeps its horizon and pending",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("dead", 15, 12), "b": rowOf("w2", 20, -1)},
+			w:      sec(15), bound: sec(12).Add(-ms), holder: "a"},
+		{name: "an unstarted child of finished parents counts with their lowest final horizon",
+			shards: map[string]shardInfo{"p1": closed(), "p2": closed(), "c": open("p1", "p2"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"p1": ended(14), "p2": ended(12), "b": rowOf("w2", 20, -1)},
+			w:      sec(12), bound: sec(12), holder: "c"},
+		{name: "an unstarted child of an unfinished parent is covered by it",
+			shards: map[string]shardInfo{"p": closed(), "c": open("p"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"p": rowOf("w2", 25, -1), "b": rowOf("w2", 20, -1)},
+			w:      sec(20), bound: sec(20), holder: "b"},
+		{name: "a child waiting in its owner for an unfinished parent is covered by it",
+			shards: map[string]shardInfo{"p": closed(), "c": open("p"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"p": rowOf("w2", 25, -1), "c": rowOf(me, -1, -1), "b": rowOf("w2", 20, -1)},
+			own:    map[string]ownShard{"c": {}},
+			w:      sec(20), bound: sec(20), holder: "b"},
+		{name: "a finished parent without a final horizon leaves its unstarted child unknown",
+			shards: map[string]shardInfo{"p": closed(), "c": open("p"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"p": ended(-1), "b": rowOf("w2", 20, -1)},
+			holder: "c"},
+		{name: "an unstarted child whose parents left the stream is unknown",
+			shards: map[string]shardInfo{"c": open("gone"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"b": rowOf("w2", 20, -1)},
+			holder: "c"},
+		{name: "a started child counts with its own horizon",
+			shards: map[string]shardInfo{"p": closed(), "c": open("p"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"p": ended(5), "c": rowOf("w2", 18, -1), "b": rowOf("w2", 20, -1)},
+			w:      sec(18), bound: sec(18), holder: "c"},
+		{name: "the bound stays below another process's oldest pending change",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("w2", 20, 8), "b": rowOf("w2", 10, -1)},
+			w:      sec(10), bound: sec(8).Add(-ms), holder: "b"},
+		{name: "this process's own pending changes do not lower its bound",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf(me, 20, 3), "b": rowOf("w2", 10, -1)},
+			own:    map[string]ownShard{"a": {horizon: sec(20), pending: sec(3)}},
+			w:      sec(10), bound: sec(10), holder: "b"},
+		{name: "a pending change newer than W leaves the bound at W",
+			shards: map[string]shardInfo{"a": open(), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"a": rowOf("w2", 20, 15), "b": rowOf("w2", 10, -1)},
+			w:      sec(10), bound: sec(10), holder: "b"},
+		{name: "no shard at all: unknown",
+			shards: map[string]shardInfo{}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			memo := c.memo
+			if memo == nil {
+				memo = map[string]time.Time{}
+			}
+			if c.own == nil {
+				c.own = map[string]ownShard{}
+			}
+			res := wmCompute(wmInput{shards: c.shards, rows: c.rows, own: c.own, memo: memo})
+			if !res.W.Equal(c.w) || !res.Bound.Equal(c.bound) || res.Holder != c.holder {
+				t.Fatalf("W %v bound %v holder %q; want W %v bound %v holder %q", res.W, res.Bound, res.Holder, c.w, c.bound, c.holder)
+			}
+			if res.W.IsZero() != res.Bound.IsZero() || (!res.W.IsZero() && res.Bound.After(res.W)) {
+				t.Fatalf("bound %v above W %v", res.Bound, res.W)
+			}
+		})
+	}
+}
+
+// The memo: a shard's last known safe point (below its pending changes) holds W once its lease
+// is taken and its row's horizon removed; the new owner's horizon replaces it; a shard gone from
+// the stream leaves the memo.
+func TestWatermarkMemoHoldsATakenShard(t *testing.T) {
+	t.Parallel()
+	shards := map[string]shardInfo{"a": {}, "b": {}}
+	memo := map[string]time.Time{}
+	step := func(rows map[string]checkpoint.LeaseRow, own map[string]ownShard) wmResult {
+		return wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: memo})
+	}
+	res := step(map[string]checkpoint.LeaseRow{"a": rowOf("w2", 30, 12), "b": rowOf("w2", 40, -1)}, nil)
+	if !res.W.Equal(sec(30)) || !res.Bound.Equal(sec(12).Add(-ms)) {
+		t.Fatalf("known: W %v bound %v", res.W, res.Bound)
+	}
+	// w2 dies, w3 takes a: the row's horizon and pending are removed.
+	res = step(map[string]checkpoint.LeaseRow{"a": rowOf("w3", -1, -1), "b": rowOf("w2", 40, -1)}, nil)
+	if want := sec(12).Add(-ms); !res.W.Equal(want) || !res.Bound.Equal(want) || res.Holder != "a" {
+		t.Fatalf("taken: W %v bound %v holder %q, want both held at %v by a", res.W, res.Bound, res.Holder, want)
+	}
+	// This process takes a itself and has handed nothing on yet: the same hold, its own pending
+	// does not count, but the memo does.
+	res = step(map[string]checkpoint.LeaseRow{"a": rowOf(me, -1, -1), "b": rowOf("w2", 40, -1)}, map[string]ownShard{"a": {}})
+	if want := sec(12).Add(-ms); !res.W.Equal(want) || !res.Bound.Equal(want) {
+		t.Fatalf("taken by us: W %v bound %v, want %v", res.W, res.Bound, want)
+	}
+	// The new owner publishes (it read again from the checkpoint): its values replace the memo.
+	res = step(map[string]checkpoint.LeaseRow{"a": rowOf("w3", 13, 12), "b": rowOf("w2", 40, -1)}, nil)
+	if !res.W.Equal(sec(13)) || !res.Bound.Equal(sec(12).Add(-ms)) {
+		t.Fatalf("republished: W %v bound %v", res.W, res.Bound)
+	}
+	delete(shards, "a")
+	step(map[string]checkpoint.LeaseRow{"b": rowOf("w2", 40, -1)}, nil)
+	if _, ok := memo["a"]; ok || len(memo) != 1 {
+		t.Fatalf("memo %v after a left the stream", memo)
+	}
+}
+
+func TestOwnHorizon(t *testing.T) {
+	t.Parallel()
+	margin := 2 * time.Second
+	for _, c := range []struct {
+		name                              string
+		prev, last, tip, listedOpen, want time.Time
+	}{
+		{name: "nothing handed on: unknown"},
+		{name: "last record's arrival minus 1ms (the next may share its millisecond)", last: sec(10), want: sec(10).Add(-ms)},
+		{name: "at the tip of a shard listed open: read time minus the margin", last: sec(10), tip: sec(60), listedOpen: sec(61), want: sec(58)},
+		{name: "the tip rule never claims past the last listing that saw the shard open", last: sec(10), tip: sec(60), listedOpen: sec(30), want: sec(28)},
+		{name: "a shard not known open (closed, or unlisted) gets no tip rule", last: sec(10), tip: sec(60), want: sec(10).Add(-ms)},
+		{name: "an empty shard at its tip", tip: sec(60), listedOpen: sec(60), want: sec(58)},
+		{name: "never goes back", prev: sec(50), last: sec(10), tip: sec(40), listedOpen: sec(40), want: sec(50)},
+	} {
+		if got := ownHorizon(c.prev, c.last, c.tip, c.listedOpen, margin); !got.Equal(c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
