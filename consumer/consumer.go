@@ -47,16 +47,29 @@ type Metrics interface {
 	TrimmedPast(shard string)
 	// WaitingForParents reports whether a child shard is held back until its parents finish.
 	WaitingForParents(shard string, waiting bool)
+	// StreamWatermark is called every HorizonInterval with W (zero: unknown), its age (now - W;
+	// 0 when unknown), and the shard holding it back with its lease owner ("" when none).
+	StreamWatermark(w time.Time, age time.Duration, holder, owner string)
+	// HorizonPublishFailed counts a failed publish of a shard's horizon (fenced or an error).
+	HorizonPublishFailed(shard string)
+	// ReadAheadPaused reports how long a shard's processor paused for read-ahead alignment.
+	ReadAheadPaused(shard string, d time.Duration)
 }
 
-type nopMetrics struct{}
+// NopMetrics is the default Metrics: it records nothing. Embed it to implement only some methods.
+type NopMetrics struct{}
 
-func (nopMetrics) Records(string, int, int64)     {}
-func (nopMetrics) DeadLettered(string)            {}
-func (nopMetrics) Checkpointed(string, string)    {}
-func (nopMetrics) Fenced(string)                  {}
-func (nopMetrics) TrimmedPast(string)             {}
-func (nopMetrics) WaitingForParents(string, bool) {}
+type nopMetrics = NopMetrics
+
+func (NopMetrics) Records(string, int, int64)                               {}
+func (NopMetrics) DeadLettered(string)                                      {}
+func (NopMetrics) Checkpointed(string, string)                              {}
+func (NopMetrics) Fenced(string)                                            {}
+func (NopMetrics) TrimmedPast(string)                                       {}
+func (NopMetrics) WaitingForParents(string, bool)                           {}
+func (NopMetrics) StreamWatermark(time.Time, time.Duration, string, string) {}
+func (NopMetrics) HorizonPublishFailed(string)                              {}
+func (NopMetrics) ReadAheadPaused(string, time.Duration)                    {}
 
 // Option configures optional collaborators.
 type Option func(*Consumer)

@@ -38,20 +38,6 @@ const (
 	heldLogEvery = time.Minute
 )
 
-// WatermarkMetrics receives the measurements of the ordering guard. It is separate from Metrics
-// so that existing Metrics implementations keep compiling: a Metrics value passed to WithMetrics
-// that also implements WatermarkMetrics receives these calls; otherwise they are dropped. Safe
-// for concurrent use, never blocking.
-type WatermarkMetrics interface {
-	// StreamWatermark is called every HorizonInterval with W (zero: unknown), its age (now - W;
-	// 0 when unknown), and the shard holding it back with its lease owner ("" when none).
-	StreamWatermark(w time.Time, age time.Duration, holder, owner string)
-	// HorizonPublishFailed counts a failed publish of a shard's horizon (fenced or an error).
-	HorizonPublishFailed(shard string)
-	// ReadAheadPaused reports how long a shard's processor paused for read-ahead alignment.
-	ReadAheadPaused(shard string, d time.Duration)
-}
-
 // watermarkState is W and the commit bound as the horizon loop last computed them (unix
 // milliseconds, 0 = unknown), for concurrent readers.
 type watermarkState struct {
@@ -110,19 +96,6 @@ func (c *Consumer) now() time.Time {
 	}
 	return time.Now()
 }
-
-func (c *Consumer) wmMetrics() WatermarkMetrics {
-	if m, ok := c.metrics.(WatermarkMetrics); ok {
-		return m
-	}
-	return nopWatermarkMetrics{}
-}
-
-type nopWatermarkMetrics struct{}
-
-func (nopWatermarkMetrics) StreamWatermark(time.Time, time.Duration, string, string) {}
-func (nopWatermarkMetrics) HorizonPublishFailed(string)                              {}
-func (nopWatermarkMetrics) ReadAheadPaused(string, time.Duration)                    {}
 
 func durOr(d, def time.Duration) time.Duration {
 	if d <= 0 {
@@ -212,7 +185,7 @@ func (l *horizonLoop) tick(ctx context.Context) {
 	case l.unknownSince.IsZero():
 		l.unknownSince = now
 	}
-	c.wmMetrics().StreamWatermark(res.W, age, res.Holder, res.HolderOwner)
+	c.metrics.StreamWatermark(res.W, age, res.Holder, res.HolderOwner)
 	held := age > heldLogAge || (res.W.IsZero() && now.Sub(l.unknownSince) > heldLogAge)
 	if res.Holder != "" && held && now.Sub(l.logged[res.Holder]) >= heldLogEvery {
 		l.logged[res.Holder] = now
@@ -307,7 +280,7 @@ func (p *processor) publish(ctx context.Context, final bool) {
 	defer cancel()
 	err := p.c.leases.PublishHorizon(pctx, p.shard, p.epoch, h)
 	if err != nil {
-		p.c.wmMetrics().HorizonPublishFailed(p.shard)
+		p.c.metrics.HorizonPublishFailed(p.shard)
 		if errors.Is(err, checkpoint.ErrFenced) {
 			p.stale.Store(true)
 			p.c.metrics.Fenced(p.shard)
@@ -364,7 +337,7 @@ func (p *processor) align(arrival time.Time) bool {
 	defer func() {
 		timer.Stop()
 		p.hz.paused.Store(false)
-		p.c.wmMetrics().ReadAheadPaused(p.shard, time.Since(started))
+		p.c.metrics.ReadAheadPaused(p.shard, time.Since(started))
 	}()
 	for {
 		select {

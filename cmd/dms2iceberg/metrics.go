@@ -1,6 +1,7 @@
 package main
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,20 +23,29 @@ const metricsNamespace = "dms2iceberg"
 type promMetrics struct {
 	reg *prometheus.Registry
 
+	mu     sync.Mutex // guards holder
+	holder string     // the shard shardHoldingW has a series for ("" for none)
+
 	// Per shard (consumer and KCL).
-	shardRecords      *prometheus.CounterVec
-	shardBytes        *prometheus.CounterVec
-	shardBehind       *prometheus.GaugeVec
-	shardCheckpoint   *prometheus.GaugeVec
-	shardCheckpoints  *prometheus.CounterVec
-	shardUndecodable  *prometheus.CounterVec
-	shardLease        *prometheus.GaugeVec
-	shardLeaseEvents  *prometheus.CounterVec
-	shardFenced       *prometheus.CounterVec
-	shardTrimmedPast  *prometheus.CounterVec
-	shardWaiting      *prometheus.GaugeVec
-	shardGetRecords   *prometheus.HistogramVec
-	shardProcessBatch *prometheus.HistogramVec
+	shardRecords     *prometheus.CounterVec
+	shardBytes       *prometheus.CounterVec
+	shardBehind      *prometheus.GaugeVec
+	shardCheckpoint  *prometheus.GaugeVec
+	shardCheckpoints *prometheus.CounterVec
+	shardUndecodable *prometheus.CounterVec
+	shardLease       *prometheus.GaugeVec
+	shardLeaseEvents *prometheus.CounterVec
+	shardFenced      *prometheus.CounterVec
+	shardTrimmedPast *prometheus.CounterVec
+	shardWaiting     *prometheus.GaugeVec
+	// The ordering guard's stream watermark W (consumer/horizon.go).
+	streamWatermark     *prometheus.GaugeVec
+	streamWatermarkAge  *prometheus.GaugeVec
+	shardHoldingW       *prometheus.GaugeVec
+	shardPublishFailed  *prometheus.CounterVec
+	shardReadAheadPause *prometheus.CounterVec
+	shardGetRecords     *prometheus.HistogramVec
+	shardProcessBatch   *prometheus.HistogramVec
 
 	// Per table (sink).
 	tableCommits        *prometheus.CounterVec
@@ -126,6 +136,11 @@ func newPromMetrics() *promMetrics {
 	m.shardFenced = counter("shard", "checkpoints_fenced_total", "Checkpoints refused because the shard's lease moved to another worker or a newer epoch.", shard)
 	m.shardTrimmedPast = counter("shard", "checkpoint_past_retention_total", "Times a shard started from a checkpoint older than the stream's retention (records after it may have been trimmed unread).", shard)
 	m.shardWaiting = gauge("shard", "waiting_for_parents", "1 while a child shard is held back until its parent shards are finished.", shard)
+	m.streamWatermark = gauge("stream", "watermark_timestamp_seconds", "Unix time of the stream watermark W: every change that arrived in Kinesis before it has been read by some worker (0 while unknown).", nil)
+	m.streamWatermarkAge = gauge("stream", "watermark_age_seconds", "Now minus W: how stale the tables may be at most (0 while W is unknown; then stream_watermark_timestamp_seconds is 0 too).", nil)
+	m.shardHoldingW = gauge("shard", "holding_watermark", "1 for the shard whose read horizon is W, the one holding the stream back (at most one series).", shard)
+	m.shardPublishFailed = counter("shard", "horizon_publish_failures_total", "Failed publishes of the shard's read horizon on its lease row (fenced or an error).", shard)
+	m.shardReadAheadPause = counter("shard", "read_ahead_paused_seconds_total", "Seconds the shard's processor paused because it was too far ahead of W (read-ahead alignment).", shard)
 	m.shardGetRecords = histogram("shard", "get_records_seconds", "Time from the start of a GetRecords call until its records reach the processor.", callBuckets, shard)
 	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure).", callBuckets, shard)
 
@@ -231,6 +246,34 @@ func (c consumerMetrics) WaitingForParents(shard string, waiting bool) {
 }
 
 // consumer returns the receiver to plug into consumer.WithMetrics.
+func (c consumerMetrics) StreamWatermark(w time.Time, age time.Duration, holder, _ string) {
+	ts := 0.0
+	if !w.IsZero() {
+		ts = float64(w.UnixMilli()) / 1e3
+	}
+	c.m.streamWatermark.WithLabelValues().Set(ts)
+	c.m.streamWatermarkAge.WithLabelValues().Set(age.Seconds())
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	if c.m.holder != holder {
+		if c.m.holder != "" {
+			c.m.shardHoldingW.DeleteLabelValues(c.m.holder)
+		}
+		if holder != "" {
+			c.m.shardHoldingW.WithLabelValues(holder).Set(1)
+		}
+		c.m.holder = holder
+	}
+}
+
+func (c consumerMetrics) HorizonPublishFailed(shard string) {
+	c.m.shardPublishFailed.WithLabelValues(shard).Inc()
+}
+
+func (c consumerMetrics) ReadAheadPaused(shard string, d time.Duration) {
+	c.m.shardReadAheadPause.WithLabelValues(shard).Add(d.Seconds())
+}
+
 func (m *promMetrics) consumer() consumer.Metrics { return consumerMetrics{m} }
 
 // --- KCL MonitoringService (plugged through consumer.WithKCLMonitoring) ---
