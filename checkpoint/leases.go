@@ -15,7 +15,8 @@ import (
 //
 //   - acquisition and renewal (GetLease) never write the checkpoint, so a renewal can never roll
 //     a checkpoint back;
-//   - every acquisition (not renewal) increments the epoch;
+//   - every acquisition (not renewal) increments the epoch; a late renewal (the lease expired
+//     but nobody took it) is a renewal;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
 //     never over ShardEnd;
 //   - the horizon attributes (AttrReadHorizon, AttrPendingFrom, AttrHorizonAt) are written only
@@ -60,14 +61,19 @@ var (
 
 // leaseEpoch decides a GetLease of newOwner over the stored row cur: the KCL's
 // ErrLeaseNotAcquired while another owner's lease runs, else the epoch to write. It is a renewal
-// (same epoch) when newOwner holds the unexpired lease under the epoch it recorded (mine); anything
-// else is an acquisition (epoch + 1).
+// (same epoch) when the row still names newOwner under the epoch this process recorded (mine),
+// even if the lease expired meanwhile: nobody took it in between (that would have changed the
+// owner or the epoch, and the write is conditional on both as read), so the running processor
+// may go on. Bumping the epoch there fenced the shard's own processor after any pause longer
+// than the failover time, and the shard then never checkpointed again. Anything else is an
+// acquisition (epoch + 1): another owner's expired lease, a released one, or this worker's after
+// a restart (mine is 0 in a new process).
 func leaseEpoch(cur LeaseRow, newOwner string, mine int64, now time.Time) (int64, error) {
 	expired := !now.Before(cur.LeaseTimeout)
 	if cur.Owner != "" && cur.Owner != newOwner && !expired {
 		return 0, chk.ErrLeaseNotAcquired{}
 	}
-	if cur.Owner == newOwner && !expired && mine != 0 && mine == cur.Epoch {
+	if cur.Owner == newOwner && mine != 0 && mine == cur.Epoch {
 		return cur.Epoch, nil
 	}
 	return cur.Epoch + 1, nil

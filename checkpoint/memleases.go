@@ -28,7 +28,7 @@ func (t *MemLeaseTable) Worker(worker string, duration time.Duration) *MemLeases
 }
 
 // Expire ends the shard's lease now, as if its owner had stalled past the lease duration: the
-// next GetLease of any worker is an acquisition. Nothing else of the row changes.
+// next GetLease of another worker (or of the owner in a new process) is an acquisition. Nothing else of the row changes.
 func (t *MemLeaseTable) Expire(shard string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()

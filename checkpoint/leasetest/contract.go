@@ -44,6 +44,7 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 		{"UnexpiredLeaseOfAnotherIsNotTaken", unexpiredNotTaken},
 		{"RenewalKeepsEpochAndNeverWritesCheckpoint", renewal},
 		{"TakeoverFencesOldOwner", takeover},
+		{"LateRenewalKeepsEpoch", lateRenewal},
 		{"ReacquisitionFencesOwnOlderEpoch", reacquisition},
 		{"CheckpointNeverMovesBackwards", neverBackwards},
 		{"ShardEndIsFinal", shardEndFinal},
@@ -170,18 +171,37 @@ func takeover(t *testing.T, tbl Table, shard string) {
 	mustCheckpoint(t, b, shard, eb, "200")
 }
 
+// lateRenewal: a renewal that comes after the lease expired, with nobody having taken it
+// meanwhile (a pause longer than the failover time), keeps the epoch, so the shard's running
+// processor still checkpoints and publishes (issue 12 item 6: it was fenced for good).
+func lateRenewal(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	e := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, e, "100")
+	publish(t, a, shard, e, h1)
+	tbl.Expire(t, shard) // A paused past the lease duration; nobody took the lease
+	if got := take(t, a, shard, "A"); got != e {
+		t.Fatalf("late renewal epoch %d, want %d kept", got, e)
+	}
+	mustCheckpoint(t, a, shard, e, "200")
+	wantHorizon(t, row(t, a, shard), h1, "after the late renewal")
+}
+
+// reacquisition: the same worker id taking its expired lease in a new process (a restart) is an
+// acquisition, which fences the old process.
 func reacquisition(t *testing.T, tbl Table, shard string) {
 	a := tbl.Worker(t, "A")
 	old := take(t, a, shard, "A")
 	mustCheckpoint(t, a, shard, old, "100")
 	tbl.Expire(t, shard)
-	e := take(t, a, shard, "A") // expired: an acquisition, not a renewal
+	restarted := tbl.Worker(t, "A")
+	e := take(t, restarted, shard, "A")
 	if e != old+1 {
 		t.Fatalf("re-acquisition epoch %d, want %d", e, old+1)
 	}
 	refused(t, a, shard, old, "300", checkpoint.ErrFenced)
-	mustCheckpoint(t, a, shard, e, "300")
-	if r := row(t, a, shard); r.Checkpoint != "300" || r.Epoch != e {
+	mustCheckpoint(t, restarted, shard, e, "300")
+	if r := row(t, restarted, shard); r.Checkpoint != "300" || r.Epoch != e {
 		t.Fatalf("row: %+v", r)
 	}
 }
@@ -336,10 +356,11 @@ func horizonReacquisition(t *testing.T, tbl Table, shard string) {
 	old := take(t, a, shard, "A")
 	publish(t, a, shard, old, h1)
 	tbl.Expire(t, shard)
-	e := take(t, a, shard, "A")
+	restarted := tbl.Worker(t, "A")
+	e := take(t, restarted, shard, "A")
 	wantHorizon(t, row(t, a, shard), checkpoint.Horizon{}, "after the re-acquisition")
 	publishRefused(t, a, shard, old, checkpoint.ErrFenced)
-	publish(t, a, shard, e, h1)
+	publish(t, restarted, shard, e, h1)
 	wantHorizon(t, row(t, a, shard), h1, "after the publish under the new epoch")
 }
 
