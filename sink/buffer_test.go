@@ -13,6 +13,9 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
+// all is the limit without a bound in buffer order (ordering shard, or no commit bound).
+var all = limit{bound: unbounded}
+
 // bufLayout is a layout of (id INT, name STRING, qty INT) without a catalog: keyed on id or
 // keyless, with the given watermarks.
 func bufLayout(keyed bool, wm map[string]string) *layout {
@@ -111,7 +114,7 @@ func TestBufferPlan(t *testing.T) {
 			for _, r := range c.rows {
 				b.add(r, 10)
 			}
-			got := b.plan(bufLayout(c.keyed, c.wm))
+			got := b.plan(bufLayout(c.keyed, c.wm), all)
 			if !slices.Equal(got.upserts, c.upserts) {
 				t.Errorf("upserts %v, want %v", got.upserts, c.upserts)
 			}
@@ -159,7 +162,7 @@ func TestBufferPlanLookupKey(t *testing.T) {
 	b := newBuffer()
 	b.add(brow("k5", "a/1", 6, "x", 1), 10)
 	b.rows[0].absent = []int32{2}
-	got := b.plan(bufLayout(true, nil))
+	got := b.plan(bufLayout(true, nil), all)
 	if len(got.lookups) != 1 || got.lookups[0].key[0].I != 5 {
 		t.Fatalf("lookups %+v, want one of key 5", got.lookups)
 	}
@@ -187,28 +190,31 @@ func TestBufferAcksAndRelease(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	clock := t0
 	b.now = func() time.Time { clock = clock.Add(time.Second); return clock.Add(-time.Second) }
-	for _, a := range []change.Acker{x, x, y, x, nil, y, y} {
-		b.attach(a)
+	for i, a := range []change.Acker{x, x, y, x, nil, y, y} {
+		r := brow("u", fmt.Sprintf("a/%d", i+1), i, "x", 0)
+		r.ack = a
+		b.add(r, 100)
 	}
 	if !b.pending() || !b.first.Equal(t0) {
 		t.Fatalf("pending %v, first %v; want pending since %v", b.pending(), b.first, t0)
 	}
-	b.add(brow("u", "a/5", 1, "x", 0), 100)
+	b.add(brow("u", "a/9", 1, "x", 0), 100)
 	b.add(brow("r", "b/9", 2, "y", 0), 100)
-	if !b.holds("a", "5") || !b.holds("a", "4") || b.holds("a", "6") || b.holds("b", "1") {
+	if !b.holds("a", "9") || !b.holds("a", "4") || b.holds("a", "10") || b.holds("b", "1") {
 		t.Fatalf("holds: high %v (a replayed row must not count)", b.high)
 	}
-	if b.bytes != 2*(100+64) || len(got) != 0 {
+	if b.bytes != 9*(100+64) || len(got) != 0 {
 		t.Fatalf("bytes %d, acknowledged %v before release", b.bytes, got)
 	}
-	b.release()
+	bt := b.plan(bufLayout(true, nil), all)
+	b.release(&bt)
 	if got["x"] != 3 || got["y"] != 3 {
 		t.Fatalf("acknowledged %v, want x=3 y=3", got)
 	}
 	if b.pending() || len(b.rows) != 0 || b.bytes != 0 || !b.first.IsZero() || len(b.high) != 0 {
 		t.Fatalf("buffer not empty after release: %+v", b)
 	}
-	b.release()
+	b.release(&batch{}) // a later commit that took nothing
 	if got["x"] != 3 || got["y"] != 3 {
 		t.Fatalf("a second release acknowledged again: %v", got)
 	}

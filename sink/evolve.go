@@ -90,6 +90,21 @@ func (w *writer) open(ctx context.Context, ev *change.Event) error {
 	return w.opened(ctx)
 }
 
+// load opens the table when it exists, never creating it; found reports whether it does.
+func (w *writer) load(ctx context.Context) (found bool, err error) {
+	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
+	switch {
+	case errors.Is(err, catalog.ErrNoSuchTable):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("open table %s: %w", w.name, err)
+	}
+	if err := w.use(tbl); err != nil {
+		return false, err
+	}
+	return true, w.opened(ctx)
+}
+
 // schemaError is a table that cannot be created as defined and configured.
 type schemaError struct{ err error }
 
@@ -151,10 +166,10 @@ func (w *writer) opened(ctx context.Context) error {
 }
 
 // addColumns evolves the schema for columns that appear in data but not in the table: they are
-// added as optional columns with a type inferred from the value. The buffer is committed first,
-// because its rows were built for the old schema.
+// added as optional columns with a type inferred from the value. The rows that may commit are
+// committed first, because they were built for the old schema (the others are re-laid).
 func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change.Column) error {
-	if err := w.flush(ctx); err != nil {
+	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
 	added := 0
@@ -207,25 +222,16 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 //     writer dead-letters the table's records until a create-table.
 //   - anything else: logged and acknowledged.
 //
-// Before a schema change the buffer is committed (its rows were built for the old schema), and
+// Before a schema change the rows that may commit before the record are committed (they were
+// built for the old schema; with the ordering guard, the rows that arrived before it), and
 // the change commits with the control record's shard watermark, so a replayed control record
 // is skipped like a replayed data record.
 func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 	op := ev.Control.Op
 	if !w.st.loaded() && w.st.status != tableprop.StatusPaused {
 		// Load an existing table (never create it here) so that its watermarks apply.
-		tbl, err := w.env.cat.LoadTable(ctx, w.ident)
-		switch {
-		case errors.Is(err, catalog.ErrNoSuchTable):
-		case err != nil:
-			return fmt.Errorf("open table %s: %w", w.name, err)
-		default:
-			if err := w.use(tbl); err != nil {
-				return err
-			}
-			if err := w.opened(ctx); err != nil {
-				return err
-			}
+		if _, err := w.load(ctx); err != nil {
+			return err
 		}
 	}
 	if !ev.Replay && w.st.covers(ev.Pos.Shard, ev.Pos.Seq) {
@@ -279,7 +285,7 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 	plan := planFor()
 	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 }
 	if !nothing(plan) {
-		if err := w.flush(ctx); err != nil {
+		if err := w.commitRows(ctx); err != nil {
 			return err
 		}
 		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
@@ -437,7 +443,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 			return err
 		}
 	}
-	if err := w.flush(ctx); err != nil {
+	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
@@ -493,7 +499,7 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 			return nil
 		}
 	}
-	if err := w.flush(ctx); err != nil {
+	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
