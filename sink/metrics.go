@@ -15,7 +15,8 @@ type CommitInfo struct {
 	Attempts int
 	// Took is the time from the start of the flush to the commit.
 	Took time.Duration
-	// Oldest is when the oldest change of the batch arrived at the writer (freshness).
+	// Oldest is when the oldest change of the batch arrived at the writer (freshness); a commit
+	// that leaves changes buffered (ordering guard) restarts it for them.
 	Oldest time.Time
 	// Watermarks are the table's per-shard watermarks after the commit.
 	Watermarks map[string]string

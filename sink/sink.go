@@ -264,7 +264,9 @@ func (s *Iceberg) TableStatuses() []TableStatus {
 	return out
 }
 
-// Flush commits everything every writer has received so far and waits for those commits.
+// Flush commits everything every writer has received so far and waits for those commits; with
+// the ordering guard, only what arrived at or before the commit bound (the rest stays buffered
+// and unacknowledged).
 func (s *Iceberg) Flush(ctx context.Context) error {
 	select {
 	case <-s.started:
@@ -304,8 +306,9 @@ func (s *Iceberg) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close stops intake, lets every writer commit what it holds, and waits for Run's writers to
-// finish or ctx to end.
+// Close stops intake, lets every writer commit what it holds (with the ordering guard: what
+// arrived at or before the commit bound; the rest is never acknowledged and is read again after
+// a restart), and waits for Run's writers to finish or ctx to end.
 func (s *Iceberg) Close(ctx context.Context) error {
 	select {
 	case <-s.started:

@@ -204,13 +204,19 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 		w.buf.hold(ev, at)
 		return nil
 	}
-	if !w.st.loaded() && w.st.status == tableprop.StatusActive {
-		found, err := w.load(ctx)
-		if err != nil {
-			return err
+	if !w.st.loaded() {
+		found := false
+		if w.st.status == tableprop.StatusActive {
+			var err error
+			if found, err = w.load(ctx); err != nil {
+				return err
+			}
 		}
 		if !found {
-			w.buf.hold(ev, at) // created (from a table-def if one comes first) when its turn comes
+			// Created (from a table-def if one comes first) when its turn comes; a paused or
+			// dropped table's record is dead-lettered then unless a control record before it
+			// changed that.
+			w.buf.hold(ev, at)
 			return nil
 		}
 	}
