@@ -105,9 +105,9 @@ func (b *buffer) release(bt *batch) {
 	var ak change.Acker
 	n := 0
 	done := func(a change.Acker) {
-		switch {
-		case a == nil:
-		case a == ak:
+		switch a {
+		case nil:
+		case ak:
 			n++
 		default:
 			if n > 0 {
