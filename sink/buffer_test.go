@@ -252,6 +252,7 @@ func TestBufferPlanBound(t *testing.T) {
 	ctl := &held{ev: &change.Event{Op: change.OpControl, Pos: change.Position{Shard: "c", Seq: "2"}}, at: 150, ctl: true}
 	load := func(r row) row { r.src.load = true; return r }
 	commitTS := func(r row, ts string) row { r.src.commitTS = ts; return r }
+	txRec := func(r row, tx, rec string) row { r.src.txID, r.src.txRecord = tx, rec; return r }
 	cases := []struct {
 		name    string
 		lim     limit
@@ -272,6 +273,13 @@ func TestBufferPlanBound(t *testing.T) {
 		{name: "same arrival: the source position decides", lim: limit{bound: unbounded, ordered: true},
 			rows: []row{at(commitTS(brow("u", "b/1", 1, "later", 1), "2025-01-01T00:00:02.000000Z"), 100),
 				at(commitTS(brow("u", "a/1", 1, "earlier", 0), "2025-01-01T00:00:01.000000Z"), 100)},
+			take: []int{1, 0}, upserts: []int{0}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "within a shard the sequence decides, not the source position", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(commitTS(brow("u", "a/1", 1, "first", 1), "2025-01-01T00:00:02.000000Z"), 100),
+				at(commitTS(brow("u", "a/2", 1, "second", 0), "2025-01-01T00:00:01.000000Z"), 100)},
+			take: []int{0, 1}, upserts: []int{1}, maxSeq: []string{"a=2"}},
+		{name: "same transaction: the record id decides", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(txRec(brow("u", "b/1", 1, "second", 1), "9", "10"), 100), at(txRec(brow("u", "a/1", 1, "first", 0), "9", "9"), 100)},
 			take: []int{1, 0}, upserts: []int{0}, maxSeq: []string{"a=1", "b=1"}},
 		{name: "a prefix per shard within the bound", lim: limit{bound: 200, ordered: true},
 			rows: []row{at(brow("u", "a/1", 1, "x", 0), 100), at(brow("u", "a/2", 2, "y", 0), 300),

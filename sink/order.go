@@ -40,15 +40,22 @@ func sourcePos(ev *change.Event) srcPos {
 }
 
 // compare orders two source positions by the fields both have: commit-timestamp (fixed-width
-// UTC text), transaction-id, transaction-record-id, stream-position (numbers within compared
-// as numbers). 0 when they cannot be told apart.
+// UTC text); within one transaction its transaction-record-id; then stream-position (the
+// source log position, which follows commit order) and last transaction-id (numbers within
+// compared as numbers). Transaction ids follow transaction start, not commit, so they only
+// break what nothing else does. 0 when they cannot be told apart.
 func (p *srcPos) compare(q *srcPos) int {
 	if p.commitTS != "" && q.commitTS != "" {
 		if c := strings.Compare(p.commitTS, q.commitTS); c != 0 {
 			return c
 		}
 	}
-	for _, f := range [...][2]string{{p.txID, q.txID}, {p.txRecord, q.txRecord}, {p.position, q.position}} {
+	if p.txID != "" && p.txID == q.txID && p.txRecord != "" && q.txRecord != "" {
+		if c := natCompare(p.txRecord, q.txRecord); c != 0 {
+			return c
+		}
+	}
+	for _, f := range [...][2]string{{p.position, q.position}, {p.txID, q.txID}} {
 		if f[0] != "" && f[1] != "" {
 			if c := natCompare(f[0], f[1]); c != 0 {
 				return c
@@ -90,7 +97,8 @@ func digits(s string) int {
 }
 
 // cmpRows orders two rows for "last change per key": a load before any CDC change, then
-// arrival, then source position; 0 keeps buffer order (the sort is stable).
+// arrival, then within a shard its sequence (Kinesis keeps a shard's order, and arrivals follow
+// it), across shards the source position; 0 keeps buffer order (the sort is stable).
 func cmpRows(a, b *row) int {
 	if a.src.load != b.src.load {
 		if a.src.load {
@@ -100,6 +108,12 @@ func cmpRows(a, b *row) int {
 	}
 	if c := cmp.Compare(a.at, b.at); c != 0 {
 		return c
+	}
+	if a.shard == b.shard {
+		if a.replay || b.replay {
+			return 0
+		}
+		return change.CompareSeq(a.seq, b.seq)
 	}
 	return a.src.compare(&b.src)
 }
