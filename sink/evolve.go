@@ -55,6 +55,17 @@ func (w *writer) controlWatermark(props iceberg.Properties, ev *change.Event) {
 	}
 }
 
+// throughProp adds to the properties of a control record's commit what the table is complete
+// through: within a flush, the rows that arrived before the record were committed just before.
+func (w *writer) throughProp(props iceberg.Properties) {
+	if w.lim == nil {
+		return
+	}
+	if v, ok := completeThroughProp(w.st.tbl.Properties(), w.lim.completeThrough()); ok {
+		props[tableprop.CompleteThrough] = v
+	}
+}
+
 // reloadedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
 // holds says the reloaded table already has the change (nil: never).
 func (w *writer) reloadedUse(holds func() bool) func(*table.Table) (bool, error) {
@@ -348,6 +359,7 @@ func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.Sche
 		props[tableprop.DroppedAt] = ""
 	}
 	controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
+	w.throughProp(props)
 	if len(plan.Incompatible) > 0 {
 		c := plan.Incompatible[0]
 		props[tableprop.IncompatibleChange] = fmt.Sprintf("%s: %s→%s not applied (%s, %s)", c.Name, c.From, c.To, ev.Control.Op, ev.Meta.Timestamp)
@@ -451,6 +463,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		props := iceberg.Properties{tableprop.Status: tableprop.StatusDropped, tableprop.DroppedAt: at}
 		controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
 		w.controlWatermark(props, ev)
+		w.throughProp(props)
 		if err := txn.SetProperties(props); err != nil {
 			return nil, err
 		}

@@ -335,12 +335,12 @@ func completeThrough(props iceberg.Properties) time.Time {
 }
 
 // freshen advances the complete-through of a quiet table: nothing buffered or queued, and the
-// property lags the bound by more than sink.freshness_interval. A properties-only commit, at
-// most one per interval.
+// property lags the bound by more than sink.freshness_interval. A properties-only commit, made
+// on the freshness ticker (one per interval; the half-interval check only absorbs tick jitter).
 func (w *writer) freshen(ctx context.Context) error {
 	lim := w.limitNow() // read before looking at the queue: what arrived before it is queued
 	if lim.through.IsZero() || !w.st.loaded() || w.st.status != tableprop.StatusActive ||
-		w.buf.pending() || len(w.in) > 0 || time.Since(w.fresh) < w.set.freshness {
+		w.buf.pending() || len(w.in) > 0 || time.Since(w.fresh) < w.set.freshness/2 {
 		return nil
 	}
 	if lim.through.Sub(completeThrough(w.st.tbl.Properties())) <= w.set.freshness {

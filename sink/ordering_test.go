@@ -171,6 +171,10 @@ func TestOrderingCreateTableFirst(t *testing.T) {
 			if _, has := tbl.Schema().FindFieldByName("note"); !has || h.ack.n.Load() != 4 {
 				t.Fatalf("add-column not applied once the bound passed it (acks %d)", h.ack.n.Load())
 			}
+			// The schema change is complete through just before the control record.
+			if got, want := tbl.Properties()[tableprop.CompleteThrough], map[string]string{OrderingArrival: "1970-01-01T00:00:04.999Z"}[mode]; got != want {
+				t.Fatalf("%s: complete-through %q after the add-column, want %q", mode, got, want)
+			}
 		})
 	}
 }
