@@ -243,3 +243,31 @@ func TestOrderingBound(t *testing.T) {
 		t.Fatalf("acks %d after the stop, want 5 (a/4 is past the bound)", h.ack.n.Load())
 	}
 }
+
+// A flush with nothing within the bound keeps the buffer and the flush interval keeps ticking:
+// once the bound moves, the next tick commits without an explicit flush.
+func TestOrderingFlushIntervalTicks(t *testing.T) {
+	t.Parallel()
+	fb := &fakeBound{}
+	fb.ms.Store(1000)
+	h := guardHarness(t, OrderingArrival, fb, withConfig(func(c *Config) {
+		c.Ordering = OrderingArrival
+		c.FlushInterval = 20 * time.Millisecond
+	}))
+	h.arriveCtl("c", 1, 500, "items", "create-table", "id*:INT4 name:WSTRING")
+	h.arrive("a", 1, 2000, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "'x'")}, nil)
+	time.Sleep(150 * time.Millisecond) // several ticks below the bound
+	if rows, _ := scanRows(t, h.cat, "items"); len(rows) != 0 || h.ack.n.Load() != 1 {
+		t.Fatalf("rows %v acks %d before the bound passed the record", rows, h.ack.n.Load())
+	}
+	fb.ms.Store(3000)
+	deadline := time.Now().Add(5 * time.Second)
+	for h.ack.n.Load() != 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("the flush interval stopped ticking: nothing committed after the bound moved")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1,name=x")
+}
