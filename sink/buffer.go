@@ -8,11 +8,10 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
-// The buffer of a table writer: the rows converted since its last commit, the acknowledgements
-// waiting for the next commit, and the plan that turns the rows into one batch. It is pure (no
-// catalog, no I/O): the writer gives it the table's layout and watermarks. An ordering guard
-// across shards belongs here: every row keeps its shard and sequence number (and is the place an
-// arrival time would go).
+// The buffer of a table writer: the rows converted since its last commit, the events held for
+// their turn (ordering guard), the acknowledgements waiting for commits, and the plan that turns
+// the rows a commit may take into one batch. It is pure (no catalog, no I/O): the writer gives
+// it the table's layout, watermarks and the limit of the commit (order.go).
 
 // row is one buffered change, converted to the table's column types.
 type row struct {
@@ -27,78 +26,166 @@ type row struct {
 	// replay marks a row re-applied from the dead-letter table: never trimmed by, and never
 	// advancing, the watermarks.
 	replay bool
+	// at is the row's arrival (unix ms) made monotonic within its shard (order.go); src its DMS
+	// source position; ack is told when the row is committed; size counts it in buffer.bytes.
+	at   int64
+	src  srcPos
+	ack  change.Acker
+	size int32
 }
 
-// buffer holds what a table writer has taken in since its last commit.
+// buffer holds what a table writer has taken in and not yet committed.
 type buffer struct {
 	rows  []row
 	bytes int64
-	first time.Time         // when the oldest buffered event arrived
-	high  map[string]string // shard -> highest sequence number buffered
-	// acks counts, per acker, the events finished by the next commit; the latest acker is
-	// counted in lastAk/lastN first (consecutive events usually share one), saving a map update
-	// per event.
-	acks   map[change.Acker]int
-	lastAk change.Acker
-	lastN  int
+	first time.Time         // when the oldest buffered event arrived (restarted by a partial commit)
+	high  map[string]string // shard -> highest sequence number buffered (rows and held events)
+	// held are the events waiting for their turn in arrival order, sorted (order.go): control
+	// records, and data records of a table that does not exist yet or behind a held control.
+	held []held
+	// dups are acknowledgements of re-deliveries of buffered records: each is told when nothing
+	// at or before its sequence number is buffered on its shard any more.
+	dups []dup
+	// lastAt is, per shard, the latest arrival taken in (makes arrivals monotonic per shard).
+	lastAt map[string]int64
 	keyBuf []byte // plan's scratch for encoded keys
 	// now is the clock that dates the oldest event (time.Now; tests set another).
 	now func() time.Time
 }
 
-func newBuffer() buffer {
-	return buffer{high: make(map[string]string), acks: make(map[change.Acker]int), now: time.Now}
+// dup is the acknowledgement of a re-delivered record of shard at seq.
+type dup struct {
+	shard, seq string
+	ack        change.Acker
 }
 
-// pending reports whether the next commit has anything to do: rows, or events waiting for it.
-func (b *buffer) pending() bool { return len(b.rows) > 0 || len(b.acks) > 0 || b.lastN > 0 }
+func newBuffer() buffer {
+	return buffer{high: make(map[string]string), lastAt: make(map[string]int64), now: time.Now}
+}
+
+// pending reports whether the buffer holds anything waiting for a commit: rows, held events, or
+// acknowledgements of re-deliveries.
+func (b *buffer) pending() bool { return len(b.rows) > 0 || len(b.held) > 0 || len(b.dups) > 0 }
 
 // holds reports whether a change of shard at seq is buffered already (a replay of something not
 // yet committed).
 func (b *buffer) holds(shard, seq string) bool { return checkpoint.Covered(b.high[shard], seq) }
 
-// add appends r, which came from a record of size bytes.
+// add appends r, which came from a record of size bytes, with its acknowledgement.
 func (b *buffer) add(r row, size int) {
-	if !r.replay {
+	if !r.replay && change.CompareSeq(r.seq, b.high[r.shard]) > 0 {
 		b.high[r.shard] = r.seq
 	}
+	r.size = int32(size) + 64
 	b.rows = append(b.rows, r)
-	b.bytes += int64(size) + 64
+	b.bytes += int64(r.size)
+	b.started()
 }
 
-// attach makes an acknowledgement wait for the next commit.
-func (b *buffer) attach(a change.Acker) {
-	if a == nil {
-		return
-	}
+func (b *buffer) started() {
 	if b.first.IsZero() {
 		b.first = b.now()
 	}
-	if a == b.lastAk {
-		b.lastN++
-		return
-	}
-	if b.lastN > 0 {
-		b.acks[b.lastAk] += b.lastN
-	}
-	b.lastAk, b.lastN = a, 1
 }
 
-// release acknowledges everything attached (the batch is committed) and empties the buffer.
-func (b *buffer) release() {
-	if b.lastN > 0 {
-		b.acks[b.lastAk] += b.lastN
+// attach makes the acknowledgement of a re-delivered record of shard at seq wait until nothing
+// at or before seq is buffered on that shard.
+func (b *buffer) attach(shard, seq string, a change.Acker) {
+	if a == nil {
+		return
 	}
-	for a, n := range b.acks {
-		a.Done(n)
+	b.started()
+	b.dups = append(b.dups, dup{shard: shard, seq: seq, ack: a})
+}
+
+// release acknowledges and removes the rows the committed batch took (bt.take; every row when
+// bt is nil), then the re-deliveries nothing buffered precedes any more.
+func (b *buffer) release(bt *batch) {
+	// Consecutive rows usually share one acker: count runs, one Done per run.
+	var ak change.Acker
+	n := 0
+	done := func(a change.Acker) {
+		switch a {
+		case nil:
+		case ak:
+			n++
+		default:
+			if n > 0 {
+				ak.Done(n)
+			}
+			ak, n = a, 1
+		}
 	}
-	clear(b.acks)
-	b.lastAk, b.lastN = nil, 0
-	clear(b.rows)
-	b.rows = b.rows[:0]
-	b.bytes = 0
-	b.first = time.Time{}
+	if bt == nil {
+		for i := range b.rows {
+			done(b.rows[i].ack)
+		}
+		clear(b.rows)
+		b.rows = b.rows[:0]
+	} else if len(bt.take) > 0 {
+		// A per-flush allocation, not per record.
+		taken := make([]bool, len(b.rows))
+		for _, i := range bt.take {
+			taken[i] = true
+		}
+		kept := b.rows[:0]
+		for i := range b.rows {
+			if taken[i] {
+				done(b.rows[i].ack)
+				b.bytes -= int64(b.rows[i].size)
+				continue
+			}
+			kept = append(kept, b.rows[i])
+		}
+		clear(b.rows[len(kept):])
+		b.rows = kept
+	}
+	if n > 0 {
+		ak.Done(n)
+	}
+	b.rebuild()
+}
+
+// rebuild recomputes what the buffer holds per shard after a release, acknowledges the
+// re-deliveries nothing buffered precedes any more, and restarts the flush clock of what stays.
+func (b *buffer) rebuild() {
 	clear(b.high)
+	low := map[string]string{} // shard -> lowest sequence number still buffered
+	note := func(shard, seq string) {
+		if change.CompareSeq(seq, b.high[shard]) > 0 {
+			b.high[shard] = seq
+		}
+		if l, ok := low[shard]; !ok || change.CompareSeq(seq, l) < 0 {
+			low[shard] = seq
+		}
+	}
+	b.bytes = 0
+	for i := range b.rows {
+		b.bytes += int64(b.rows[i].size)
+		if !b.rows[i].replay {
+			note(b.rows[i].shard, b.rows[i].seq)
+		}
+	}
+	for i := range b.held {
+		b.bytes += int64(len(b.held[i].ev.Raw)) + 64
+		if !b.held[i].ev.Replay {
+			note(b.held[i].ev.Pos.Shard, b.held[i].ev.Pos.Seq)
+		}
+	}
+	kept := b.dups[:0]
+	for _, d := range b.dups {
+		if l, ok := low[d.shard]; ok && change.CompareSeq(l, d.seq) <= 0 {
+			kept = append(kept, d)
+			continue
+		}
+		d.ack.Done(1)
+	}
+	clear(b.dups[len(kept):])
+	b.dups = kept
+	b.first = time.Time{}
+	if b.pending() {
+		b.first = b.now()
+	}
 }
 
 // ack acknowledges an event that waits for no commit: the table holds it already, it was
@@ -111,6 +198,9 @@ func ack(ev *change.Event) {
 
 // batch is the deduplicated content of one commit.
 type batch struct {
+	// take are the indexes into the buffer's rows of every row the commit takes (trimmed ones
+	// too): a per-shard prefix of the rows within the commit's limit.
+	take    []int
 	upserts []int         // indexes into the buffer's rows of the surviving row images
 	deletes [][]dms.Datum // keys to delete (every touched key, for upsert semantics)
 	maxSeq  map[string]string
@@ -135,12 +225,15 @@ type lookup struct {
 	key []dms.Datum // the key whose stored row completes it (the old key of a key change)
 }
 
-// plan drops the rows the table already holds (l.watermark) and collapses the rest to the last
-// change per key (l.keyIdx; keyless tables keep every row).
-func (b *buffer) plan(l *layout) batch {
+// plan takes the rows within lim (a per-shard prefix, see limit.selects), drops those the table
+// already holds (l.watermark) and collapses the rest to the last change per key (l.keyIdx;
+// keyless tables keep every row), deciding "last" in lim's order.
+func (b *buffer) plan(l *layout, lim limit) batch {
 	out := batch{maxSeq: make(map[string]string)}
+	sel := b.selectRows(lim)
+	out.take = sel
 	if !l.keyed() {
-		for i := range b.rows {
+		for _, i := range sel {
 			r := &b.rows[i]
 			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 				out.trimmed++
@@ -158,7 +251,7 @@ func (b *buffer) plan(l *layout) batch {
 		// (absent_columns keep); nil when nothing can: the key was deleted in this batch.
 		src []dms.Datum
 	}
-	last := make(map[string]int, len(b.rows)) // key -> index into states
+	last := make(map[string]int, len(sel)) // key -> index into states
 	var states []state
 	nk := len(l.keyIdx)
 	keys := make([]dms.Datum, len(b.rows)*nk) // every row's key, one allocation per plan
@@ -171,7 +264,7 @@ func (b *buffer) plan(l *layout) batch {
 		last[string(b.keyBuf)] = len(states)
 		states = append(states, state{row: rowIdx, key: key, src: src})
 	}
-	for i := range b.rows {
+	for _, i := range sel {
 		r := &b.rows[i]
 		if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 			out.trimmed++

@@ -13,6 +13,9 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
+// all is the limit without a bound in buffer order (ordering shard, or no commit bound).
+var all = limit{bound: unbounded}
+
 // bufLayout is a layout of (id INT, name STRING, qty INT) without a catalog: keyed on id or
 // keyless, with the given watermarks.
 func bufLayout(keyed bool, wm map[string]string) *layout {
@@ -111,7 +114,7 @@ func TestBufferPlan(t *testing.T) {
 			for _, r := range c.rows {
 				b.add(r, 10)
 			}
-			got := b.plan(bufLayout(c.keyed, c.wm))
+			got := b.plan(bufLayout(c.keyed, c.wm), all)
 			if !slices.Equal(got.upserts, c.upserts) {
 				t.Errorf("upserts %v, want %v", got.upserts, c.upserts)
 			}
@@ -159,7 +162,7 @@ func TestBufferPlanLookupKey(t *testing.T) {
 	b := newBuffer()
 	b.add(brow("k5", "a/1", 6, "x", 1), 10)
 	b.rows[0].absent = []int32{2}
-	got := b.plan(bufLayout(true, nil))
+	got := b.plan(bufLayout(true, nil), all)
 	if len(got.lookups) != 1 || got.lookups[0].key[0].I != 5 {
 		t.Fatalf("lookups %+v, want one of key 5", got.lookups)
 	}
@@ -187,28 +190,31 @@ func TestBufferAcksAndRelease(t *testing.T) {
 	t0 := time.Unix(100, 0)
 	clock := t0
 	b.now = func() time.Time { clock = clock.Add(time.Second); return clock.Add(-time.Second) }
-	for _, a := range []change.Acker{x, x, y, x, nil, y, y} {
-		b.attach(a)
+	for i, a := range []change.Acker{x, x, y, x, nil, y, y} {
+		r := brow("u", fmt.Sprintf("a/%d", i+1), i, "x", 0)
+		r.ack = a
+		b.add(r, 100)
 	}
 	if !b.pending() || !b.first.Equal(t0) {
 		t.Fatalf("pending %v, first %v; want pending since %v", b.pending(), b.first, t0)
 	}
-	b.add(brow("u", "a/5", 1, "x", 0), 100)
+	b.add(brow("u", "a/9", 1, "x", 0), 100)
 	b.add(brow("r", "b/9", 2, "y", 0), 100)
-	if !b.holds("a", "5") || !b.holds("a", "4") || b.holds("a", "6") || b.holds("b", "1") {
+	if !b.holds("a", "9") || !b.holds("a", "4") || b.holds("a", "10") || b.holds("b", "1") {
 		t.Fatalf("holds: high %v (a replayed row must not count)", b.high)
 	}
-	if b.bytes != 2*(100+64) || len(got) != 0 {
+	if b.bytes != 9*(100+64) || len(got) != 0 {
 		t.Fatalf("bytes %d, acknowledged %v before release", b.bytes, got)
 	}
-	b.release()
+	bt := b.plan(bufLayout(true, nil), all)
+	b.release(&bt)
 	if got["x"] != 3 || got["y"] != 3 {
 		t.Fatalf("acknowledged %v, want x=3 y=3", got)
 	}
 	if b.pending() || len(b.rows) != 0 || b.bytes != 0 || !b.first.IsZero() || len(b.high) != 0 {
 		t.Fatalf("buffer not empty after release: %+v", b)
 	}
-	b.release()
+	b.release(&batch{}) // a later commit that took nothing
 	if got["x"] != 3 || got["y"] != 3 {
 		t.Fatalf("a second release acknowledged again: %v", got)
 	}
@@ -231,6 +237,176 @@ func TestBatchLandedIn(t *testing.T) {
 		b := batch{maxSeq: c.maxSeq}
 		if got := b.landedIn(c.wm); got != c.want {
 			t.Errorf("maxSeq %v, watermarks %v: landed %v, want %v", c.maxSeq, c.wm, got, c.want)
+		}
+	}
+}
+
+// at sets a row's arrival (unix ms) and returns it.
+func at(r row, ms int64) row { r.at = ms; return r }
+
+// The guard's plan takes, per shard, the prefix of rows arrived at or before the bound that
+// precede the cut, and decides the last change per key in (load, arrival, source position)
+// order; ordering shard keeps buffer order.
+func TestBufferPlanBound(t *testing.T) {
+	t.Parallel()
+	ctl := &held{ev: &change.Event{Op: change.OpControl, Pos: change.Position{Shard: "c", Seq: "2"}}, at: 150, ctl: true}
+	load := func(r row) row { r.src.load = true; return r }
+	commitTS := func(r row, ts string) row { r.src.commitTS = ts; return r }
+	txRec := func(r row, tx, rec string) row { r.src.txID, r.src.txRecord = tx, rec; return r }
+	cases := []struct {
+		name    string
+		lim     limit
+		rows    []row
+		take    []int // in plan order
+		upserts []int
+		maxSeq  []string
+	}{
+		{name: "cross-shard order by arrival", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(brow("u", "b/1", 1, "new", 2), 200), at(brow("u", "a/1", 1, "old", 1), 100)},
+			take: []int{1, 0}, upserts: []int{0}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "ordering shard keeps buffer order", lim: all,
+			rows: []row{at(brow("u", "b/1", 1, "new", 2), 200), at(brow("u", "a/1", 1, "old", 1), 100)},
+			take: []int{0, 1}, upserts: []int{1}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "a load is older than any CDC change of its key", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(brow("u", "a/1", 1, "cdc", 1), 100), at(load(brow("u", "b/1", 1, "load", 0)), 300)},
+			take: []int{1, 0}, upserts: []int{0}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "same arrival: the source position decides", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(commitTS(brow("u", "b/1", 1, "later", 1), "2025-01-01T00:00:02.000000Z"), 100),
+				at(commitTS(brow("u", "a/1", 1, "earlier", 0), "2025-01-01T00:00:01.000000Z"), 100)},
+			take: []int{1, 0}, upserts: []int{0}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "within a shard the sequence decides, not the source position", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(commitTS(brow("u", "a/1", 1, "first", 1), "2025-01-01T00:00:02.000000Z"), 100),
+				at(commitTS(brow("u", "a/2", 1, "second", 0), "2025-01-01T00:00:01.000000Z"), 100)},
+			take: []int{0, 1}, upserts: []int{1}, maxSeq: []string{"a=2"}},
+		{name: "same transaction: the record id decides", lim: limit{bound: unbounded, ordered: true},
+			rows: []row{at(txRec(brow("u", "b/1", 1, "second", 1), "9", "10"), 100), at(txRec(brow("u", "a/1", 1, "first", 0), "9", "9"), 100)},
+			take: []int{1, 0}, upserts: []int{0}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "a prefix per shard within the bound", lim: limit{bound: 200, ordered: true},
+			rows: []row{at(brow("u", "a/1", 1, "x", 0), 100), at(brow("u", "a/2", 2, "y", 0), 300),
+				at(brow("u", "a/3", 3, "z", 0), 150), at(brow("u", "b/1", 4, "w", 0), 50)},
+			take: []int{3, 0}, upserts: []int{3, 0}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "cut at a held control record", lim: limit{bound: 1000, ordered: true, cut: ctl},
+			rows: []row{at(brow("u", "a/1", 1, "x", 0), 100), at(brow("u", "b/1", 2, "y", 0), 150),
+				at(brow("u", "c/1", 3, "z", 0), 150), at(brow("u", "a/2", 4, "w", 0), 160)},
+			take: []int{0, 2}, upserts: []int{0, 2}, maxSeq: []string{"a=1", "c=1"}},
+		{name: "zero bound: nothing commits", lim: limit{bound: -1, ordered: true},
+			rows: []row{at(brow("u", "a/1", 1, "x", 0), 0)}},
+		{name: "a zero arrival is within any bound", lim: limit{bound: 5, ordered: true},
+			rows: []row{at(brow("u", "a/1", 1, "x", 0), 0), at(brow("u", "a/2", 2, "y", 0), 6)},
+			take: []int{0}, upserts: []int{0}, maxSeq: []string{"a=1"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := newBuffer()
+			for _, r := range c.rows {
+				b.add(r, 10)
+			}
+			got := b.plan(bufLayout(true, nil), c.lim)
+			if !slices.Equal(got.take, c.take) || !slices.Equal(got.upserts, c.upserts) {
+				t.Errorf("take %v upserts %v, want %v and %v", got.take, got.upserts, c.take, c.upserts)
+			}
+			var seqs []string
+			for _, s := range slices.Sorted(maps.Keys(got.maxSeq)) {
+				seqs = append(seqs, s+"="+got.maxSeq[s])
+			}
+			if !slices.Equal(seqs, c.maxSeq) {
+				t.Errorf("maxSeq %v, want %v", seqs, c.maxSeq)
+			}
+			if b.within(c.lim) != (len(c.take) > 0) {
+				t.Errorf("within = %v with take %v", b.within(c.lim), c.take)
+			}
+		})
+	}
+}
+
+// Rows past the bound stay buffered with their acknowledgements; a re-delivery waits for the
+// rows of its shard at or before it; arrivals never go back within a shard.
+func TestBufferPartialRelease(t *testing.T) {
+	t.Parallel()
+	got := ackCount{}
+	x, y, d := &namedAcker{"x", got}, &namedAcker{"y", got}, &namedAcker{"dup", got}
+	b := newBuffer()
+	ev := func(shard string, ms int64) *change.Event {
+		return &change.Event{Pos: change.Position{Shard: shard}, Arrival: time.UnixMilli(ms)}
+	}
+	if a1, a2, a3 := b.arrival(ev("a", 100)), b.arrival(ev("a", 300)), b.arrival(ev("a", 150)); a1 != 100 || a2 != 300 || a3 != 300 {
+		t.Fatalf("arrivals %d %d %d, want 100 300 300", a1, a2, a3)
+	}
+	for _, r := range []struct {
+		pos string
+		ms  int64
+		ak  change.Acker
+	}{{"a/1", 100, x}, {"a/2", 300, y}, {"b/1", 120, x}, {"b/5", 400, y}} {
+		rw := at(brow("u", r.pos, len(b.rows), "v", 0), r.ms)
+		rw.ack = r.ak
+		b.add(rw, 10)
+	}
+	b.attach("a", "2", d) // a re-delivery of a/2: waits for a/2
+	b.attach("b", "3", d) // of b/3 (dead-lettered, say): waits for b/1 only
+	bt := b.plan(bufLayout(true, nil), limit{bound: 200, ordered: true})
+	b.release(&bt)
+	if got["x"] != 2 || got["y"] != 0 || got["dup"] != 1 {
+		t.Fatalf("acknowledged %v after the first commit, want x=2 dup=1", got)
+	}
+	if len(b.rows) != 2 || b.rows[0].seq != "2" || b.rows[1].seq != "5" || !b.pending() || b.first.IsZero() {
+		t.Fatalf("rows %+v pending %v: want a/2 and b/5 still buffered", b.rows, b.pending())
+	}
+	if b.high["a"] != "2" || b.bytes != 2*(10+64) {
+		t.Fatalf("high %v bytes %d", b.high, b.bytes)
+	}
+	bt = b.plan(bufLayout(true, nil), limit{bound: 200, ordered: true})
+	if len(bt.take) != 0 {
+		t.Fatalf("took %v again at the same bound", bt.take)
+	}
+	bt = b.plan(bufLayout(true, nil), limit{bound: 1000, ordered: true})
+	b.release(&bt)
+	if got["x"] != 2 || got["y"] != 2 || got["dup"] != 2 || b.pending() {
+		t.Fatalf("acknowledged %v, pending %v after the bound moved; want x=2 y=2 dup=2, nothing pending", got, b.pending())
+	}
+}
+
+// Held events stay sorted by arrival, within a shard by sequence, control records first at
+// the same arrival; due returns the first only once the bound reached it.
+func TestBufferHeld(t *testing.T) {
+	t.Parallel()
+	b := newBuffer()
+	ev := func(op change.Op, shard, seq string) *change.Event {
+		return &change.Event{Op: op, Pos: change.Position{Shard: shard, Seq: seq}, Raw: []byte("r")}
+	}
+	b.hold(ev(change.OpInsert, "a", "1"), 200)
+	b.hold(ev(change.OpInsert, "a", "2"), 200)
+	b.hold(ev(change.OpControl, "c", "7"), 200)
+	b.hold(ev(change.OpInsert, "b", "4"), 100)
+	var order []string
+	for _, h := range b.held {
+		order = append(order, h.ev.Pos.Shard+"/"+h.ev.Pos.Seq)
+	}
+	if want := []string{"b/4", "c/7", "a/1", "a/2"}; !slices.Equal(order, want) {
+		t.Fatalf("held order %v, want %v", order, want)
+	}
+	if b.due(99) != nil || b.due(100) == nil || !b.holds("a", "2") || b.bytes != 4*(1+64) {
+		t.Fatalf("due/holds/bytes wrong: high %v bytes %d", b.high, b.bytes)
+	}
+	for range 4 {
+		b.pop()
+	}
+	if b.pending() || b.bytes != 0 {
+		t.Fatalf("pending after popping everything (bytes %d)", b.bytes)
+	}
+}
+
+func TestNatCompare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"9", "10", -1}, {"mysql-bin.000024:9812:0", "mysql-bin.000024:10001:0", -1},
+		{"mysql-bin.000025:1", "mysql-bin.000024:99", 1}, {"007", "7", 0}, {"a", "ab", -1}, {"00000002/7C007178", "00000002/7C007178", 0},
+	} {
+		if got := natCompare(c.a, c.b); got != c.want {
+			t.Errorf("natCompare(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
 		}
 	}
 }

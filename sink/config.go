@@ -63,6 +63,18 @@ type Config struct {
 	// Maintenance configures compaction, snapshot expiry, manifest rewrite and orphan cleanup,
 	// which run beside the table writers. Default: maintenance.DefaultConfig().
 	Maintenance maintenance.Config `yaml:"maintenance"`
+	// Ordering is how a table's changes are ordered across shards: "arrival" (default: the
+	// ordering guard; a table commits only changes that arrived at or before the commit bound
+	// given with WithCommitBound, decides the last change per key in arrival order, ties broken
+	// by the DMS source position, and applies control records in that order with the data) or
+	// "shard" (order within a shard only, commit whatever is buffered: correct only when every
+	// record of a table travels on one shard). Tables override it with TableConfig.Ordering.
+	Ordering string `yaml:"ordering"`
+	// FreshnessInterval: a table with nothing buffered whose dms2iceberg.complete-through lags
+	// the commit bound by more than this gets a properties-only commit that advances it (at most
+	// one per interval per table), so quiet tables show how fresh they are. 0 turns it off.
+	// Default 1m. Only with ordering arrival and a commit bound.
+	FreshnessInterval time.Duration `yaml:"freshness_interval"`
 }
 
 // TableConfig holds the settings of one source table.
@@ -109,6 +121,9 @@ type TableConfig struct {
 	FlushInterval time.Duration `yaml:"flush_interval"`
 	FlushRows     int           `yaml:"flush_rows"`
 	FlushBytes    int64         `yaml:"flush_bytes"`
+	// Ordering overrides sink.ordering for this table: "arrival" or "shard". Default "": the
+	// sink's.
+	Ordering string `yaml:"ordering"`
 }
 
 // PartitionField is one field of a table's partition spec.
@@ -147,16 +162,18 @@ type ColumnSpec struct {
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
 	return Config{
-		Catalog:       DefaultCatalogConfig(".data"),
-		FlushInterval: time.Second,
-		FlushRows:     50000,
-		FlushBytes:    64 << 20,
-		QueueLength:   8192,
-		CommitRetries: 20,
-		Maintenance:   maintenance.DefaultConfig(),
-		DropTable:     DropTableIgnore,
-		AbsentColumns: AbsentNull,
-		DeadLetters:   DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
+		Catalog:           DefaultCatalogConfig(".data"),
+		FlushInterval:     time.Second,
+		FlushRows:         50000,
+		FlushBytes:        64 << 20,
+		QueueLength:       8192,
+		CommitRetries:     20,
+		Maintenance:       maintenance.DefaultConfig(),
+		DropTable:         DropTableIgnore,
+		AbsentColumns:     AbsentNull,
+		Ordering:          OrderingArrival,
+		FreshnessInterval: time.Minute,
+		DeadLetters:       DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
 }
 
@@ -187,6 +204,12 @@ func (c Config) Validate() error {
 	}
 	if err := validAbsent(c.AbsentColumns); err != nil {
 		return fmt.Errorf("sink.absent_columns: %w", err)
+	}
+	if err := validOrdering(c.Ordering); err != nil {
+		return fmt.Errorf("sink.ordering: %w", err)
+	}
+	if c.FreshnessInterval < 0 {
+		return fmt.Errorf("sink.freshness_interval: must not be negative, got %s", c.FreshnessInterval)
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)

@@ -15,6 +15,15 @@
 // post-commit hook is a commit listener (WithCommitListener), called on the writer's goroutine
 // after each commit and before its records are acknowledged.
 //
+// The ordering guard (sink.ordering arrival, the default; order.go): a writer commits per shard
+// only the prefix of its changes that arrived at or before the commit bound (WithCommitBound;
+// without one, everything), decides the last change per key in arrival and DMS source-position
+// order, holds control records and data records of a table not created yet until their turn in
+// that order, and acknowledges only the changes a commit took. Each commit records the bound as
+// dms2iceberg.complete-through. The buffer of a table whose bound does not move grows until the
+// consumer's read-ahead alignment stops feeding it; intake never blocks on the bound (that could
+// stall the very shard that holds the bound back).
+//
 // Concurrency: Iceberg.Run owns one goroutine per table writer and waits for all of them.
 // Submit and Flush may be called from any number of goroutines; each table writer is the only
 // goroutine that touches its table's buffer and catalog state, and hands results back only
@@ -23,6 +32,6 @@
 // goroutine per table, stopped when its writer finishes. It compacts on its own goroutine against
 // a snapshot; its commits are handed to the writer, which runs them right after one of its own
 // commits (maintainer.AfterCommit), so the two never race. Maintenance errors are logged and
-// counted, never returned from Run. Metrics and the commit listener are called on the writers'
-// goroutines: they must be safe for concurrent use and must not block.
+// counted, never returned from Run. Metrics, the commit listener and the commit bound provider
+// are called on the writers' goroutines: they must be safe for concurrent use and must not block.
 package sink

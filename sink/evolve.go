@@ -55,6 +55,17 @@ func (w *writer) controlWatermark(props iceberg.Properties, ev *change.Event) {
 	}
 }
 
+// throughProp adds to the properties of a control record's commit what the table is complete
+// through: within a flush, the rows that arrived before the record were committed just before.
+func (w *writer) throughProp(props iceberg.Properties) {
+	if w.lim == nil {
+		return
+	}
+	if v, ok := completeThroughProp(w.st.tbl.Properties(), w.lim.completeThrough()); ok {
+		props[tableprop.CompleteThrough] = v
+	}
+}
+
 // reloadedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
 // holds says the reloaded table already has the change (nil: never).
 func (w *writer) reloadedUse(holds func() bool) func(*table.Table) (bool, error) {
@@ -88,6 +99,21 @@ func (w *writer) open(ctx context.Context, ev *change.Event) error {
 		return err
 	}
 	return w.opened(ctx)
+}
+
+// load opens the table when it exists, never creating it; found reports whether it does.
+func (w *writer) load(ctx context.Context) (found bool, err error) {
+	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
+	switch {
+	case errors.Is(err, catalog.ErrNoSuchTable):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("open table %s: %w", w.name, err)
+	}
+	if err := w.use(tbl); err != nil {
+		return false, err
+	}
+	return true, w.opened(ctx)
 }
 
 // schemaError is a table that cannot be created as defined and configured.
@@ -151,10 +177,10 @@ func (w *writer) opened(ctx context.Context) error {
 }
 
 // addColumns evolves the schema for columns that appear in data but not in the table: they are
-// added as optional columns with a type inferred from the value. The buffer is committed first,
-// because its rows were built for the old schema.
+// added as optional columns with a type inferred from the value. The rows that may commit are
+// committed first, because they were built for the old schema (the others are re-laid).
 func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change.Column) error {
-	if err := w.flush(ctx); err != nil {
+	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
 	added := 0
@@ -207,25 +233,16 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 //     writer dead-letters the table's records until a create-table.
 //   - anything else: logged and acknowledged.
 //
-// Before a schema change the buffer is committed (its rows were built for the old schema), and
+// Before a schema change the rows that may commit before the record are committed (they were
+// built for the old schema; with the ordering guard, the rows that arrived before it), and
 // the change commits with the control record's shard watermark, so a replayed control record
 // is skipped like a replayed data record.
 func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 	op := ev.Control.Op
 	if !w.st.loaded() && w.st.status != tableprop.StatusPaused {
 		// Load an existing table (never create it here) so that its watermarks apply.
-		tbl, err := w.env.cat.LoadTable(ctx, w.ident)
-		switch {
-		case errors.Is(err, catalog.ErrNoSuchTable):
-		case err != nil:
-			return fmt.Errorf("open table %s: %w", w.name, err)
-		default:
-			if err := w.use(tbl); err != nil {
-				return err
-			}
-			if err := w.opened(ctx); err != nil {
-				return err
-			}
+		if _, err := w.load(ctx); err != nil {
+			return err
 		}
 	}
 	if !ev.Replay && w.st.covers(ev.Pos.Shard, ev.Pos.Seq) {
@@ -279,7 +296,7 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 	plan := planFor()
 	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 }
 	if !nothing(plan) {
-		if err := w.flush(ctx); err != nil {
+		if err := w.commitRows(ctx); err != nil {
 			return err
 		}
 		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
@@ -342,6 +359,7 @@ func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.Sche
 		props[tableprop.DroppedAt] = ""
 	}
 	controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
+	w.throughProp(props)
 	if len(plan.Incompatible) > 0 {
 		c := plan.Incompatible[0]
 		props[tableprop.IncompatibleChange] = fmt.Sprintf("%s: %s→%s not applied (%s, %s)", c.Name, c.From, c.To, ev.Control.Op, ev.Meta.Timestamp)
@@ -437,7 +455,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 			return err
 		}
 	}
-	if err := w.flush(ctx); err != nil {
+	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
@@ -445,6 +463,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		props := iceberg.Properties{tableprop.Status: tableprop.StatusDropped, tableprop.DroppedAt: at}
 		controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
 		w.controlWatermark(props, ev)
+		w.throughProp(props)
 		if err := txn.SetProperties(props); err != nil {
 			return nil, err
 		}
@@ -493,7 +512,7 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 			return nil
 		}
 	}
-	if err := w.flush(ctx); err != nil {
+	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {

@@ -36,23 +36,108 @@ func (w *writer) policy() commit.Policy {
 	return commit.Policy{Retries: w.env.retries, Closing: func() bool { return w.closing }}
 }
 
-// flushing is one flush in progress: the batch being committed and the files written for it.
+// flushing is one commit of rows in progress: its limit, the batch being committed and the
+// files written for it.
 type flushing struct {
 	w     *writer
+	lim   limit
 	b     batch
 	files *staged
 }
 
-// flush commits the buffer as one snapshot and then acknowledges every attached event.
-func (w *writer) flush(ctx context.Context) error {
+// flush commits what may commit now. Guarded (ordering arrival with a commit bound), that is per
+// shard the changes that arrived at or before the bound, in arrival order with the held events:
+// the rows before the first held control record commit, the control record applies, and so on;
+// a held data record is converted when its turn comes (creating its table from the record only
+// if by then no table-def created it). What arrived after the bound stays buffered, with its
+// acknowledgements, for a later flush; the final flush of a graceful stop too never commits past
+// the bound. Without the guard everything buffered commits.
+func (w *writer) flush(ctx context.Context) (err error) {
 	if err := w.awaitDeadLetters(ctx); err != nil {
 		return err
+	}
+	lim := w.limitNow()
+	w.lim = &lim
+	defer func() { w.lim = nil }()
+	if w.guarded() {
+		// Everything handed to the sink before the bound was read is in the queue or taken in:
+		// take it in, so a commit complete through the bound holds it.
+		var replies []chan error
+		replies, err = w.drainQueue(ctx)
+		defer func() {
+			for _, r := range replies {
+				r <- err
+			}
+		}()
+		if err != nil {
+			return err
+		}
 	}
 	if !w.buf.pending() {
 		return nil
 	}
+	for h := w.buf.due(lim.bound); h != nil; h = w.buf.due(lim.bound) {
+		hd := w.buf.pop()
+		lim.cut = &hd
+		if hd.ctl {
+			if err := w.commitRows(ctx); err != nil {
+				return err
+			}
+		}
+		if err := w.take(ctx, hd.ev, hd.at, true); err != nil {
+			return err
+		}
+	}
+	lim.cut = nil
+	if err := w.commitRows(ctx); err != nil {
+		return err
+	}
+	if w.buf.pending() {
+		w.buf.first = w.buf.now() // what stays waits another flush interval
+	}
+	return nil
+}
+
+// drainQueue takes in the events already queued for the writer; the flush requests among them
+// are answered by the caller once the flush is done.
+func (w *writer) drainQueue(ctx context.Context) ([]chan error, error) {
+	var replies []chan error
+	for n := len(w.in); n > 0; n-- {
+		it, ok := <-w.in
+		if !ok {
+			break // closed: the run loop sees it next
+		}
+		if it.flush != nil {
+			replies = append(replies, it.flush)
+			continue
+		}
+		if err := w.add(ctx, it.ev); err != nil {
+			return replies, err
+		}
+	}
+	return replies, nil
+}
+
+// commitRows commits, as one snapshot, the rows within the limit of the flush in progress (or,
+// outside a flush, of a commit made now) and then acknowledges them.
+func (w *writer) commitRows(ctx context.Context) error {
+	if err := w.awaitDeadLetters(ctx); err != nil {
+		return err
+	}
+	lim := w.limitNow()
+	if w.lim != nil {
+		lim = *w.lim
+	}
+	if !w.buf.within(lim) {
+		w.stuck, w.stuckSet = lim.bound, w.buf.pending()
+		if len(w.buf.dups) > 0 {
+			w.buf.rebuild() // re-deliveries of rows no longer buffered
+		}
+		return nil
+	}
+	w.stuckSet = false
 	start := time.Now()
-	f := &flushing{w: w}
+	f := &flushing{w: w, lim: lim}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "commit " + w.name, Stage: f.stage, Reloaded: f.reloaded, Failed: f.failed,
 	})
@@ -62,15 +147,15 @@ func (w *writer) flush(ctx context.Context) error {
 	if res.Landed {
 		w.log.Info("commit outcome was unknown; the table already holds this batch")
 	}
-	w.committed(ctx, &f.b, res.Attempts, time.Since(start))
+	w.committed(ctx, f, res.Attempts, time.Since(start))
 	return nil
 }
 
 // stage plans the batch on the writer's newest table and commits it; nil and nil when the
-// table already holds everything buffered.
+// table already holds everything the batch takes.
 func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 	w := f.w
-	nb := w.buf.plan(w.st.lay)
+	nb := w.buf.plan(w.st.lay, f.lim)
 	if f.files == nil || nb.trimmed != f.b.trimmed {
 		f.b, f.files = nb, nil
 	}
@@ -96,7 +181,7 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		f.files = files
 		fault.Hit(fault.AfterDataFiles)
 	}
-	return w.commitBatch(ctx, &f.b, f.files)
+	return w.commitBatch(ctx, &f.b, f.files, f.lim.completeThrough())
 }
 
 // reloaded adopts a table reloaded after a failed attempt and tells whether it already holds the
@@ -117,13 +202,15 @@ func (f *flushing) failed(attempt int, err, reloadErr error) {
 	}
 }
 
-// committed reports a flush that ended, acknowledges the batch and runs the maintenance commit
-// handed to the writer.
-func (w *writer) committed(ctx context.Context, b *batch, attempts int, took time.Duration) {
+// committed reports a commit that ended, acknowledges the rows it took and runs the maintenance
+// commit handed to the writer.
+func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took time.Duration) {
+	b := &f.b
 	if !b.empty() {
 		info := CommitInfo{Table: w.name, Source: w.src, SnapshotID: snapshotID(w.st.tbl),
 			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts,
-			Took: took, Oldest: w.buf.first, Watermarks: maps.Clone(w.st.lay.watermark)}
+			Took: took, Oldest: w.buf.first, Watermarks: maps.Clone(w.st.lay.watermark),
+			CompleteThrough: f.lim.completeThrough()}
 		w.env.metrics.Committed(info)
 		w.env.onCommit(info)
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
@@ -135,7 +222,7 @@ func (w *writer) committed(ctx context.Context, b *batch, attempts int, took tim
 		w.env.metrics.Skipped(w.name, b.trimmed)
 	}
 	fault.Hit(fault.AfterCommit)
-	w.buf.release()
+	w.buf.release(b)
 	// Maintenance handed to the writer runs after the acknowledgements, so it never delays a
 	// checkpoint, and not at all in the final flush of a graceful stop.
 	if !b.empty() && !w.closing && w.maint != nil {
@@ -188,11 +275,15 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 	return out, nil
 }
 
-// commitBatch stages the files and the advanced watermarks in one transaction on the current
-// table, commits it and adopts the committed table.
-func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged) (*table.Table, error) {
+// commitBatch stages the files, the advanced watermarks and what the batch is complete through
+// in one transaction on the current table, commits it and adopts the committed table.
+func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time) (*table.Table, error) {
 	props := iceberg.Properties{}
 	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes))}
+	if v, ok := completeThroughProp(w.st.tbl.Properties(), through); ok {
+		props[tableprop.CompleteThrough] = v
+		summary[tableprop.CompleteThrough] = v
+	}
 	for shard, seq := range b.maxSeq {
 		if change.CompareSeq(seq, w.st.lay.watermark[shard]) > 0 {
 			k := tableprop.Watermark(w.env.stream, shard)
@@ -223,4 +314,60 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged) (*table.T
 // and a layout that cannot be built from the table will not be built on another attempt.
 func (w *writer) adopt(tbl *table.Table) error {
 	return commit.Permanent(w.use(tbl))
+}
+
+// completeThroughProp is the value of tableprop.CompleteThrough for through when it advances the
+// table's (never backwards: another worker may have committed a later bound).
+func completeThroughProp(props iceberg.Properties, through time.Time) (string, bool) {
+	if through.IsZero() || !through.After(completeThrough(props)) {
+		return "", false
+	}
+	return through.UTC().Format(tableprop.CompleteThroughLayout), true
+}
+
+// completeThrough reads tableprop.CompleteThrough; zero when absent or unreadable.
+func completeThrough(props iceberg.Properties) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, props[tableprop.CompleteThrough])
+	if err != nil {
+		return time.Time{}
+	}
+	return t
+}
+
+// freshen advances the complete-through of a quiet table: nothing buffered or queued, and the
+// property lags the bound by more than sink.freshness_interval. A properties-only commit, made
+// on the freshness ticker (one per interval; the half-interval check only absorbs tick jitter).
+func (w *writer) freshen(ctx context.Context) error {
+	lim := w.limitNow() // read before looking at the queue: what arrived before it is queued
+	if lim.through.IsZero() || !w.st.loaded() || w.st.status != tableprop.StatusActive ||
+		w.buf.pending() || len(w.in) > 0 || time.Since(w.fresh) < w.set.freshness/2 {
+		return nil
+	}
+	if lim.through.Sub(completeThrough(w.st.tbl.Properties())) <= w.set.freshness {
+		return nil
+	}
+	if err := w.awaitDeadLetters(ctx); err != nil {
+		return err
+	}
+	w.fresh = time.Now()
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		v, ok := completeThroughProp(w.st.tbl.Properties(), lim.through)
+		if !ok {
+			return nil, nil
+		}
+		txn := w.st.tbl.NewTransaction()
+		if err := txn.SetProperties(iceberg.Properties{tableprop.CompleteThrough: v}); err != nil {
+			return nil, fmt.Errorf("stage %s: %w", tableprop.CompleteThrough, err)
+		}
+		tbl, err := txn.Commit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return tbl, w.adopt(tbl)
+	}
+	_, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "advance complete-through of " + w.name, Stage: stage,
+		Reloaded: w.reloadedUse(func() bool { return !completeThrough(w.st.tbl.Properties()).Before(lim.through) }),
+	})
+	return err
 }

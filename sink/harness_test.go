@@ -237,6 +237,11 @@ func (h *harness) event(ev *change.Event) {
 // ctl submits a control record; def is "name:TYPE name:TYPE ..." with key columns marked "*".
 func (h *harness) ctl(shard string, seq int, tbl, op, def string) {
 	h.t.Helper()
+	h.event(ctlEvent(shard, seq, tbl, op, def))
+}
+
+// ctlEvent is the control record ctl submits.
+func ctlEvent(shard string, seq int, tbl, op, def string) *change.Event {
 	c := &change.Control{Op: op}
 	if def != "" {
 		td := &change.TableDef{}
@@ -250,9 +255,9 @@ func (h *harness) ctl(shard string, seq int, tbl, op, def string) {
 		}
 		c.TableDef = td
 	}
-	h.event(&change.Event{Table: tbl, Op: change.OpControl, Control: c,
+	return &change.Event{Table: tbl, Op: change.OpControl, Control: c,
 		Meta: change.Metadata{RecordType: "control", Operation: op, Timestamp: "2025-01-01T00:00:00.000000Z"},
-		Pos:  change.Position{Shard: shard, Seq: fmt.Sprint(seq)}})
+		Pos:  change.Position{Shard: shard, Seq: fmt.Sprint(seq)}}
 }
 
 func (h *harness) data(shard string, seq int, tbl string, op change.Op, cols []change.Column, before []change.Column) {

@@ -15,10 +15,15 @@ type CommitInfo struct {
 	Attempts int
 	// Took is the time from the start of the flush to the commit.
 	Took time.Duration
-	// Oldest is when the oldest change of the batch arrived at the writer (freshness).
+	// Oldest is when the oldest change of the batch arrived at the writer (freshness); a commit
+	// that leaves changes buffered (ordering guard) restarts it for them.
 	Oldest time.Time
 	// Watermarks are the table's per-shard watermarks after the commit.
 	Watermarks map[string]string
+	// CompleteThrough is the commit bound the batch was cut at (tableprop.CompleteThrough): the
+	// table holds every change that arrived at or before it. Zero when the commit had no bound
+	// (ordering shard, or no WithCommitBound).
+	CompleteThrough time.Time
 }
 
 // Metrics receives the measurements of the sink: commits, table state, schema changes, dead
@@ -54,7 +59,17 @@ type Metrics interface {
 	PartialImages(table string, fromBatch, fromTable, notFound int)
 	// DeadLettersCommitted is called after each commit of the dead-letter table.
 	DeadLettersCommitted(rows int, took time.Duration)
+	// OrderingRisk counts, once per table and kind, a table written with ordering shard whose
+	// records the shard order cannot order: kind RiskMultiShard (its records come from more than
+	// one shard) or RiskKeyChange (a primary-key-changing update on a multi-shard stream).
+	OrderingRisk(table, kind string)
 }
+
+// Kinds of Metrics.OrderingRisk.
+const (
+	RiskMultiShard = "multi_shard_table"
+	RiskKeyChange  = "key_change"
+)
 
 // NopMetrics is the default Metrics: it does nothing.
 type NopMetrics struct{}
@@ -69,6 +84,7 @@ func (NopMetrics) TableStatus(string, string, string)      {}
 func (NopMetrics) SchemaChanged(string, string, int)       {}
 func (NopMetrics) PartialImages(string, int, int, int)     {}
 func (NopMetrics) DeadLettersCommitted(int, time.Duration) {}
+func (NopMetrics) OrderingRisk(string, string)             {}
 
 // nopMetrics is NopMetrics under the name the maintenance tests embed.
 type nopMetrics = NopMetrics

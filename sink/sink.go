@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/apache/iceberg-go/catalog"
 	"go.uber.org/zap"
@@ -34,6 +35,17 @@ func WithMetrics(m Metrics) Option { return func(s *Iceberg) { s.metrics = m } }
 // goroutine and must not block. Default: none.
 func WithCommitListener(f func(CommitInfo)) Option { return func(s *Iceberg) { s.onCommit = f } }
 
+// WithCommitBound sets the commit bound provider of the ordering guard (sink.ordering arrival):
+// bound returns the time up to which every change of the stream has been handed to the sinks of
+// every worker and no other worker still holds an older uncommitted one (the consumer's
+// CommitBound); a zero time means nothing may commit yet. A table writer commits only the
+// changes that arrived at or before it, applies control records in arrival order with the data,
+// and records the bound as dms2iceberg.complete-through. It is called on the writers' goroutines
+// and must be safe for concurrent use and cheap. Default: none, and then the bound is unlimited:
+// everything buffered may commit and control records apply as they are taken in (unit tests,
+// dlq replay, the decode command); rows are still ordered by arrival and source position.
+func WithCommitBound(bound func() time.Time) Option { return func(s *Iceberg) { s.bound = bound } }
+
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
 func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
@@ -46,6 +58,8 @@ type Iceberg struct {
 	metrics  Metrics
 	mmetrics maintenance.Metrics
 	onCommit func(CommitInfo)
+	bound    func() time.Time
+	shards   shardSeen
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -218,7 +232,8 @@ func (s *Iceberg) newWriter(src string) *writer {
 	set := s.cfg.settingsFor(src)
 	set.tc = tc
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
-		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark}
+		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark,
+		bound: s.bound, shards: &s.shards}
 	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
 }
 
@@ -249,7 +264,9 @@ func (s *Iceberg) TableStatuses() []TableStatus {
 	return out
 }
 
-// Flush commits everything every writer has received so far and waits for those commits.
+// Flush commits everything every writer has received so far and waits for those commits; with
+// the ordering guard, only what arrived at or before the commit bound (the rest stays buffered
+// and unacknowledged).
 func (s *Iceberg) Flush(ctx context.Context) error {
 	select {
 	case <-s.started:
@@ -289,8 +306,9 @@ func (s *Iceberg) Flush(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Close stops intake, lets every writer commit what it holds, and waits for Run's writers to
-// finish or ctx to end.
+// Close stops intake, lets every writer commit what it holds (with the ordering guard: what
+// arrived at or before the commit bound; the rest is never acknowledged and is read again after
+// a restart), and waits for Run's writers to finish or ctx to end.
 func (s *Iceberg) Close(ctx context.Context) error {
 	select {
 	case <-s.started:

@@ -37,6 +37,21 @@ const (
 	AbsentKeep = "keep"
 )
 
+// Values of Config.Ordering and TableConfig.Ordering ("" means the default: the sink's value,
+// arrival for the sink).
+const (
+	OrderingArrival = "arrival"
+	OrderingShard   = "shard"
+)
+
+func validOrdering(v string) error {
+	switch v {
+	case "", OrderingArrival, OrderingShard:
+		return nil
+	}
+	return fmt.Errorf("%q is not arrival or shard", v)
+}
+
 func validAbsent(v string) error {
 	switch v {
 	case "", AbsentNull, AbsentKeep:
@@ -176,6 +191,9 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	if err := validAbsent(t.AbsentColumns); err != nil {
 		return fmt.Errorf("%s: %w", field("absent_columns"), err)
 	}
+	if err := validOrdering(t.Ordering); err != nil {
+		return fmt.Errorf("%s: %w", field("ordering"), err)
+	}
 	if t.FlushInterval < 0 {
 		return fmt.Errorf("%s: must not be negative, got %s", field("flush_interval"), t.FlushInterval)
 	}
@@ -300,6 +318,9 @@ type settings struct {
 	// keepAbsent: a column an update image leaves out keeps its previous value (absent_columns
 	// keep) instead of becoming NULL.
 	keepAbsent bool
+	// arrival: the ordering guard is on (ordering arrival); freshness is sink.freshness_interval.
+	arrival   bool
+	freshness time.Duration
 }
 
 func (c Config) settingsFor(src string) *settings {
@@ -307,7 +328,10 @@ func (c Config) settingsFor(src string) *settings {
 	st := &settings{tc: tc, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
-		keepAbsent: c.AbsentColumns == AbsentKeep}
+		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval}
+	if tc.Ordering != "" {
+		st.arrival = tc.Ordering == OrderingArrival
+	}
 	if tc.FlushInterval > 0 {
 		st.flushInterval = tc.FlushInterval
 	}

@@ -3,6 +3,7 @@ package sink
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestTableConfigValidation(t *testing.T) {
@@ -70,6 +71,15 @@ func TestTableConfigValidation(t *testing.T) {
 		{"table absent_columns", func(c *Config) {
 			c.Tables = map[string]TableConfig{"s.t": {AbsentColumns: "NULL"}}
 		}, `sink.tables[s.t].absent_columns: "NULL" is not null or keep`},
+		{"ordering", func(c *Config) { c.Ordering = "time" }, `sink.ordering: "time" is not arrival or shard`},
+		{"table ordering", func(c *Config) {
+			c.Ordering = OrderingShard
+			c.Tables = map[string]TableConfig{"s.t": {Ordering: "Arrival"}}
+		}, `sink.tables[s.t].ordering: "Arrival" is not arrival or shard`},
+		{"ordering per table", func(c *Config) {
+			c.Tables = map[string]TableConfig{"s.t": {Ordering: OrderingShard}}
+		}, ""},
+		{"freshness_interval", func(c *Config) { c.FreshnessInterval = -time.Second }, "sink.freshness_interval: must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -111,5 +121,22 @@ func TestTableSelectionAndTargets(t *testing.T) {
 		if got := id[0] + "." + id[1]; got != want {
 			t.Errorf("Target(%s) = %s, want %s", src, got, want)
 		}
+	}
+}
+
+// sink.ordering is the default of every table; a table's ordering overrides it.
+func TestOrderingSettings(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	if c.Ordering != OrderingArrival || c.FreshnessInterval != time.Minute {
+		t.Fatalf("defaults: ordering %q freshness %s", c.Ordering, c.FreshnessInterval)
+	}
+	c.Tables = map[string]TableConfig{"s.shard": {Ordering: OrderingShard}, "s.arr": {Ordering: OrderingArrival}}
+	if !c.settingsFor("s.other").arrival || c.settingsFor("s.shard").arrival {
+		t.Fatal("ordering arrival: per-table shard not applied")
+	}
+	c.Ordering = OrderingShard
+	if c.settingsFor("s.other").arrival || !c.settingsFor("s.arr").arrival {
+		t.Fatal("ordering shard: per-table arrival not applied")
 	}
 }

@@ -20,6 +20,7 @@ import (
 //	writer.go        the queue loop and intake of one event (this file)
 //	convert.go       an event's images to a typed row
 //	buffer.go        the rows and acknowledgements since the last commit, and the dedupe plan (pure)
+//	order.go         the ordering guard's order: arrivals, source positions, limits, held events
 //	state.go         the loaded table, its layout and watermarks, the writer's status
 //	flush.go         the commit path: files, row delta and watermarks through commit.Run
 //	partial.go       partial update images completed from the table (absent_columns keep)
@@ -49,6 +50,10 @@ type writerEnv struct {
 	stream   string
 	retries  int
 	dropMark bool
+	// bound is the commit bound provider (WithCommitBound); nil: no bound, everything may commit.
+	bound func() time.Time
+	// shards notes the shards the sink has seen (risk detection with ordering shard).
+	shards *shardSeen
 }
 
 // writer owns one target table: its queue, buffer and commits.
@@ -73,6 +78,18 @@ type writer struct {
 	seen    []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
 	merged  []dms.Datum // writeFiles' scratch: a partial image completed from the table
 	maint   maintainer  // nil when maintenance is off
+	// lim is the limit of the flush in progress (nil outside a flush); stuck is the bound at
+	// which the last flush committed nothing while rows stayed (no size-triggered flush until
+	// the bound moves), stuckSet whether it is set; fresh is when the last properties-only
+	// freshness commit was made.
+	lim      *limit
+	stuck    int64
+	stuckSet bool
+	fresh    time.Time
+	// risk: the first shard this table's records came from, and which risks were reported
+	// (ordering shard only).
+	riskShard string
+	risked    [2]bool
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
@@ -94,6 +111,12 @@ func (w *writer) run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	armed := false
+	var fresh <-chan time.Time
+	if w.guarded() && w.set.freshness > 0 {
+		t := time.NewTicker(w.set.freshness)
+		defer t.Stop()
+		fresh = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -105,16 +128,12 @@ func (w *writer) run(ctx context.Context) error {
 			}
 			if it.flush != nil {
 				it.flush <- w.flush(ctx)
-				continue
+				break
 			}
 			if err := w.add(ctx, it.ev); err != nil {
 				return err
 			}
-			if w.buf.pending() && !armed {
-				timer.Reset(time.Until(w.buf.first.Add(w.set.flushInterval)))
-				armed = true
-			}
-			if len(w.buf.rows) >= w.set.flushRows || w.buf.bytes >= w.set.flushBytes {
+			if w.full() {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}
@@ -124,16 +143,90 @@ func (w *writer) run(ctx context.Context) error {
 			if err := w.flush(ctx); err != nil {
 				return err
 			}
+		case <-fresh:
+			if err := w.freshen(ctx); err != nil {
+				return err
+			}
 		}
-		if armed && !w.buf.pending() {
+		switch pending := w.buf.pending(); {
+		case armed && !pending:
 			timer.Stop()
 			armed = false
+		case !armed && pending:
+			timer.Reset(time.Until(w.buf.first.Add(w.set.flushInterval)))
+			armed = true
 		}
 	}
 }
 
-// add takes one event into the buffer (or acknowledges it when the table already holds it).
+// full reports whether the buffer reached a flush threshold, unless the last flush could commit
+// nothing at the bound that still holds (the flush interval retries then).
+func (w *writer) full() bool {
+	if len(w.buf.rows)+len(w.buf.held) < w.set.flushRows && w.buf.bytes < w.set.flushBytes {
+		return false
+	}
+	return !w.stuckSet || w.limitNow().bound != w.stuck
+}
+
+// guarded reports whether the ordering guard holds events back: ordering arrival with a commit
+// bound provider. Without a provider (tests, dlq replay, decode) nothing is held and every row
+// may commit, still ordered by arrival and source position.
+func (w *writer) guarded() bool { return w.set.arrival && w.env.bound != nil }
+
+// limitNow is the limit of a commit made now: the commit bound when guarded, else unbounded.
+// A zero bound (nothing may commit yet) lets nothing commit.
+func (w *writer) limitNow() limit {
+	lim := limit{bound: unbounded, ordered: w.set.arrival}
+	if w.guarded() {
+		t := w.env.bound()
+		lim.bound, lim.through = -1, t
+		if !t.IsZero() {
+			lim.bound, lim.through = t.UnixMilli(), t.UTC()
+		}
+	}
+	return lim
+}
+
+// add takes one event in: guarded, a control record, or a data record of a table that does not
+// exist yet or behind a held control record, is held for its turn (flush applies it in arrival
+// order); everything else is converted into the buffer at once.
 func (w *writer) add(ctx context.Context, ev *change.Event) error {
+	at := w.buf.arrival(ev)
+	if !w.guarded() {
+		return w.take(ctx, ev, at, false)
+	}
+	if !ev.Replay && w.buf.holds(ev.Pos.Shard, ev.Pos.Seq) {
+		w.env.metrics.Skipped(w.name, 1)
+		w.buf.attach(ev.Pos.Shard, ev.Pos.Seq, ev.Ack)
+		return nil
+	}
+	if ev.Op == change.OpControl || len(w.buf.held) > 0 {
+		w.buf.hold(ev, at)
+		return nil
+	}
+	if !w.st.loaded() {
+		found := false
+		if w.st.status == tableprop.StatusActive {
+			var err error
+			if found, err = w.load(ctx); err != nil {
+				return err
+			}
+		}
+		if !found {
+			// Created (from a table-def if one comes first) when its turn comes; a paused or
+			// dropped table's record is dead-lettered then unless a control record before it
+			// changed that.
+			w.buf.hold(ev, at)
+			return nil
+		}
+	}
+	return w.take(ctx, ev, at, false)
+}
+
+// take applies one event whose turn it is: a control record, or a data record converted into
+// the buffer (or acknowledged when the table already holds it). wasHeld: it comes from the held
+// events (its own sequence number is then in the buffer's range).
+func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld bool) error {
 	if ev.Op == change.OpControl {
 		return w.applyControl(ctx, ev)
 	}
@@ -149,10 +242,10 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 			ack(ev)
 			return nil
 		}
-		if w.buf.holds(shard, seq) {
+		if !wasHeld && w.buf.holds(shard, seq) {
 			// A replay of something buffered but not yet committed: it is finished when that commit is.
 			w.env.metrics.Skipped(w.name, 1)
-			w.buf.attach(ev.Ack)
+			w.buf.attach(shard, seq, ev.Ack)
 			return nil
 		}
 	}
@@ -174,9 +267,11 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay = ev.Replay
+	r.replay, r.at, r.src, r.ack = ev.Replay, at, sourcePos(ev), ev.Ack
+	if !w.set.arrival && !ev.Replay {
+		w.noteRisk(&r)
+	}
 	w.buf.add(r, len(ev.Raw))
-	w.buf.attach(ev.Ack)
 	return nil
 }
 

@@ -431,3 +431,6 @@ func (m *promMetrics) DeadLettersCommitted(rows int, _ time.Duration) {
 	m.dlqCommits.Inc()
 	m.dlqRows.Add(float64(rows))
 }
+
+// OrderingRisk is not exported yet (sink.Metrics needs the method; the sink logs each risk).
+func (m *promMetrics) OrderingRisk(string, string) {}

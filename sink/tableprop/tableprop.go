@@ -35,6 +35,14 @@ const (
 	// table; an older control record read later is stale and is not applied.
 	ControlTimestamp = "dms2iceberg.control-timestamp"
 
+	// CompleteThrough is the commit bound the table's last commit was cut at (RFC 3339, UTC,
+	// millisecond precision, CompleteThroughLayout): the table holds every change of its source
+	// table that reached the Kinesis stream at or before that time, from every shard and every
+	// worker (ordering arrival only; see the ordering guard in design.md §4). A properties-only
+	// commit advances it on a quiet table. The commit that sets it also writes it into its
+	// snapshot summary. Absent on tables written with ordering shard or without a commit bound.
+	CompleteThrough = "dms2iceberg.complete-through"
+
 	// MaintenanceOwner names the process that holds the table's maintenance lease
 	// ("<owner>#<token>").
 	MaintenanceOwner = "dms2iceberg.maintenance.owner"
@@ -45,6 +53,9 @@ const (
 	// LastOrphanCleanup is when orphan files were last removed (RFC 3339, UTC).
 	LastOrphanCleanup = "dms2iceberg.maintenance.last-orphan-cleanup"
 )
+
+// CompleteThroughLayout is the time layout of CompleteThrough (always UTC).
+const CompleteThroughLayout = "2006-01-02T15:04:05.000Z07:00"
 
 // Values of Status.
 const (

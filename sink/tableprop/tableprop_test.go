@@ -18,3 +18,10 @@ func TestWatermarks(t *testing.T) {
 		t.Fatalf("Watermark = %q: a persisted name changed", got)
 	}
 }
+
+func TestCompleteThroughName(t *testing.T) {
+	t.Parallel()
+	if CompleteThrough != "dms2iceberg.complete-through" || CompleteThroughLayout != "2006-01-02T15:04:05.000Z07:00" {
+		t.Fatalf("a persisted name or format changed: %q %q", CompleteThrough, CompleteThroughLayout)
+	}
+}
