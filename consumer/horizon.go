@@ -248,10 +248,29 @@ type horizonState struct {
 
 // updateHorizon recomputes the horizon; listedOpen is when a ListShards saw the shard open.
 func (p *processor) updateHorizon(listedOpen time.Time) {
-	prev := timeOf(p.hz.horizon.Load())
-	h := ownHorizon(prev, timeOf(p.hz.lastArrival.Load()), timeOf(p.hz.tipAt.Load()), listedOpen,
-		durOr(p.c.cfg.ArrivalMargin, DefaultArrivalMargin))
-	p.hz.horizon.Store(msOf(h))
+	for {
+		prev := p.hz.horizon.Load()
+		h := msOf(ownHorizon(timeOf(prev), timeOf(p.hz.lastArrival.Load()), timeOf(p.hz.tipAt.Load()), listedOpen,
+			durOr(p.c.cfg.ArrivalMargin, DefaultArrivalMargin)))
+		if h <= prev || p.hz.horizon.CompareAndSwap(prev, h) {
+			return
+		}
+	}
+}
+
+// finalHorizon is called when the processor stops reading (any shutdown): every record it will
+// ever hand on has been handed on, so its horizon may include the last record's millisecond.
+// (While reading, ownHorizon stays 1 ms short of it, since the next record may share that
+// millisecond.) Without this a drain would wait for a commit bound that can never pass the
+// records of that last millisecond.
+func (p *processor) finalHorizon() {
+	last := p.hz.lastArrival.Load()
+	for {
+		prev := p.hz.horizon.Load()
+		if last <= prev || p.hz.horizon.CompareAndSwap(prev, last) {
+			return
+		}
+	}
 }
 
 // publish writes the shard's horizon and oldest pending arrival on its lease row, if they

@@ -105,8 +105,9 @@ func TestHorizonIsPublishedAndFencedAfterTakeover(t *testing.T) {
 	}
 }
 
-// At SHARD_END the final horizon is the last record's arrival (minus 1 ms), nothing is pending,
-// and it is published before SHARD_END, after which nothing changes it.
+// At SHARD_END the final horizon is the last record's arrival (reading has stopped, so no record
+// of that millisecond can follow), nothing is pending, and it is published before SHARD_END,
+// after which nothing changes it.
 func TestFinalHorizonAtShardEnd(t *testing.T) {
 	t.Parallel()
 	e := newProcEnv(t)
@@ -117,7 +118,7 @@ func TestFinalHorizonAtShardEnd(t *testing.T) {
 	deliverAt(p, 5000, sec(100), rec{"101", sec(10)}, rec{"102", sec(12)})
 	loop.tick(e.ctx)
 	p.Shutdown(&kcl.ShutdownInput{ShutdownReason: kcl.TERMINATE})
-	r := e.wantHorizon(shard, sec(12).Add(-ms), time.Time{}, "at SHARD_END")
+	r := e.wantHorizon(shard, sec(12), time.Time{}, "at SHARD_END")
 	if r.Checkpoint != checkpoint.ShardEnd {
 		t.Fatalf("checkpoint %q, want SHARD_END", r.Checkpoint)
 	}
@@ -280,5 +281,27 @@ func TestTickBoundsByOtherWorkersRows(t *testing.T) {
 	loop.tick(e.ctx)
 	if w := e.c.Watermark(); !w.Equal(sec(20).Add(-ms)) {
 		t.Fatalf("W %v after b's SHARD_END, want %v", w, sec(20).Add(-ms))
+	}
+}
+
+// A processor that stops reading (a graceful stop) includes its last record's millisecond in its
+// horizon before it drains: the commit bound can then pass every record it handed on, so the
+// drain commits them instead of waiting for shutdown_timeout.
+func TestStoppingProcessorsHorizonCoversItsLastRecord(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	e.c.clock = func() time.Time { return sec(100) }
+	e.sink.autoAck = true
+	p := e.start(shard, "")
+	loop := newHorizonLoop(e.c)
+	deliverAt(p, 5000, sec(100), rec{"101", sec(10)}, rec{"102", sec(12)})
+	loop.tick(e.ctx)
+	if w := e.c.Watermark(); !w.Before(sec(12)) {
+		t.Fatalf("W %v while reading, want it short of the last record's %v", w, sec(12))
+	}
+	p.finalHorizon()
+	loop.tick(e.ctx)
+	if w := e.c.Watermark(); w.Before(sec(12)) {
+		t.Fatalf("W %v after the processor stopped reading, want at least %v", w, sec(12))
 	}
 }

@@ -289,15 +289,15 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 	fault.Hit(fault.DuringShutdown)
 	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.ShutdownTimeout)
 	defer cancel()
+	p.finalHorizon() // reading has stopped; the drain needs the bound to pass the last records
 	if err := p.drain(ctx); err != nil {
 		p.log.Error("shutdown: pending changes not committed; they will be read again", zap.String("reason", reason), zap.Error(err))
 		return
 	}
 	p.checkpoint()
 	if in.ShutdownReason == kcl.TERMINATE && !p.halted && !p.stale.Load() {
-		// The final horizon: the last record's arrival (the tip rule never applies to a
-		// shard at its end); published before SHARD_END, which freezes it.
-		p.hz.horizon.Store(msOf(ownHorizon(timeOf(p.hz.horizon.Load()), timeOf(p.hz.lastArrival.Load()), time.Time{}, time.Time{}, 0)))
+		// The final horizon, the last record's arrival (finalHorizon; the tip rule never
+		// applies to a shard at its end), is published before SHARD_END, which freezes it.
 		p.publish(ctx, true)
 		p.finishShard(ctx)
 		return
