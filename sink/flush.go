@@ -369,5 +369,8 @@ func (w *writer) freshen(ctx context.Context) error {
 		Name: "advance complete-through of " + w.name, Stage: stage,
 		Reloaded: w.reloadedUse(func() bool { return !completeThrough(w.st.tbl.Properties()).Before(lim.through) }),
 	})
+	if err == nil {
+		w.env.metrics.Fresh(w.name, completeThrough(w.st.tbl.Properties()))
+	}
 	return err
 }

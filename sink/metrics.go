@@ -63,6 +63,9 @@ type Metrics interface {
 	// records the shard order cannot order: kind RiskMultiShard (its records come from more than
 	// one shard) or RiskKeyChange (a primary-key-changing update on a multi-shard stream).
 	OrderingRisk(table, kind string)
+	// Fresh reports that table is complete through t after a properties-only commit that only
+	// advanced its complete-through (a quiet table); commits with data report it in CommitInfo.
+	Fresh(table string, t time.Time)
 }
 
 // Kinds of Metrics.OrderingRisk.
@@ -85,6 +88,7 @@ func (NopMetrics) SchemaChanged(string, string, int)       {}
 func (NopMetrics) PartialImages(string, int, int, int)     {}
 func (NopMetrics) DeadLettersCommitted(int, time.Duration) {}
 func (NopMetrics) OrderingRisk(string, string)             {}
+func (NopMetrics) Fresh(string, time.Time)                 {}
 
 // nopMetrics is NopMetrics under the name the maintenance tests embed.
 type nopMetrics = NopMetrics

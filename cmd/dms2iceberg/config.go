@@ -185,6 +185,10 @@ func (c *Config) resolve() {
 	c.Consumer.AtTimestamp = c.InitialTimestamp
 	c.Consumer.ShutdownTimeout = c.ShutdownTimeout
 	c.Consumer.Decoder = c.DMS
+	// A commit bound older than a flush interval would make every flush wait for the next one.
+	if f := c.Sink.FlushInterval; f > 0 && (c.Consumer.HorizonInterval <= 0 || c.Consumer.HorizonInterval > f) {
+		c.Consumer.HorizonInterval = f
+	}
 }
 
 // Validate reports the first invalid field by name.

@@ -49,6 +49,8 @@ type promMetrics struct {
 
 	// Per table (sink).
 	tableCommits        *prometheus.CounterVec
+	tableComplete       *prometheus.GaugeVec
+	tableOrderingRisk   *prometheus.CounterVec
 	tableRows           *prometheus.CounterVec
 	tableDeletes        *prometheus.CounterVec
 	tableTrimmed        *prometheus.CounterVec
@@ -145,6 +147,8 @@ func newPromMetrics() *promMetrics {
 	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure).", callBuckets, shard)
 
 	m.tableCommits = counter("table", "commits_total", "Snapshots committed to the table.", table)
+	m.tableComplete = gauge("table", "complete_through_timestamp_seconds", "Unix time the table is complete through: its last commit holds every change that arrived in Kinesis before it (ordering: arrival).", table)
+	m.tableOrderingRisk = counter("table", "ordering_risks_total", "Layouts that ordering: shard cannot keep in order, seen once per table and kind (multi_shard_table, key_change).", []string{"table", "kind"})
 	m.tableRows = counter("table", "rows_total", "Row images written to the table (inserts, updates, loads after per-key dedupe).", table)
 	m.tableDeletes = counter("table", "deletes_total", "Keys written as equality deletes to the table (every touched key of a keyed table).", table)
 	m.tableTrimmed = counter("table", "trimmed_total", "Changes dropped at commit time because the table already held them (counted in committed batches only).", table)
@@ -203,6 +207,9 @@ func (m *promMetrics) Committed(c sink.CommitInfo) {
 		m.tableFreshness.WithLabelValues(c.Table).Set(max(now.Sub(c.Oldest), 0).Seconds())
 	}
 	m.tableLastCommit.WithLabelValues(c.Table).Set(float64(now.UnixMilli()) / 1e3)
+	if !c.CompleteThrough.IsZero() {
+		m.tableComplete.WithLabelValues(c.Table).Set(float64(c.CompleteThrough.UnixMilli()) / 1e3)
+	}
 }
 
 func (m *promMetrics) CommitFailed(table string) { m.tableCommitFailures.WithLabelValues(table).Inc() }
@@ -432,5 +439,10 @@ func (m *promMetrics) DeadLettersCommitted(rows int, _ time.Duration) {
 	m.dlqRows.Add(float64(rows))
 }
 
-// OrderingRisk is not exported yet (sink.Metrics needs the method; the sink logs each risk).
-func (m *promMetrics) OrderingRisk(string, string) {}
+func (m *promMetrics) Fresh(table string, t time.Time) {
+	m.tableComplete.WithLabelValues(table).Set(float64(t.UnixMilli()) / 1e3)
+}
+
+func (m *promMetrics) OrderingRisk(table, kind string) {
+	m.tableOrderingRisk.WithLabelValues(table, kind).Inc()
+}

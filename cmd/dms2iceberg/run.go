@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync/atomic"
+	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
@@ -81,7 +83,18 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	defer closeDLQ()
-	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics)}
+	// The ordering guard commits only what arrived at or before the consumer's commit bound. The
+	// sink is built first (the consumer hands events to it), so the bound is read through cons
+	// once it exists; until then nothing may commit.
+	var cons atomic.Pointer[consumer.Consumer]
+	bound := func() time.Time {
+		if c := cons.Load(); c != nil {
+			return c.CommitBound()
+		}
+		return time.Time{}
+	}
+	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
+		sink.WithCommitBound(bound)}
 	if cfg.PostCommit.Enabled() {
 		hook := newPostCommitHook(cfg.PostCommit, log, metrics)
 		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))
@@ -91,12 +104,13 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	cons, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+	c, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
 		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
 		return err
 	}
-	p.sink, p.intake = snk, cons
+	cons.Store(c)
+	p.sink, p.intake = snk, c
 	log.Info("starting", zap.String("stream", cfg.Stream), zap.String("worker", cfg.WorkerID),
 		zap.String("catalog", cfg.Sink.Catalog.Type), zap.String("warehouse", cfg.Sink.Catalog.Warehouse))
 	if err := p.run(ctx); err != nil {
