@@ -5,6 +5,7 @@ package integration
 import (
 	"fmt"
 	"maps"
+	"math/big"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -18,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -25,6 +27,11 @@ import (
 // a 4-shard stream and consume it with two service processes sharing one KCL application (lease
 // table) and one catalog, with no per-table configuration: no sink.tables, no tables config, so
 // the tables' keys and types can only come from DMS's create-table control records.
+//
+// A case lags one shard in one of two ways: its records arrive late (gen --lag-shard/--lag holds
+// them back, so their arrival times are later than the records written after them on other
+// shards), or its reader starts late (a dead worker holds the shard's lease for a while, so the
+// shard is read after the others although its records arrived on time).
 //
 // Each case runs its stream through two modes, one after the other, each with its own KCL
 // application and catalog:
@@ -56,6 +63,10 @@ const (
 	// ordConsumeTimeout bounds the wait for both processes to checkpoint every shard at its last
 	// record.
 	ordConsumeTimeout = 2 * time.Minute
+	// ordLateReader is how long after the services start a late shard's lease expires.
+	ordLateReader = 15 * time.Second
+	// ordLogTail is how much of each service log a failing case writes to the test log.
+	ordLogTail = 24 << 10
 )
 
 // orderingCase is one stream: a layout, optionally a lagging shard or a table reload, and the
@@ -63,9 +74,12 @@ const (
 type orderingCase struct {
 	name   string
 	layout string // gen --layout
-	// lagShard is the open shard (0-based, in hash-key order) whose records arrive ordLag late;
-	// -1: none.
+	// lagShard is the open shard (0-based, in hash-key order) whose records arrive ordLag late
+	// (gen holds them back, so their arrival times are late); -1: none.
 	lagShard int
+	// lateShard is the shard whose reader starts ordLateReader late: a dead worker holds its
+	// lease until then (the records arrived on time, but nobody reads them); -1: none.
+	lateShard int
 	// reload is the table gen reloads mid-stream (--reload-table); "": none.
 	reload string
 	// modes lists the modes the stream is consumed in: "arrival" and/or "shard".
@@ -81,17 +95,21 @@ type orderingCase struct {
 //	primary-key: control records as above; every keyed record by primary key, spread over all
 //	four.
 //
-// The lagging shard is the one with the hazard of each layout: in dms-default shard 2, so that
-// customers' CDC arrives late relative to the loads of its keys on the other shards; in
-// primary-key shard 0, which also holds the create-table records of customers and order_items.
+// A lagging shard (its records arrive late, -lag cases) is chosen for the hazard of its layout:
+// in dms-default shard 2, so that customers' CDC arrives late relative to the loads of its keys
+// on the other shards; in primary-key shard 0, which also holds the create-table records of
+// customers and order_items. A late reader (-late-reader cases) is shard 0 in both: its
+// create-table records and a quarter of the loads are read after everything else.
 var orderingCases = []orderingCase{
-	{name: "dms-default", layout: "dms-default", lagShard: -1, modes: []string{"arrival", "shard"}},
-	{name: "dms-default-lag", layout: "dms-default", lagShard: 2, modes: []string{"arrival", "shard"}},
-	{name: "primary-key", layout: "primary-key", lagShard: -1, modes: []string{"arrival", "shard"}},
-	{name: "primary-key-lag", layout: "primary-key", lagShard: 0, modes: []string{"arrival", "shard"}},
+	{name: "dms-default", layout: "dms-default", lagShard: -1, lateShard: -1, modes: []string{"arrival", "shard"}},
+	{name: "dms-default-lag", layout: "dms-default", lagShard: 2, lateShard: -1, modes: []string{"arrival", "shard"}},
+	{name: "dms-default-late-reader", layout: "dms-default", lagShard: -1, lateShard: 0, modes: []string{"arrival", "shard"}},
+	{name: "primary-key", layout: "primary-key", lagShard: -1, lateShard: -1, modes: []string{"arrival", "shard"}},
+	{name: "primary-key-lag", layout: "primary-key", lagShard: 0, lateShard: -1, modes: []string{"arrival", "shard"}},
+	{name: "primary-key-late-reader", layout: "primary-key", lagShard: -1, lateShard: 0, modes: []string{"arrival", "shard"}},
 	// issue 16: customers reloaded after an outage that deleted and updated rows without records;
 	// the expected state does not hold the deleted rows.
-	{name: "reload", layout: "dms-default", lagShard: -1, reload: "customers", modes: []string{"arrival"}},
+	{name: "reload", layout: "dms-default", lagShard: -1, lateShard: -1, reload: "customers", modes: []string{"arrival"}},
 }
 
 // TestOrdering runs every case of orderingCases: TestOrdering/<case>/<mode>. A later run can pick
@@ -127,6 +145,8 @@ type orderingStream struct {
 	expected string
 	// last is every shard's last sequence number: the stream is complete before any mode runs.
 	last map[string]string
+	// shards lists the shard ids in hash-key order.
+	shards []string
 }
 
 // newOrderingStream creates a 4-shard stream and writes the case's workload to it with gen.
@@ -149,11 +169,14 @@ func newOrderingStream(t *testing.T, bin string, c orderingCase) *orderingStream
 	if err != nil {
 		t.Fatalf("gen %s: %v\n%s", strings.Join(args[1:], " "), err, stderr)
 	}
-	s.last = ordLastSequences(t, s.stream)
+	s.last, s.shards = ordLastSequences(t, s.stream)
 	if len(s.last) != 4 {
 		t.Fatalf("gen wrote to %d of 4 shards: %v", len(s.last), s.last)
 	}
-	t.Logf("gen %s: %s\n%s", strings.Join(args[1:], " "), time.Since(start).Round(time.Millisecond), ordLastLines(stderr, 4))
+	if c.lagShard >= 0 && !strings.Contains(stderr, " late\n") {
+		t.Fatalf("gen --lag-shard %d did not report the lagging shard:\n%s", c.lagShard, stderr)
+	}
+	t.Logf("gen %s: %s\n%s", strings.Join(args[1:], " "), time.Since(start).Round(time.Millisecond), ordGenSummary(stderr))
 	return s
 }
 
@@ -200,10 +223,17 @@ func (s *orderingStream) newRun(t *testing.T, mode string, sinkExtra map[string]
 // held a shard lease at some point.
 func (r *ordRun) consume(t *testing.T) (ok bool, report string) {
 	t.Helper()
+	if c := r.s.c; c.lateShard >= 0 {
+		until := time.Now().Add(ordLateReader)
+		ordHoldLease(t, r.app, r.s.shards[c.lateShard], until)
+		t.Logf("a dead worker holds the lease of %s until %s: its reader starts late", r.s.shards[c.lateShard], until.Format(time.RFC3339))
+	}
 	start := time.Now()
+	// A failing case logs only the tail of each log: today's service dead-letters thousands of
+	// records here, one line each.
 	svcs := []*Service{
-		StartService(t, r.s.bin, r.config, "DMS2ICEBERG_WORKER_ID=w1"),
-		StartService(t, r.s.bin, r.config, "DMS2ICEBERG_WORKER_ID=w2"),
+		startCommand(t, r.s.bin, []string{"run", "--config", r.config}, []string{"DMS2ICEBERG_WORKER_ID=w1"}, "", ordLogTail),
+		startCommand(t, r.s.bin, []string{"run", "--config", r.config}, []string{"DMS2ICEBERG_WORKER_ID=w2"}, "", ordLogTail),
 	}
 	owners := map[string]map[string]bool{} // worker -> shards it held
 	var behind string
@@ -364,8 +394,37 @@ func ordLeases(t *testing.T, app string) map[string]ordLease {
 	return leases
 }
 
-// ordLastSequences returns the last record's sequence number of every shard that has records.
-func ordLastSequences(t *testing.T, stream string) map[string]string {
+// ordHoldLease creates the KCL application's lease table (as the service does) and makes a dead
+// worker hold shard's lease until until, as after a crash: nobody reads the shard before then.
+func ordHoldLease(t *testing.T, app, shard string, until time.Time) {
+	t.Helper()
+	dc := DynamoDB(t)
+	_, err := dc.CreateTable(t.Context(), &dynamodb.CreateTableInput{
+		TableName:            aws.String(app),
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String("ShardID"), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String("ShardID"), KeyType: ddbtypes.KeyTypeHash}},
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+	})
+	if err != nil {
+		t.Fatalf("create lease table %s: %v", app, err)
+	}
+	if err := dynamodb.NewTableExistsWaiter(dc).Wait(t.Context(), &dynamodb.DescribeTableInput{TableName: aws.String(app)}, time.Minute); err != nil {
+		t.Fatalf("lease table %s: %v", app, err)
+	}
+	_, err = dc.PutItem(t.Context(), &dynamodb.PutItemInput{TableName: aws.String(app), Item: map[string]ddbtypes.AttributeValue{
+		"ShardID":      &ddbtypes.AttributeValueMemberS{Value: shard},
+		"AssignedTo":   &ddbtypes.AttributeValueMemberS{Value: "dead-worker"},
+		"LeaseTimeout": &ddbtypes.AttributeValueMemberS{Value: until.UTC().Format(time.RFC3339Nano)},
+		"LeaseEpoch":   &ddbtypes.AttributeValueMemberN{Value: "1"},
+	}})
+	if err != nil {
+		t.Fatalf("hold the lease of %s: %v", shard, err)
+	}
+}
+
+// ordLastSequences returns the last record's sequence number of every shard that has records,
+// and the shard ids in hash-key order.
+func ordLastSequences(t *testing.T, stream string) (map[string]string, []string) {
 	t.Helper()
 	kc := Kinesis(t)
 	ctx := t.Context()
@@ -373,8 +432,18 @@ func ordLastSequences(t *testing.T, stream string) map[string]string {
 	if err != nil {
 		t.Fatalf("list shards of %s: %v", stream, err)
 	}
+	start := func(sh kintypes.Shard) *big.Int {
+		n, ok := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
+		if !ok {
+			t.Fatalf("shard %s: starting hash key %q", aws.ToString(sh.ShardId), aws.ToString(sh.HashKeyRange.StartingHashKey))
+		}
+		return n
+	}
+	slices.SortFunc(shards.Shards, func(a, b kintypes.Shard) int { return start(a).Cmp(start(b)) })
 	last := map[string]string{}
+	var ids []string
 	for _, sh := range shards.Shards {
+		ids = append(ids, aws.ToString(sh.ShardId))
 		it, err := kc.GetShardIterator(ctx, &kinesis.GetShardIteratorInput{StreamName: aws.String(stream),
 			ShardId: sh.ShardId, ShardIteratorType: "TRIM_HORIZON"})
 		if err != nil {
@@ -394,17 +463,20 @@ func ordLastSequences(t *testing.T, stream string) map[string]string {
 			iter = out.NextShardIterator
 		}
 	}
-	return last
+	return last, ids
 }
 
 // ordKeys returns the set's elements, sorted.
 func ordKeys(m map[string]bool) []string { return slices.Sorted(maps.Keys(m)) }
 
-// ordLastLines returns the last n lines of s.
-func ordLastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
+// ordGenSummary returns gen's line about the lagging shard, if any, and its last lines.
+func ordGenSummary(stderr string) string {
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	var out []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "gen: records of shard") {
+			out = append(out, l)
+		}
 	}
-	return strings.Join(lines, "\n")
+	return strings.Join(append(out, lines[max(0, len(lines)-4):]...), "\n")
 }
