@@ -98,7 +98,11 @@ type orderingCase struct {
 // A lagging shard (its records arrive late, -lag cases) is chosen for the hazard of its layout:
 // in dms-default shard 2, so that customers' CDC arrives late relative to the loads of its keys
 // on the other shards; in primary-key shard 0, which also holds the create-table records of
-// customers and order_items. A late reader (-late-reader cases) is shard 0 in both: its
+// customers and order_items. Late arrival puts those records out of source order across shards
+// (a load after a CDC change of its key, a create-table after its table's data, an old key's
+// update after the key change that deleted it), so arrival order alone cannot order them: the
+// -lag cases pass only if the guard also keeps a load from overwriting a committed CDC change
+// and waits for a table's create-table. A late reader (-late-reader cases) is shard 0 in both: its
 // create-table records and a quarter of the loads are read after everything else.
 var orderingCases = []orderingCase{
 	{name: "dms-default", layout: "dms-default", lagShard: -1, lateShard: -1, modes: []string{"arrival", "shard"}},
