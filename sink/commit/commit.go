@@ -17,7 +17,8 @@ type Loader interface {
 
 // Policy says how often and how long a commit is tried.
 type Policy struct {
-	// Retries bounds the attempts after the first; it is not counted while Closing says true.
+	// Retries bounds the failed attempts after the first; a lost race (another commit moved the
+	// table) counts only when Yield is set, and nothing counts while Closing says true.
 	Retries int
 	// Closing reports whether the committer is in the final flush of a graceful stop: it then
 	// keeps trying until its context ends (shutdown_timeout bounds it), with shorter waits,
@@ -86,6 +87,7 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 		reload = func(ctx context.Context) (*table.Table, error) { return cat.LoadTable(ctx, ident) }
 	}
 	head := tbl
+	failures := 0 // attempts that count against Retries
 	for attempt := 0; ; attempt++ {
 		committed, err := op.Stage(ctx, head, attempt)
 		if err == nil {
@@ -96,13 +98,6 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 		}
 		if IsPermanent(err) {
 			return Result{Attempts: attempt + 1}, err
-		}
-		closing := p.Closing != nil && p.Closing()
-		if attempt >= p.Retries && !closing {
-			if op.Failed != nil {
-				op.Failed(attempt, err, nil)
-			}
-			return Result{Attempts: attempt + 1}, fmt.Errorf("%s: giving up after %d attempts: %w", op.Name, attempt+1, err)
 		}
 		conflict := errors.Is(err, table.ErrCommitFailed)
 		fresh, rerr := reload(ctx)
@@ -124,6 +119,16 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 					return Result{Attempts: attempt + 1, Landed: true}, nil
 				}
 			}
+		}
+		// A lost race proves the catalog works and another writer made progress: it counts
+		// against Retries only for commits that yield (maintenance). A table writer keeps
+		// re-staging, since giving up would stop the service while every other worker is fine.
+		if !conflict || p.Yield {
+			failures++
+		}
+		closing := p.Closing != nil && p.Closing()
+		if failures > p.Retries && !closing {
+			return Result{Attempts: attempt + 1}, fmt.Errorf("%s: giving up after %d attempts: %w", op.Name, attempt+1, err)
 		}
 		wait := RetryDelay(attempt, conflict, closing)
 		if p.Yield {

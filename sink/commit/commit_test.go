@@ -148,7 +148,7 @@ func TestRunGivesUp(t *testing.T) {
 		reloaded func(*table.Table) (bool, error)
 		attempts int
 	}{
-		{"retries exhausted", table.ErrCommitFailed, nil, 3},
+		{"retries exhausted", errTimeout, nil, 3},
 		{"permanent", Permanent(boom), nil, 1},
 		{"reloaded refuses", table.ErrCommitFailed, func(*table.Table) (bool, error) { return false, boom }, 1},
 	}
@@ -174,13 +174,43 @@ func TestRunGivesUp(t *testing.T) {
 			if stages != c.attempts || res.Attempts != c.attempts {
 				t.Fatalf("%d stages, result %+v, want %d", stages, res, c.attempts)
 			}
-			if c.name == "retries exhausted" && (!errors.Is(err, table.ErrCommitFailed) || failed != 3) {
-				t.Fatalf("err = %v after %d failures, want ErrCommitFailed after 3", err, failed)
+			if c.name == "retries exhausted" && (!errors.Is(err, errTimeout) || failed != 3) {
+				t.Fatalf("err = %v after %d failures, want the timeout after 3", err, failed)
 			}
 			if c.name != "retries exhausted" && !errors.Is(err, boom) {
 				t.Fatalf("err = %v, want boom", err)
 			}
 		})
+	}
+}
+
+var errTimeout = errors.New("catalog timeout")
+
+// Lost races do not use up a table writer's retries (another writer made progress; giving up
+// would stop the service), but they do use up those of a commit that yields (maintenance).
+func TestRunLostRacesCountOnlyWhenYielding(t *testing.T) {
+	t.Parallel()
+	for _, yield := range []bool{false, true} {
+		cat := newFakeCatalog(t)
+		stages := 0
+		op := Op{
+			Name: "commit db.t",
+			Stage: func(_ context.Context, tbl *table.Table, _ int) (*table.Table, error) {
+				stages++
+				if stages <= 5 {
+					cat.advance() // another writer lands first, five times
+					return nil, errors.New("requirement failed: branch main has changed")
+				}
+				return tbl, nil
+			},
+		}
+		_, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 2, Yield: yield}, op)
+		switch {
+		case !yield && (err != nil || stages != 6):
+			t.Fatalf("writer: err = %v after %d stages, want success after 6", err, stages)
+		case yield && (err == nil || stages != 3):
+			t.Fatalf("yielding: err = %v after %d stages, want giving up after 3", err, stages)
+		}
 	}
 }
 
