@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 	"unsafe"
@@ -13,43 +12,6 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
-
-// Config configures a Decoder.
-type Config struct {
-	// BeforeImageField is the top-level key of the before-image object, i.e. the FieldName of
-	// the task's BeforeImageSettings. Default "before-image". Must not be empty or one of the
-	// envelope keys "data", "metadata", "control".
-	BeforeImageField string
-	// BIPrefix and BISuffix name the columns the add-before-image-columns transformation injects
-	// into data: <BIPrefix><column><BISuffix>. Defaults "BI_" and "". They are only recognised
-	// when BIEnabled is true.
-	BIPrefix, BISuffix string
-	// BIEnabled turns on recognition of add-before-image-columns columns. Default false. When on,
-	// every data column whose name starts with BIPrefix, ends with BISuffix and is longer than
-	// both is removed from Event.Columns; on update records it becomes Event.Before (with the
-	// prefix and suffix stripped) unless the record also carries a before-image object.
-	BIEnabled bool
-}
-
-// DefaultConfig returns the configuration for a task with BeforeImageSettings.FieldName
-// "before-image" and no add-before-image-columns transformation.
-func DefaultConfig() Config {
-	return Config{BeforeImageField: "before-image", BIPrefix: "BI_"}
-}
-
-// Validate reports the first invalid field.
-func (c Config) Validate() error {
-	switch c.BeforeImageField {
-	case "":
-		return errors.New("dms: Config.BeforeImageField must not be empty")
-	case "data", "metadata", "control":
-		return fmt.Errorf("dms: Config.BeforeImageField %q collides with an envelope key", c.BeforeImageField)
-	}
-	if c.BIEnabled && c.BIPrefix == "" && c.BISuffix == "" {
-		return errors.New("dms: Config.BIPrefix and Config.BISuffix must not both be empty when Config.BIEnabled is set")
-	}
-	return nil
-}
 
 // Decoder turns DMS JSON records into change.Events. It reuses one JSON parser and is not safe
 // for concurrent use; create one per goroutine.

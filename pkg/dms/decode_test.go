@@ -534,30 +534,6 @@ func TestDecodeBigRecordGrowsArena(t *testing.T) {
 	}
 }
 
-func TestConfigValidate(t *testing.T) {
-	t.Parallel()
-	if err := DefaultConfig().Validate(); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		cfg   Config
-		field string
-	}{
-		{Config{}, "BeforeImageField"},
-		{Config{BeforeImageField: "data"}, "BeforeImageField"},
-		{Config{BeforeImageField: "metadata"}, "BeforeImageField"},
-		{Config{BeforeImageField: "x", BIEnabled: true}, "BIPrefix"},
-	} {
-		err := tc.cfg.Validate()
-		if err == nil || !strings.Contains(err.Error(), tc.field) {
-			t.Errorf("%+v: err %v, want mention of %s", tc.cfg, err, tc.field)
-		}
-	}
-	if err := (Config{BeforeImageField: "x", BIEnabled: true, BISuffix: "_old"}).Validate(); err != nil {
-		t.Error(err)
-	}
-}
-
 func TestErrorKindStrings(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
