@@ -89,10 +89,14 @@ const (
 //     control.table-def when present: columns in JSON order, nullable defaulting to true,
 //     length/precision/scale from numbers or numeric strings, primary-key from an array of
 //     strings.
-//   - The JSON is parsed with fastjson: string escapes are decoded best effort (an invalid
-//     escape is kept literally, raw control characters and invalid UTF-8 pass through), and
-//     for a duplicated envelope key the first occurrence wins. Number literals are checked
-//     against the JSON grammar (ErrSyntax otherwise).
+//   - The JSON is parsed with fastjson, and for a duplicated envelope key the first occurrence
+//     wins. Every JSON string in the record (keys, values, metadata, table-def, strings nested
+//     in JSON values) must be Unicode text, so that it is stored exactly: bytes that are not
+//     UTF-8 and \u escapes of unpaired surrogates are ErrBadString, escapes JSON does not
+//     define (\q, \u12) are ErrSyntax; the reason names the field (data.name, metadata.
+//     table-name, data: ... in the key "..."). Raw control characters in strings are kept as
+//     the bytes they are. Number literals are checked against the JSON grammar (ErrSyntax
+//     otherwise).
 //   - Meta gets every known metadata field; numbers (transaction-id, ...) as their literal
 //     text, strings as is, null as absent.
 //
@@ -129,6 +133,9 @@ func (d *Decoder) decode(data []byte, ev *change.Event, cols []change.Column) *D
 	v, err := d.p.ParseBytes(data)
 	if err != nil {
 		return syntaxErr(data, err.Error())
+	}
+	if de := checkText(data); de != nil {
+		return de
 	}
 	top, err := v.Object()
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -45,7 +46,7 @@ func FuzzDecode(f *testing.F) {
 			if !errors.As(err, &de) {
 				t.Fatalf("error %v is not a *DecodeError", err)
 			}
-			if de.Kind < ErrSyntax || de.Kind > ErrBadField || de.Reason == "" {
+			if de.Kind < ErrSyntax || de.Kind > ErrBadString || de.Reason == "" || !utf8.ValidString(de.Reason) {
 				t.Fatalf("malformed error %+v", de)
 			}
 			if de.Offset < -1 || de.Offset > len(data) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
@@ -58,6 +59,8 @@ type decodeCase struct {
 	want string    // dump on success
 	kind ErrorKind // non-zero: expected error kind
 	off  int       // expected offset when kind != 0 (use -2 to skip the check)
+	// reason, when set, must be contained in the error's Reason (it names the column).
+	reason string
 }
 
 var biCfg = Config{BeforeImageField: "before-image", BIPrefix: "BI_", BIEnabled: true}
@@ -355,6 +358,26 @@ pk ["id"]
 	{name: "table-def nullable not a boolean", in: `{"control":{"table-def":{"columns":{"a":{"type":"INT4","nullable":1}}}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadField, off: -1},
 	{name: "table-def type not a string", in: `{"control":{"table-def":{"columns":{"a":{"type":4}}}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadField, off: -1},
 	{name: "table-def primary-key not strings", in: `{"control":{"table-def":{"primary-key":[1]}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadField, off: -1},
+	// Item 9: string text that is not Unicode is dead-lettered, naming the field (ErrBadString);
+	// an escape JSON does not define is a syntax error. Before, fastjson passed invalid UTF-8
+	// through, kept a lone surrogate escape as the six characters \ud800, and turned a high
+	// surrogate followed by another escape into U+FFFD, swallowing the second character.
+	{name: "invalid UTF-8 in a data string", in: `{"data":{"id":1,"name":"ab` + "\xff" + `c"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 26, reason: "data.name: invalid UTF-8"},
+	{name: "truncated UTF-8 sequence in a data string", in: `{"data":{"name":"` + "\xe2\x82" + `"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 17, reason: "data.name: invalid UTF-8"},
+	{name: "UTF-8 encoded surrogate (CESU) in a data string", in: `{"data":{"name":"` + "\xed\xa0\x80" + `"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 17, reason: "data.name: invalid UTF-8"},
+	{name: "invalid UTF-8 in a column name", in: `{"data":{"na` + "\xff" + `me":1},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 12, reason: `data: invalid UTF-8 in the key "na\xffme"`},
+	{name: "invalid UTF-8 in the before-image", in: `{"data":{"id":1},"before-image":{"id":"` + "\xc0" + `"},"metadata":{"record-type":"data","operation":"update",` + metaTail, kind: ErrBadString, off: 39, reason: "before-image.id: invalid UTF-8"},
+	{name: "invalid UTF-8 in metadata", in: `{"data":{},"metadata":{"record-type":"data","operation":"insert","schema-name":"s` + "\xff" + `","table-name":"t"}}`, kind: ErrBadString, off: 81, reason: "metadata.schema-name: invalid UTF-8"},
+	{name: "invalid UTF-8 inside nested JSON", in: `{"data":{"doc":{"tags":["ok","` + "\xff" + `"]}},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 30, reason: "data.doc.tags[1]: invalid UTF-8"},
+	{name: "lone high surrogate", in: `{"data":{"name":"a\ud800b"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 18, reason: `data.name: lone surrogate escape \ud800`},
+	{name: "lone high surrogate at the end", in: `{"data":{"name":"\uD83D"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 17, reason: `data.name: lone surrogate escape \uD83D`},
+	{name: "lone low surrogate", in: `{"data":{"name":"\udc00"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 17, reason: `data.name: lone surrogate escape \udc00`},
+	{name: "high surrogate followed by a non-surrogate escape", in: `{"data":{"name":"\ud800\u0041"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 17, reason: "data.name: lone surrogate"},
+	{name: "two high surrogates", in: `{"data":{"name":"\ud800\ud800"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 17, reason: "data.name: lone surrogate"},
+	{name: "lone surrogate in a column name", in: `{"data":{"\ud800":1},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrBadString, off: 10, reason: "data: lone surrogate escape \\ud800 (a high surrogate not followed by a low one) in the key"},
+	{name: "lone surrogate in a table-def", in: `{"control":{"table-def":{"columns":{"a":{"type":"\udfff"}}}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadString, off: 49, reason: "control.table-def.columns.a.type: lone surrogate"},
+	{name: "undefined escape", in: `{"data":{"name":"a\qb"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: 18, reason: `data.name: invalid escape \q`},
+	{name: "short unicode escape", in: `{"data":{"name":"\u12"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: 17, reason: `data.name: invalid escape \u12"`},
 	{name: "table-def primary-key object", in: `{"control":{"table-def":{"primary-key":{}}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadField, off: -1},
 }
 
@@ -388,6 +411,12 @@ func TestDecodeGolden(t *testing.T) {
 				}
 				if de.Reason == "" {
 					t.Errorf("empty reason")
+				}
+				if !strings.Contains(de.Reason, tc.reason) {
+					t.Errorf("reason %q, want it to contain %q", de.Reason, tc.reason)
+				}
+				if !utf8.ValidString(de.Reason) {
+					t.Errorf("reason %q is not valid UTF-8 (it is stored in a string column)", de.Reason)
 				}
 				if ev.Op != change.OpUnknown || ev.Columns != nil || ev.Before != nil || ev.Control != nil {
 					t.Errorf("event not cleared on error: %+v", ev)
@@ -537,7 +566,7 @@ func TestDecodeBigRecordGrowsArena(t *testing.T) {
 func TestErrorKindStrings(t *testing.T) {
 	t.Parallel()
 	seen := map[string]bool{}
-	for k := ErrSyntax; k <= ErrBadField; k++ {
+	for k := ErrSyntax; k <= ErrBadString; k++ {
 		s := k.String()
 		if seen[s] || strings.HasPrefix(s, "kind(") {
 			t.Errorf("kind %d: bad or duplicate name %q", k, s)
