@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/valyala/fastjson"
@@ -82,8 +83,10 @@ const (
 //     Config.BIEnabled, from the BI columns of an update record (see Config.BIEnabled).
 //   - Values keep the JSON kind: numbers as their literal text (never via float64), strings
 //     unescaped, booleans "true"/"false", objects and arrays as compact JSON text (KindJSON),
-//     null as KindNull. Besides the JSON number grammar, the NaN/Inf spellings fastjson accepts
-//     (nan, inf, -inf, +inf, any case) are passed through as KindNumber.
+//     null as KindNull. Bare NaN/Inf tokens, the spellings fastjson accepts
+//     (nan, inf, -inf, +inf, any case) and Infinity are rejected with ErrSyntax, naming the
+//     column: NaN and infinities are not JSON numbers; quoted, they are strings, which float
+//     and double columns convert (Convert).
 //   - Control records get Op OpControl and Control.Op set to metadata.operation as written
 //     (unknown control operations pass through). Control.TableDef is parsed from
 //     control.table-def when present: columns in JSON order, nullable defaulting to true,
@@ -313,7 +316,7 @@ func (d *Decoder) visitMeta(key []byte, v *fastjson.Value) {
 	case fastjson.TypeNumber:
 		s := d.marshal(v)
 		if !validNumber(s) {
-			d.err = decodeErr(ErrSyntax, -1, "metadata."+string(key)+": malformed number "+quoteTrunc(s))
+			d.err = decodeErr(ErrSyntax, -1, numberReason("metadata."+string(key), s))
 			return
 		}
 		*dst = s
@@ -340,7 +343,7 @@ func (d *Decoder) visitData(key []byte, v *fastjson.Value) {
 	}
 	val, ok := d.value(v)
 	if !ok {
-		d.err = decodeErr(ErrSyntax, -1, "data."+string(key)+": malformed number "+quoteTrunc(val.Text))
+		d.err = decodeErr(ErrSyntax, -1, numberReason("data."+string(key), val.Text))
 		return
 	}
 	if d.cfg.BIEnabled {
@@ -360,7 +363,7 @@ func (d *Decoder) visitBefore(key []byte, v *fastjson.Value) {
 	}
 	val, ok := d.value(v)
 	if !ok {
-		d.err = decodeErr(ErrSyntax, -1, d.cfg.BeforeImageField+"."+string(key)+": malformed number "+quoteTrunc(val.Text))
+		d.err = decodeErr(ErrSyntax, -1, numberReason(d.cfg.BeforeImageField+"."+string(key), val.Text))
 		return
 	}
 	d.buf[d.bi] = change.Column{Name: d.str(key), Value: val}
@@ -443,17 +446,12 @@ func skipWS(b []byte) int {
 	return len(b)
 }
 
-// validNumber checks the JSON number grammar, plus the NaN/Inf spellings fastjson accepts.
+// validNumber checks the JSON number grammar. The NaN/Inf spellings fastjson also accepts
+// (nan, inf, -inf, +inf, any case) fail it: see numberReason.
 func validNumber(s string) bool {
 	i := 0
-	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+	if i < len(s) && s[i] == '-' {
 		i++
-	}
-	if rest := s[i:]; len(rest) == 3 && (equalFold3(rest, "nan") || equalFold3(rest, "inf")) {
-		return true
-	}
-	if s[0] == '+' {
-		return false
 	}
 	if i == len(s) {
 		return false
@@ -492,6 +490,17 @@ func validNumber(s string) bool {
 	}
 	return i == len(s)
 }
+
+// numberReason says why a number token of field is rejected.
+func numberReason(field, text string) string {
+	if _, ok := nonFinite(text); ok {
+		return field + ": " + bareNonFinite + " " + quoteTrunc(text)
+	}
+	return field + ": malformed number " + quoteTrunc(text)
+}
+
+// bareNonFinite is the reason for a bare NaN or infinity token, however spelled.
+const bareNonFinite = "bare NaN/Infinity is not a JSON number (DMS must send it quoted, or null)"
 
 func equalFold3(s, lower string) bool {
 	for i := 0; i < 3; i++ {
@@ -550,8 +559,23 @@ func syntaxErr(data []byte, reason string) *DecodeError {
 			reason = "unexpected data after the JSON value"
 		}
 	}
+	if off >= 0 && off < len(data) {
+		// fastjson reads Inf out of Infinity and then fails on the tail: name the column.
+		start := off
+		if start > 0 && (data[start-1] == '-' || data[start-1] == '+') {
+			start--
+		}
+		end := start
+		for end < len(data) && (data[end] == '-' || data[end] == '+' || data[end] >= 'A' && data[end] <= 'Z' || data[end] >= 'a' && data[end] <= 'z') {
+			end++
+		}
+		if _, ok := nonFinite(string(data[start:end])); ok {
+			path, _ := fieldAt(data, start)
+			return decodeErr(ErrSyntax, start, path+": "+bareNonFinite+" "+quoteTrunc(string(data[start:end])))
+		}
+	}
 	if len(reason) > 200 {
 		reason = reason[:200] + "..."
 	}
-	return decodeErr(ErrSyntax, off, reason)
+	return decodeErr(ErrSyntax, off, strings.ToValidUTF8(reason, "\uFFFD"))
 }

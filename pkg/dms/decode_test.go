@@ -194,7 +194,7 @@ col "neg" number "-0.001"
   "obj": { "a" : [1, 2.50, {"b": "x\"y"}], "c" : null },
   "arr": [ ],
   "k\u0065y": 1,
-  "nan": NaN, "inf": -Inf,
+  "nan": "NaN", "inf": "-Infinity",
   "exp": -1.5e-7, "zero": -0
 }}`,
 		want: "public.t insert\nmeta record-type=\"data\"\nmeta operation=\"insert\"\nmeta schema-name=\"public\"\nmeta table-name=\"t\"\n" +
@@ -206,8 +206,8 @@ col "neg" number "-0.001"
 			`col "obj" json "{\"a\":[1,2.50,{\"b\":\"x\\\"y\"}],\"c\":null}"` + "\n" +
 			`col "arr" json "[]"` + "\n" +
 			`col "key" number "1"` + "\n" +
-			`col "nan" number "NaN"` + "\n" +
-			`col "inf" number "-Inf"` + "\n" +
+			`col "nan" string "NaN"` + "\n" +
+			`col "inf" string "-Infinity"` + "\n" +
 			`col "exp" number "-1.5e-7"` + "\n" +
 			`col "zero" number "-0"` + "\n",
 	},
@@ -378,6 +378,20 @@ pk ["id"]
 	{name: "lone surrogate in a table-def", in: `{"control":{"table-def":{"columns":{"a":{"type":"\udfff"}}}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadString, off: 49, reason: "control.table-def.columns.a.type: lone surrogate"},
 	{name: "undefined escape", in: `{"data":{"name":"a\qb"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: 18, reason: `data.name: invalid escape \q`},
 	{name: "short unicode escape", in: `{"data":{"name":"\u12"},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: 17, reason: `data.name: invalid escape \u12"`},
+	// Item 9: NaN and infinities are not JSON numbers. Every bare spelling is a syntax error
+	// naming the column (before, fastjson's NaN/nan/inf/-inf/+inf passed as numbers while
+	// Infinity and -Infinity were syntax errors without a column); quoted, they are strings,
+	// which float and double columns convert (see Convert).
+	{name: "bare NaN", in: `{"data":{"x":NaN},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: -2, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare nan", in: `{"data":{"x":nan},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: -2, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare -nan", in: `{"data":{"x":-nan},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: -2, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare inf", in: `{"data":{"x":inf},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: -2, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare -Inf", in: `{"data":{"x":-Inf},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: -2, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare +inf", in: `{"data":{"x":+inf},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: -2, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare Infinity", in: `{"data":{"x":Infinity},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: 13, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare -Infinity", in: `{"data":{"id":1,"x":-Infinity},"metadata":{"record-type":"data","operation":"insert",` + metaTail, kind: ErrSyntax, off: 20, reason: "data.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare NaN in the before-image", in: `{"data":{"x":1},"before-image":{"x":NaN},"metadata":{"record-type":"data","operation":"update",` + metaTail, kind: ErrSyntax, off: -2, reason: "before-image.x: bare NaN/Infinity is not a JSON number"},
+	{name: "bare inf in metadata", in: `{"data":{},"metadata":{"record-type":"data","operation":"insert","transaction-id":inf,` + metaTail, kind: ErrSyntax, off: -2, reason: "metadata.transaction-id: bare NaN/Infinity is not a JSON number"},
 	{name: "table-def primary-key object", in: `{"control":{"table-def":{"primary-key":{}}},"metadata":{"record-type":"control","operation":"create-table"}}`, kind: ErrBadField, off: -1},
 }
 
