@@ -82,8 +82,10 @@ func convErr(t iceberg.Type, text, reason string) *ConvertError {
 }
 
 // Convert converts a DMS value to a Datum of Iceberg type t, exactly: no value is rounded
-// except sub-microsecond digits of times and timestamps, which are truncated (Iceberg stores
-// microseconds). A JSON null is Datum{Null: true} for every type.
+// except floats (to the nearest representable value) and sub-microsecond digits of times and
+// timestamps, which are truncated (Iceberg stores microseconds). A JSON null is
+// Datum{Null: true} for every type. Convert checks the Iceberg type only; ConvertIn also checks
+// the range of the column's DMS source type (unsigned integers).
 //
 //   - int, long: the integer literal of a JSON number or string (an optional sign, digits, and
 //     an optional fraction of zeros only, "12.0"). Exponent forms are rejected: DMS writes
