@@ -136,7 +136,7 @@ var convertCases = []convertCase{
 	{t: tDouble, v: str("infinity"), want: "+Inf"},
 	{t: tDouble, v: str("-Infinity"), want: "-Inf"},
 	{t: tDouble, v: num("Infinity"), want: "+Inf"},
-	{t: tDouble, v: str("Infinit"), err: "not a number"},
+	{t: tDouble, v: str("Infinityy"), err: "not a number"},
 	{t: tDouble, v: str("nanx"), err: "not a number"},
 	{t: tDouble, v: str("0x1p-2"), err: "not a number"},
 	{t: tDouble, v: str("1_000"), err: "not a number"},
