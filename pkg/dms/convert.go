@@ -82,8 +82,10 @@ func convErr(t iceberg.Type, text, reason string) *ConvertError {
 }
 
 // Convert converts a DMS value to a Datum of Iceberg type t, exactly: no value is rounded
-// except sub-microsecond digits of times and timestamps, which are truncated (Iceberg stores
-// microseconds). A JSON null is Datum{Null: true} for every type.
+// except floats (to the nearest representable value) and sub-microsecond digits of times and
+// timestamps, which are truncated (Iceberg stores microseconds). A JSON null is
+// Datum{Null: true} for every type. Convert checks the Iceberg type only; ConvertIn also checks
+// the range of the column's DMS source type (unsigned integers).
 //
 //   - int, long: the integer literal of a JSON number or string (an optional sign, digits, and
 //     an optional fraction of zeros only, "12.0"). Exponent forms are rejected: DMS writes
@@ -91,8 +93,12 @@ func convErr(t iceberg.Type, text, reason string) *ConvertError {
 //     off, and digits are already lost then. int is range-checked to 32 bits.
 //   - decimal(p,s): the number (JSON number or numeric string, exponent allowed) exactly at
 //     scale s; extra fractional digits must be zeros, and the value must fit p digits.
-//   - float, double: strconv.ParseFloat of the text (NaN and Inf spellings accepted);
-//     out-of-range values are rejected.
+//   - float, double: a decimal number (JSON number or numeric string, exponent allowed)
+//     rounded to the nearest representable value; overflow (beyond the largest finite value)
+//     and underflow (a nonzero value that rounds to 0; 1e-400) are rejected, subnormals kept.
+//     The words nan, inf and infinity in any case, with an optional sign, are NaN, +Inf and
+//     -Inf (the decoder rejects them as bare JSON tokens, so they arrive quoted). Go-only
+//     syntax (hex floats, underscores) is rejected.
 //   - boolean: JSON true/false; numbers 1/0; strings true/false/t/f/1/0/yes/no/y/n in any case.
 //   - date: "YYYY-MM-DD", or a full timestamp text whose wall-clock date is taken.
 //   - time: "HH:MM:SS" with an optional fraction of 1-9 digits; 00-23 hours only.
@@ -141,18 +147,18 @@ func Convert(t iceberg.Type, v change.Value) (Datum, error) {
 		if v.Kind != change.KindNumber && v.Kind != change.KindString {
 			return Datum{}, convErr(t, s, "not a number")
 		}
-		f, err := strconv.ParseFloat(s, 32)
-		if err != nil {
-			return Datum{}, convErr(t, s, floatReason(err))
+		f, reason := parseFloat(s, 32)
+		if reason != "" {
+			return Datum{}, convErr(t, s, reason)
 		}
 		return Datum{I: int64(math.Float32bits(float32(f)))}, nil
 	case iceberg.Float64Type:
 		if v.Kind != change.KindNumber && v.Kind != change.KindString {
 			return Datum{}, convErr(t, s, "not a number")
 		}
-		f, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return Datum{}, convErr(t, s, floatReason(err))
+		f, reason := parseFloat(s, 64)
+		if reason != "" {
+			return Datum{}, convErr(t, s, reason)
 		}
 		return Datum{I: int64(math.Float64bits(f))}, nil
 	case iceberg.BooleanType:
@@ -241,11 +247,91 @@ func Convert(t iceberg.Type, v change.Value) (Datum, error) {
 	return Datum{}, convErr(t, s, "unsupported column type")
 }
 
-func floatReason(err error) string {
-	if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
-		return "out of range"
+// parseFloat converts the text of a float (bitSize 32) or double (64) value; it returns a
+// non-empty reason on failure. The words nan, inf and infinity (any case, optional sign) are
+// NaN and ±Inf; any other text must be a decimal number ([sign] digits [. digits] [e [sign]
+// digits], as parseDecimal reads it), rounded to the nearest representable value. A value
+// beyond the largest finite one (overflow to ±Inf) and a nonzero value that rounds to ±0
+// (underflow) are rejected: neither is the source value. Subnormal results are kept.
+func parseFloat(s string, bitSize int) (float64, string) {
+	if f, ok := nonFinite(s); ok {
+		return f, ""
 	}
-	return "not a number"
+	nonzero, ok := decimalSyntax(s)
+	if !ok {
+		return 0, "not a number"
+	}
+	f, err := strconv.ParseFloat(s, bitSize)
+	if err != nil {
+		if ne, ok := err.(*strconv.NumError); ok && ne.Err == strconv.ErrRange {
+			return 0, "out of range"
+		}
+		return 0, "not a number"
+	}
+	if f == 0 && nonzero {
+		return 0, "underflow: a nonzero value rounds to 0 at this precision"
+	}
+	return f, ""
+}
+
+// nonFinite reads the words nan, inf and infinity in any case with an optional sign.
+func nonFinite(s string) (float64, bool) {
+	sign := 1
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		if s[0] == '-' {
+			sign = -1
+		}
+		s = s[1:]
+	}
+	switch {
+	case len(s) == 3 && equalFold3(s, "nan"):
+		return math.NaN(), true
+	case len(s) == 3 && equalFold3(s, "inf"), len(s) == 8 && strings.EqualFold(s, "infinity"):
+		return math.Inf(sign), true
+	}
+	return 0, false
+}
+
+// decimalSyntax reports whether s is [sign] (digits [. digits*] | . digits) [(e|E) [sign]
+// digits], and whether its coefficient has a nonzero digit.
+func decimalSyntax(s string) (nonzero, ok bool) {
+	i := 0
+	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+		i++
+	}
+	n := 0
+	for ; i < len(s) && (s[i] >= '0' && s[i] <= '9' || s[i] == '.'); i++ {
+		if s[i] == '.' {
+			if n < 0 {
+				return false, false // a second dot
+			}
+			n = -n - 1 // mark the dot, keep the digit count
+			continue
+		}
+		nonzero = nonzero || s[i] != '0'
+		if n >= 0 {
+			n++
+		} else {
+			n--
+		}
+	}
+	if n == 0 || n == -1 {
+		return false, false // no digit
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '-' || s[i] == '+') {
+			i++
+		}
+		j := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == j {
+			return false, false
+		}
+	}
+	return nonzero, i == len(s)
 }
 
 // parseInteger parses an integer literal; it returns a non-empty reason on failure.

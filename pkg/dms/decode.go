@@ -4,52 +4,15 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/valyala/fastjson"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
-
-// Config configures a Decoder.
-type Config struct {
-	// BeforeImageField is the top-level key of the before-image object, i.e. the FieldName of
-	// the task's BeforeImageSettings. Default "before-image". Must not be empty or one of the
-	// envelope keys "data", "metadata", "control".
-	BeforeImageField string
-	// BIPrefix and BISuffix name the columns the add-before-image-columns transformation injects
-	// into data: <BIPrefix><column><BISuffix>. Defaults "BI_" and "". They are only recognised
-	// when BIEnabled is true.
-	BIPrefix, BISuffix string
-	// BIEnabled turns on recognition of add-before-image-columns columns. Default false. When on,
-	// every data column whose name starts with BIPrefix, ends with BISuffix and is longer than
-	// both is removed from Event.Columns; on update records it becomes Event.Before (with the
-	// prefix and suffix stripped) unless the record also carries a before-image object.
-	BIEnabled bool
-}
-
-// DefaultConfig returns the configuration for a task with BeforeImageSettings.FieldName
-// "before-image" and no add-before-image-columns transformation.
-func DefaultConfig() Config {
-	return Config{BeforeImageField: "before-image", BIPrefix: "BI_"}
-}
-
-// Validate reports the first invalid field.
-func (c Config) Validate() error {
-	switch c.BeforeImageField {
-	case "":
-		return errors.New("dms: Config.BeforeImageField must not be empty")
-	case "data", "metadata", "control":
-		return fmt.Errorf("dms: Config.BeforeImageField %q collides with an envelope key", c.BeforeImageField)
-	}
-	if c.BIEnabled && c.BIPrefix == "" && c.BISuffix == "" {
-		return errors.New("dms: Config.BIPrefix and Config.BISuffix must not both be empty when Config.BIEnabled is set")
-	}
-	return nil
-}
 
 // Decoder turns DMS JSON records into change.Events. It reuses one JSON parser and is not safe
 // for concurrent use; create one per goroutine.
@@ -120,17 +83,23 @@ const (
 //     Config.BIEnabled, from the BI columns of an update record (see Config.BIEnabled).
 //   - Values keep the JSON kind: numbers as their literal text (never via float64), strings
 //     unescaped, booleans "true"/"false", objects and arrays as compact JSON text (KindJSON),
-//     null as KindNull. Besides the JSON number grammar, the NaN/Inf spellings fastjson accepts
-//     (nan, inf, -inf, +inf, any case) are passed through as KindNumber.
+//     null as KindNull. Bare NaN/Inf tokens, the spellings fastjson accepts
+//     (nan, inf, -inf, +inf, any case) and Infinity are rejected with ErrSyntax, naming the
+//     column: NaN and infinities are not JSON numbers; quoted, they are strings, which float
+//     and double columns convert (Convert).
 //   - Control records get Op OpControl and Control.Op set to metadata.operation as written
 //     (unknown control operations pass through). Control.TableDef is parsed from
 //     control.table-def when present: columns in JSON order, nullable defaulting to true,
 //     length/precision/scale from numbers or numeric strings, primary-key from an array of
 //     strings.
-//   - The JSON is parsed with fastjson: string escapes are decoded best effort (an invalid
-//     escape is kept literally, raw control characters and invalid UTF-8 pass through), and
-//     for a duplicated envelope key the first occurrence wins. Number literals are checked
-//     against the JSON grammar (ErrSyntax otherwise).
+//   - The JSON is parsed with fastjson, and for a duplicated envelope key the first occurrence
+//     wins. Every JSON string in the record (keys, values, metadata, table-def, strings nested
+//     in JSON values) must be Unicode text, so that it is stored exactly: bytes that are not
+//     UTF-8 and \u escapes of unpaired surrogates are ErrBadString, escapes JSON does not
+//     define (\q, \u12) are ErrSyntax; the reason names the field (data.name, metadata.
+//     table-name, data: ... in the key "..."). Raw control characters in strings are kept as
+//     the bytes they are. Number literals are checked against the JSON grammar (ErrSyntax
+//     otherwise).
 //   - Meta gets every known metadata field; numbers (transaction-id, ...) as their literal
 //     text, strings as is, null as absent.
 //
@@ -167,6 +136,9 @@ func (d *Decoder) decode(data []byte, ev *change.Event, cols []change.Column) *D
 	v, err := d.p.ParseBytes(data)
 	if err != nil {
 		return syntaxErr(data, err.Error())
+	}
+	if de := checkText(data); de != nil {
+		return de
 	}
 	top, err := v.Object()
 	if err != nil {
@@ -344,7 +316,7 @@ func (d *Decoder) visitMeta(key []byte, v *fastjson.Value) {
 	case fastjson.TypeNumber:
 		s := d.marshal(v)
 		if !validNumber(s) {
-			d.err = decodeErr(ErrSyntax, -1, "metadata."+string(key)+": malformed number "+quoteTrunc(s))
+			d.err = decodeErr(ErrSyntax, -1, numberReason("metadata."+string(key), s))
 			return
 		}
 		*dst = s
@@ -371,7 +343,7 @@ func (d *Decoder) visitData(key []byte, v *fastjson.Value) {
 	}
 	val, ok := d.value(v)
 	if !ok {
-		d.err = decodeErr(ErrSyntax, -1, "data."+string(key)+": malformed number "+quoteTrunc(val.Text))
+		d.err = decodeErr(ErrSyntax, -1, numberReason("data."+string(key), val.Text))
 		return
 	}
 	if d.cfg.BIEnabled {
@@ -391,7 +363,7 @@ func (d *Decoder) visitBefore(key []byte, v *fastjson.Value) {
 	}
 	val, ok := d.value(v)
 	if !ok {
-		d.err = decodeErr(ErrSyntax, -1, d.cfg.BeforeImageField+"."+string(key)+": malformed number "+quoteTrunc(val.Text))
+		d.err = decodeErr(ErrSyntax, -1, numberReason(d.cfg.BeforeImageField+"."+string(key), val.Text))
 		return
 	}
 	d.buf[d.bi] = change.Column{Name: d.str(key), Value: val}
@@ -474,17 +446,12 @@ func skipWS(b []byte) int {
 	return len(b)
 }
 
-// validNumber checks the JSON number grammar, plus the NaN/Inf spellings fastjson accepts.
+// validNumber checks the JSON number grammar. The NaN/Inf spellings fastjson also accepts
+// (nan, inf, -inf, +inf, any case) fail it: see numberReason.
 func validNumber(s string) bool {
 	i := 0
-	if i < len(s) && (s[i] == '-' || s[i] == '+') {
+	if i < len(s) && s[i] == '-' {
 		i++
-	}
-	if rest := s[i:]; len(rest) == 3 && (equalFold3(rest, "nan") || equalFold3(rest, "inf")) {
-		return true
-	}
-	if s[0] == '+' {
-		return false
 	}
 	if i == len(s) {
 		return false
@@ -523,6 +490,17 @@ func validNumber(s string) bool {
 	}
 	return i == len(s)
 }
+
+// numberReason says why a number token of field is rejected.
+func numberReason(field, text string) string {
+	if _, ok := nonFinite(text); ok {
+		return field + ": " + bareNonFinite + " " + quoteTrunc(text)
+	}
+	return field + ": malformed number " + quoteTrunc(text)
+}
+
+// bareNonFinite is the reason for a bare NaN or infinity token, however spelled.
+const bareNonFinite = "bare NaN/Infinity is not a JSON number (DMS must send it quoted, or null)"
 
 func equalFold3(s, lower string) bool {
 	for i := 0; i < 3; i++ {
@@ -581,8 +559,23 @@ func syntaxErr(data []byte, reason string) *DecodeError {
 			reason = "unexpected data after the JSON value"
 		}
 	}
+	if off >= 0 && off < len(data) {
+		// fastjson reads Inf out of Infinity and then fails on the tail: name the column.
+		start := off
+		if start > 0 && (data[start-1] == '-' || data[start-1] == '+') {
+			start--
+		}
+		end := start
+		for end < len(data) && (data[end] == '-' || data[end] == '+' || data[end] >= 'A' && data[end] <= 'Z' || data[end] >= 'a' && data[end] <= 'z') {
+			end++
+		}
+		if _, ok := nonFinite(string(data[start:end])); ok {
+			path, _ := fieldAt(data, start)
+			return decodeErr(ErrSyntax, start, path+": "+bareNonFinite+" "+quoteTrunc(string(data[start:end])))
+		}
+	}
 	if len(reason) > 200 {
 		reason = reason[:200] + "..."
 	}
-	return decodeErr(ErrSyntax, off, reason)
+	return decodeErr(ErrSyntax, off, strings.ToValidUTF8(reason, "\uFFFD"))
 }

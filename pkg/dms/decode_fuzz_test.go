@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -45,7 +46,7 @@ func FuzzDecode(f *testing.F) {
 			if !errors.As(err, &de) {
 				t.Fatalf("error %v is not a *DecodeError", err)
 			}
-			if de.Kind < ErrSyntax || de.Kind > ErrBadField || de.Reason == "" {
+			if de.Kind < ErrSyntax || de.Kind > ErrBadString || de.Reason == "" || !utf8.ValidString(de.Reason) {
 				t.Fatalf("malformed error %+v", de)
 			}
 			if de.Offset < -1 || de.Offset > len(data) {
@@ -152,6 +153,12 @@ func FuzzConvert(f *testing.F) {
 	for _, tc := range convertCases {
 		f.Add(fuzzTypeIndex(tc.t), uint8(tc.v.Kind), tc.v.Text)
 	}
+	// Domain seeds: kindSel/5 selects the domain (4 = UINT8, 64-bit).
+	f.Add(fuzzTypeIndex(tDec200), uint8(change.KindNumber)+5*4, "-1")
+	f.Add(fuzzTypeIndex(tDec200), uint8(change.KindNumber)+5*4, "18446744073709551616")
+	f.Add(fuzzTypeIndex(tInt), uint8(change.KindNumber)+5*1, "256")
+	f.Add(fuzzTypeIndex(tDouble), uint8(change.KindNumber), "1e-400")
+	f.Add(fuzzTypeIndex(tFloat), uint8(change.KindString), "-Infinity")
 	f.Fuzz(func(t *testing.T, typeSel, kindSel uint8, text string) {
 		typ := fuzzTypes[int(typeSel)%len(fuzzTypes)]
 		v := change.Value{Kind: change.Kind(kindSel % 5), Text: text}
@@ -182,6 +189,15 @@ func FuzzConvert(f *testing.F) {
 			if err != nil || back != d {
 				t.Fatalf("%v %q: rendered %q reconverts to %+v %v, want %+v", typ, text, r, back, err, d)
 			}
+		}
+		// ConvertIn agrees with Convert, and only accepts values inside the domain.
+		dom := Domain(int(kindSel/5) % len(domainNames))
+		if dd, err := ConvertIn(typ, dom, v); err == nil {
+			if dd != d || !inDomain(typ, dom, d) {
+				t.Fatalf("ConvertIn(%v, %v, %q) = %+v, Convert %+v", typ, dom, text, dd, d)
+			}
+		} else if inDomain(typ, dom, d) {
+			t.Fatalf("ConvertIn(%v, %v, %q) rejected a value in the domain: %v", typ, dom, text, err)
 		}
 		k1 := AppendKey(nil, typ, d)
 		if k2 := AppendKey(nil, typ, d); string(k1) != string(k2) || len(k1) == 0 {

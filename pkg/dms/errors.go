@@ -32,6 +32,11 @@ const (
 	// the before-image not an object, a metadata value that is not a string or number, a
 	// malformed table-def, an empty table-name on a data record).
 	ErrBadField
+	// ErrBadString: a JSON string (a value, a key, metadata, anywhere in the record) is not
+	// Unicode text: it holds bytes that are not UTF-8, or a \u escape of a surrogate that is not
+	// half of a high+low pair. Such text has no exact value in a Parquet string column, so the
+	// record is dead-lettered; the reason names the field.
+	ErrBadString
 )
 
 // String returns a short name of the kind, suitable as a metric label.
@@ -55,6 +60,8 @@ func (k ErrorKind) String() string {
 		return "missing_data"
 	case ErrBadField:
 		return "bad_field"
+	case ErrBadString:
+		return "bad_string"
 	default:
 		return "kind(" + strconv.Itoa(int(k)) + ")"
 	}

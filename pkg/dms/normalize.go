@@ -126,6 +126,19 @@ type Normalizer struct {
 // simTable is the schema the sink's target table would have after the messages seen so far.
 type simTable struct {
 	cols []ColumnState
+	// dom holds the Domain of every column of the latest table-def (ColumnDomain).
+	dom map[string]Domain
+}
+
+// setDomains records the domains of td's columns.
+func (t *simTable) setDomains(td *change.TableDef) {
+	v := DetectVocabulary(td.Columns)
+	t.dom = make(map[string]Domain, len(td.Columns))
+	for _, c := range td.Columns {
+		if dm := ColumnDomain(c, v); dm != DomainAny {
+			t.dom[c.Name] = dm
+		}
+	}
 }
 
 func (t *simTable) column(name string) (ColumnState, bool) {
@@ -209,12 +222,14 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 					key := slices.Contains(td.PrimaryKey, d.Name)
 					st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
 				}
+				st.setDomains(td)
 				n.tables[src] = st
 				rec.Control.Changes = []string{"create table (or reconcile an existing one) from the table-def"}
 				break
 			}
 			plan := PlanSchema(st.cols, desired, rec.Op == "rename-column")
 			st.cols = ApplyPlan(st.cols, plan)
+			st.setDomains(td)
 			rec.Control.Changes = plan.Describe()
 			if len(rec.Control.Changes) == 0 {
 				rec.Control.Changes = []string{"no schema change"}
@@ -338,7 +353,7 @@ func (n *Normalizer) fields(cols []change.Column, st *simTable, rec *Record, key
 				f.Type = t.String()
 			default:
 				f.Type = t.String()
-				d, err := Convert(t, c.Value)
+				d, err := ConvertIn(t, st.dom[c.Name], c.Value)
 				switch {
 				case err != nil:
 					f.Error = err.Error()
