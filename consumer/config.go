@@ -98,7 +98,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("consumer.max_records: must be 1..%d, got %d", MaxRecordsLimit, c.MaxRecords)
 	}
 	if err := c.Decoder.Validate(); err != nil {
-		return fmt.Errorf("dms: %w", err)
+		return err // names its YAML path (dms.<key>)
 	}
 	return nil
 }
