@@ -52,7 +52,7 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 		if w.set.transformed() {
 			v, _ = w.set.value(c.Name, v)
 		}
-		d, err := dms.Convert(l.types[i], v)
+		d, err := dms.ConvertIn(l.types[i], l.domain(i), v)
 		if err != nil {
 			return r, fmt.Sprintf("column %s: %v", c.Name, err)
 		}
@@ -94,7 +94,7 @@ func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, boo
 			if w.set.transformed() {
 				v, _ = w.set.value(c.Name, v)
 			}
-			d, err := dms.Convert(l.types[i], v)
+			d, err := dms.ConvertIn(l.types[i], l.domain(i), v)
 			if err != nil {
 				return nil, false, fmt.Sprintf("before-image column %s: %v", c.Name, err)
 			}

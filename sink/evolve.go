@@ -274,6 +274,9 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 	}
 	w.def, w.defTS = def, ev.Meta.Timestamp
 	w.env.defs.set(w.src, def)
+	if w.st.lay != nil {
+		w.st.lay.setDomains(def)
+	}
 	if !w.st.loaded() {
 		// The table does not exist yet: create it from this table-def.
 		if w.st.status == tableprop.StatusPaused {

@@ -404,3 +404,27 @@ func TestStaleControlRecordIsSkipped(t *testing.T) {
 	}
 	h.close()
 }
+
+// A value outside the range of its source type (an unsigned column wider in Iceberg than at the
+// source) is dead-lettered with the reason, not stored.
+func TestUnsignedSourceRangeIsEnforced(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withMaintenance(nil))
+	h.ctl("c", 1, "counters", "create-table", "id*:INT4 n:UINT8")
+	h.data("d", 1, "counters", change.OpInsert, []change.Column{col("id", "1"), col("n", "18446744073709551615")}, nil)
+	h.data("d", 2, "counters", change.OpInsert, []change.Column{col("id", "2"), col("n", "-1")}, nil)
+	h.data("d", 3, "counters", change.OpInsert, []change.Column{col("id", "3"), col("n", "18446744073709551616")}, nil)
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "counters")
+	eq(t, rows, "id=1,n=18446744073709551615")
+	h.dlq.mu.Lock()
+	defer h.dlq.mu.Unlock()
+	if len(h.dlq.dls) != 2 {
+		t.Fatalf("%d dead letters, want the two out-of-range values: %+v", len(h.dlq.dls), h.dlq.dls)
+	}
+	for _, dl := range h.dlq.dls {
+		if !strings.Contains(dl.Reason, "outside the range of the source type") {
+			t.Errorf("dead letter reason %q, want the source range named", dl.Reason)
+		}
+	}
+}

@@ -62,6 +62,39 @@ type layout struct {
 	arrow     *arrow.Schema
 	keyArrow  *arrow.Schema
 	watermark map[string]string // shard -> highest committed sequence number
+	// domains narrows a column's values to its source type's range where the Iceberg type is
+	// wider (DMS UINT8 as decimal(20,0)): from the latest table-def this writer saw; nil (no
+	// narrowing) when it saw none, e.g. after a restart before the next control record.
+	domains []dms.Domain
+}
+
+// domain is column i's source-type range (dms.DomainAny when unknown).
+func (l *layout) domain(i int) dms.Domain {
+	if i < len(l.domains) {
+		return l.domains[i]
+	}
+	return dms.DomainAny
+}
+
+// setDomains takes the columns' source-type ranges from the table-def def (nil: none known).
+func (l *layout) setDomains(def *change.TableDef) {
+	l.domains = nil
+	if def == nil {
+		return
+	}
+	voc := dms.DetectVocabulary(def.Columns)
+	for _, c := range def.Columns {
+		i, ok := l.byName[c.Name]
+		if !ok {
+			continue
+		}
+		if d := dms.ColumnDomain(c, voc); d != dms.DomainAny {
+			if l.domains == nil {
+				l.domains = make([]dms.Domain, len(l.names))
+			}
+			l.domains[i] = d
+		}
+	}
 }
 
 func newLayout(tbl *table.Table, stream string) (*layout, error) {

@@ -57,6 +57,11 @@ func (w *writer) use(tbl *table.Table) error {
 	if err != nil {
 		return fmt.Errorf("table %s: %w", w.name, err)
 	}
+	def := w.def
+	if def == nil {
+		def = w.env.defs.get(w.src)
+	}
+	lay.setDomains(def)
 	if w.st.lay != nil && len(w.buf.rows) > 0 {
 		// A reload picked up another worker's schema change while rows are buffered.
 		relayRows(w.buf.rows, w.st.lay, lay)
