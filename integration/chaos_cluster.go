@@ -28,37 +28,29 @@ import (
 )
 
 // setup creates the stream, starts the generator in the background and writes the service
-// configuration once the generator has written the tables' keys and types.
+// configuration once the generator has written the expected state.
 func (c *chaosRun) setup() {
 	t := c.t
 	CreateStream(t, c.stream, c.opt.Shards)
-	tablesCfg := filepath.Join(c.dataDir, "tables.yaml")
+	// The workload is laid out the way DMS writes it by default (full load by primary key, CDC
+	// by schema.table, control records on the task's key), with primary-key changes, and the
+	// service gets no per-table configuration: tables come from the create-table records, in
+	// order across shards (the ordering guard).
 	c.gen = startCommand(t, c.bin, []string{"gen", "--stream", c.stream, "--shards", strconv.Itoa(int(c.opt.Shards)),
 		"--changes", strconv.Itoa(c.opt.Changes), "--load-rows", strconv.Itoa(c.opt.LoadRows),
 		"--seed", strconv.FormatInt(c.opt.Seed, 10), "--rate", strconv.FormatFloat(c.opt.Rate, 'f', 1, 64),
-		"--expected", c.expected, "--tables-config", tablesCfg}, nil, c.logDir, 16<<10)
+		"--layout", "dms-default", "--expected", c.expected}, nil, c.logDir, 16<<10)
 	c.logs = append(c.logs, c.gen.LogPath)
 	WaitFor(t, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
 		if c.gen.Exited() {
 			return false, fmt.Errorf("gen exited:\n%s", tailFile(c.gen.LogPath, 8<<10))
 		}
-		_, err1 := os.Stat(tablesCfg)
-		_, err2 := os.Stat(c.expected)
-		return err1 == nil && err2 == nil, nil
-	}, "gen to write the expected state and the tables config")
+		_, err := os.Stat(c.expected)
+		return err == nil, nil
+	}, "gen to write the expected state")
 
-	var cfg map[string]any
-	b, err := os.ReadFile(tablesCfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := yaml.Unmarshal(b, &cfg); err != nil {
-		t.Fatalf("tables config: %v", err)
-	}
-	snk, _ := cfg["sink"].(map[string]any)
-	if snk == nil {
-		snk = map[string]any{}
-	}
+	cfg := map[string]any{}
+	snk := map[string]any{}
 	snk["flush_interval"] = "1s"
 	cfg["sink"] = snk
 	cfg["stream"] = c.stream
