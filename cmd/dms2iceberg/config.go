@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,11 +18,14 @@ import (
 )
 
 // Config is the whole service configuration: a YAML file (--config) with environment overrides
-// (DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR, DMS2ICEBERG_WORKER_ID, AWS_REGION).
+// (DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR, DMS2ICEBERG_WORKER_ID) and the region from the AWS
+// SDK's chain when the file sets none (region.go).
 type Config struct {
 	// Stream is the Kinesis stream DMS writes to. Required.
 	Stream string `yaml:"stream"`
-	// Region is the AWS region. Default: $AWS_REGION, else us-east-1.
+	// Region is the AWS region of every client (Kinesis, DynamoDB, Glue, S3, SigV4). Default:
+	// the AWS SDK's chain (AWS_REGION, AWS_DEFAULT_REGION, the profile's region, then EC2
+	// instance metadata); see region.go.
 	Region string `yaml:"region"`
 	// Application names the KCL application and its DynamoDB lease table.
 	// Default "dms2iceberg-<stream>".
@@ -100,7 +104,6 @@ func defaultConfig() Config {
 	host, _ := os.Hostname()
 	cons := consumer.DefaultConfig()
 	return Config{
-		Region:          "us-east-1",
 		WorkerID:        fmt.Sprintf("%s-%d", host, os.Getpid()),
 		InitialPosition: "TRIM_HORIZON",
 		DataDir:         ".data",
@@ -150,9 +153,6 @@ func loadConfig(path string) (Config, error) {
 	if v := os.Getenv("DMS2ICEBERG_WORKER_ID"); v != "" {
 		cfg.WorkerID = v
 	}
-	if v := os.Getenv("AWS_REGION"); v != "" && cfg.Region == "us-east-1" {
-		cfg.Region = v
-	}
 	if !catalogSet {
 		abs, err := filepath.Abs(cfg.DataDir)
 		if err != nil {
@@ -161,6 +161,9 @@ func loadConfig(path string) (Config, error) {
 		cfg.Sink.Catalog = sink.DefaultCatalogConfig(abs)
 	}
 	cfg.resolve()
+	if err := cfg.resolveRegion(context.Background()); err != nil {
+		return cfg, err
+	}
 	if err := applyTableEnv(&cfg.Sink, os.Getenv); err != nil {
 		return cfg, err
 	}

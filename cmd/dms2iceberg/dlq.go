@@ -139,7 +139,7 @@ func runDLQ(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := fs.validConfig()
+	cfg, err := fs.validConfig(ctx)
 	if err != nil {
 		return err
 	}

@@ -42,6 +42,9 @@ func runMaintain(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := cfg.requireCatalogRegion(ctx); err != nil {
+		return err
+	}
 	log, err := newLogger(cfg)
 	if err != nil {
 		return err

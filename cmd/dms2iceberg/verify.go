@@ -63,6 +63,9 @@ func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.W
 	if err != nil {
 		return err
 	}
+	if err := cfg.requireCatalogRegion(ctx); err != nil {
+		return err
+	}
 	exp, err := readExpected(expPath)
 	if err != nil {
 		return err
