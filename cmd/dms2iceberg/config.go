@@ -19,7 +19,8 @@ import (
 
 // Config is the whole service configuration: a YAML file (--config) with environment overrides
 // (DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR, DMS2ICEBERG_WORKER_ID) and the region from the AWS
-// SDK's chain when the file sets none (region.go).
+// SDK's chain when the file sets none (region.go). In the file, ${VAR} and ${VAR:-default} take
+// values from the environment, and size settings accept units (64MiB, 1GiB; configload.go).
 type Config struct {
 	// Stream is the Kinesis stream DMS writes to. Required.
 	Stream string `yaml:"stream"`
@@ -127,6 +128,10 @@ func loadConfig(path string) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w", err)
 		}
+		b, lines, err := prepareConfig(b, lookupEnv)
+		if err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
 		var probe struct {
 			Sink struct {
 				Catalog map[string]any `yaml:"catalog"`
@@ -141,7 +146,7 @@ func loadConfig(path string) (Config, error) {
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
-			return cfg, fmt.Errorf("parse config %s: %w", path, err)
+			return cfg, fmt.Errorf("config %s: %w", path, namePaths(err, lines))
 		}
 	}
 	if v := os.Getenv("DMS2ICEBERG_STREAM"); v != "" {
