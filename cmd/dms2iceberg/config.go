@@ -63,6 +63,11 @@ type Config struct {
 	// taken the service logs an error and runs without the server; an address set in the file
 	// that cannot be bound stops the service.
 	HTTPAddr string `yaml:"http_addr"`
+	// StallTimeout is how long records handed on to the sink may wait without a commit and a
+	// checkpoint of their shard before /healthz fails (503), so that a liveness probe restarts
+	// a stuck process. Default 0: 3 × the longest flush_interval (sink or table) +
+	// shutdown_timeout. Negative disables the check.
+	StallTimeout time.Duration `yaml:"stall_timeout"`
 	// PostCommit configures the optional command or HTTP call after each table commit.
 	// Default: none.
 	PostCommit PostCommitConfig `yaml:"post_commit"`
@@ -229,6 +234,21 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.Sink.Validate()
+}
+
+// stallTimeout is StallTimeout with its default (0 for a negative value: no check).
+func (c Config) stallTimeout() time.Duration {
+	switch {
+	case c.StallTimeout < 0:
+		return 0
+	case c.StallTimeout > 0:
+		return c.StallTimeout
+	}
+	flush := c.Sink.FlushInterval
+	for _, t := range c.Sink.Tables {
+		flush = max(flush, t.FlushInterval)
+	}
+	return 3*flush + c.ShutdownTimeout
 }
 
 // Validate reports the first invalid post_commit field.

@@ -53,7 +53,8 @@ func runService(ctx context.Context, args []string) error {
 func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer routeLibraryLogs(log)()
 	metrics := newPromMetrics()
-	hc := &health{onChange: metrics.SetReady}
+	metrics.stall.setTimeout(cfg.stallTimeout())
+	hc := &health{onChange: metrics.SetReady, stall: metrics.stall}
 	p := &pipeline{shutdownTimeout: cfg.ShutdownTimeout, onStopping: hc.ShuttingDown, onFailed: hc.Failed}
 	if cfg.HTTPAddr != "" {
 		ops, err := listenOps(cfg.HTTPAddr, metrics.reg, hc, log)
