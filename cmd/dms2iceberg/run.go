@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
@@ -34,9 +33,10 @@ func runService(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Crash-anywhere tests only: kill the process at named points (pkg/fault).
-	if err := fault.Configure(os.Getenv("DMS2ICEBERG_FAULTS")); err != nil {
-		return fmt.Errorf("DMS2ICEBERG_FAULTS: %w", err)
+	// Crash-anywhere tests only: kill the process at named points (pkg/fault). A no-op that
+	// reads nothing unless the binary was built with -tags faults.
+	if err := fault.ConfigureFromEnv(); err != nil {
+		return err
 	}
 	log, err := newLogger(cfg)
 	if err != nil {
