@@ -200,8 +200,6 @@ type tableResult struct {
 	schemaDiffs                                 int
 }
 
-func (r *tableResult) ok() bool { return len(r.diffs) == 0 }
-
 func (r *tableResult) entry(et workload.ExpectedTable, maxDiffs int) verifyEntry {
 	name := et.Namespace + "." + et.Name
 	var why []string
@@ -478,13 +476,6 @@ func showRow(et workload.ExpectedTable, row []*string, present []bool) string {
 		}
 	}
 	return "{" + strings.Join(parts, ", ") + "}"
-}
-
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
 }
 
 // verifyDeadLetters compares the dead letters of the configured stream with the injected bad

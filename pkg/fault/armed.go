@@ -25,7 +25,7 @@ func ConfigureFromEnv() error {
 var (
 	enabled atomic.Bool
 	mu      sync.Mutex
-	rules   map[string]*rule
+	rules   map[string]*armedRule
 	// kill is replaced in tests.
 	kill = func(point string) {
 		fmt.Fprintf(os.Stderr, "dms2iceberg: fault point %s: killing the process\n", point)
@@ -34,14 +34,24 @@ var (
 	}
 )
 
+// armedRule is a rule with its hit count.
+type armedRule struct {
+	rule
+	hits atomic.Int64
+}
+
 // Configure installs a spec (see the package comment). An empty spec disables every point.
 func Configure(spec string) error {
 	parsed, err := parseSpec(spec)
 	if err != nil {
 		return err
 	}
+	armed := make(map[string]*armedRule, len(parsed))
+	for name, r := range parsed {
+		armed[name] = &armedRule{rule: *r}
+	}
 	mu.Lock()
-	rules = parsed
+	rules = armed
 	mu.Unlock()
 	enabled.Store(len(parsed) > 0)
 	return nil

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 )
 
 // The fault points.
@@ -27,7 +26,6 @@ var Points = []string{AfterDecode, AfterDataFiles, AfterCommit, BeforeCheckpoint
 type rule struct {
 	at   int64   // kill at this hit (1-based); 0 when prob is used
 	prob float64 // kill probability per hit
-	hits atomic.Int64
 }
 
 // parseSpec parses a comma-separated spec into its rules by point.
