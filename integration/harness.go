@@ -96,7 +96,7 @@ var build struct {
 	err  error
 }
 
-// BuildBinary builds ./cmd/dms2iceberg once per test process (with -race when
+// BuildBinary builds ./cmd/dms2iceberg with -tags faults once per test process (with -race when
 // DMS2ICEBERG_RACE=1) into a temporary directory and returns the binary's path. RunTests removes
 // the directory when the tests end.
 func BuildBinary(t testing.TB) string {
@@ -108,7 +108,9 @@ func BuildBinary(t testing.TB) string {
 			return
 		}
 		build.bin = filepath.Join(build.dir, "dms2iceberg")
-		args := []string{"build", "-o", build.bin}
+		// The faults tag compiles the fault points in (pkg/fault): the chaos harness arms them
+		// through DMS2ICEBERG_FAULTS; production builds have none.
+		args := []string{"build", "-tags", "faults", "-o", build.bin}
 		if os.Getenv(EnvRace) == "1" {
 			args = append(args, "-race")
 		}

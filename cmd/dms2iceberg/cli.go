@@ -27,6 +27,7 @@ var commands = []command{
 	{"maintain", "compact, expire snapshots, rewrite manifests and remove orphan files now", runMaintain},
 	{"dlq", "list or replay the dead letters (records the service could not apply)", runDLQ},
 	{"decode", "read DMS JSON from stdin and print the normalised change events", runDecode},
+	{"config", "check: validate the configuration and print it with defaults filled in, secrets redacted", runConfig},
 	{"version", "print the version, VCS revision and Go version of this build", runVersion},
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/url"
@@ -17,11 +18,15 @@ import (
 )
 
 // Config is the whole service configuration: a YAML file (--config) with environment overrides
-// (DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR, DMS2ICEBERG_WORKER_ID, AWS_REGION).
+// (DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR, DMS2ICEBERG_WORKER_ID) and the region from the AWS
+// SDK's chain when the file sets none (region.go). In the file, ${VAR} and ${VAR:-default} take
+// values from the environment, and size settings accept units (64MiB, 1GiB; configload.go).
 type Config struct {
 	// Stream is the Kinesis stream DMS writes to. Required.
 	Stream string `yaml:"stream"`
-	// Region is the AWS region. Default: $AWS_REGION, else us-east-1.
+	// Region is the AWS region of every client (Kinesis, DynamoDB, Glue, S3, SigV4). Default:
+	// the AWS SDK's chain (AWS_REGION, AWS_DEFAULT_REGION, the profile's region, then EC2
+	// instance metadata); see region.go.
 	Region string `yaml:"region"`
 	// Application names the KCL application and its DynamoDB lease table.
 	// Default "dms2iceberg-<stream>".
@@ -58,6 +63,11 @@ type Config struct {
 	// taken the service logs an error and runs without the server; an address set in the file
 	// that cannot be bound stops the service.
 	HTTPAddr string `yaml:"http_addr"`
+	// StallTimeout is how long records handed on to the sink may wait without a commit and a
+	// checkpoint of their shard before /healthz fails (503), so that a liveness probe restarts
+	// a stuck process. Default 0: 3 × the longest flush_interval (sink or table) +
+	// shutdown_timeout. Negative disables the check.
+	StallTimeout time.Duration `yaml:"stall_timeout"`
 	// PostCommit configures the optional command or HTTP call after each table commit.
 	// Default: none.
 	PostCommit PostCommitConfig `yaml:"post_commit"`
@@ -100,7 +110,6 @@ func defaultConfig() Config {
 	host, _ := os.Hostname()
 	cons := consumer.DefaultConfig()
 	return Config{
-		Region:          "us-east-1",
 		WorkerID:        fmt.Sprintf("%s-%d", host, os.Getpid()),
 		InitialPosition: "TRIM_HORIZON",
 		DataDir:         ".data",
@@ -124,6 +133,10 @@ func loadConfig(path string) (Config, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("read config: %w", err)
 		}
+		b, lines, err := prepareConfig(b, lookupEnv)
+		if err != nil {
+			return cfg, fmt.Errorf("config %s: %w", path, err)
+		}
 		var probe struct {
 			Sink struct {
 				Catalog map[string]any `yaml:"catalog"`
@@ -138,7 +151,7 @@ func loadConfig(path string) (Config, error) {
 		dec := yaml.NewDecoder(strings.NewReader(string(b)))
 		dec.KnownFields(true)
 		if err := dec.Decode(&cfg); err != nil {
-			return cfg, fmt.Errorf("parse config %s: %w", path, err)
+			return cfg, fmt.Errorf("config %s: %w", path, namePaths(err, lines))
 		}
 	}
 	if v := os.Getenv("DMS2ICEBERG_STREAM"); v != "" {
@@ -150,9 +163,6 @@ func loadConfig(path string) (Config, error) {
 	if v := os.Getenv("DMS2ICEBERG_WORKER_ID"); v != "" {
 		cfg.WorkerID = v
 	}
-	if v := os.Getenv("AWS_REGION"); v != "" && cfg.Region == "us-east-1" {
-		cfg.Region = v
-	}
 	if !catalogSet {
 		abs, err := filepath.Abs(cfg.DataDir)
 		if err != nil {
@@ -161,6 +171,9 @@ func loadConfig(path string) (Config, error) {
 		cfg.Sink.Catalog = sink.DefaultCatalogConfig(abs)
 	}
 	cfg.resolve()
+	if err := cfg.resolveRegion(context.Background()); err != nil {
+		return cfg, err
+	}
 	if err := applyTableEnv(&cfg.Sink, os.Getenv); err != nil {
 		return cfg, err
 	}
@@ -225,6 +238,21 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.Sink.Validate()
+}
+
+// stallTimeout is StallTimeout with its default (0 for a negative value: no check).
+func (c Config) stallTimeout() time.Duration {
+	switch {
+	case c.StallTimeout < 0:
+		return 0
+	case c.StallTimeout > 0:
+		return c.StallTimeout
+	}
+	flush := c.Sink.FlushInterval
+	for _, t := range c.Sink.Tables {
+		flush = max(flush, t.FlushInterval)
+	}
+	return 3*flush + c.ShutdownTimeout
 }
 
 // Validate reports the first invalid post_commit field.

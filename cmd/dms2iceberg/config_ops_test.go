@@ -70,7 +70,7 @@ func TestOpsConfigValidate(t *testing.T) {
 		{func(c *Config) { c.PostCommit.QueueLength = 0 }, "post_commit.queue_length"},
 	} {
 		cfg := defaultConfig()
-		cfg.Stream = "s"
+		cfg.Stream, cfg.Region = "s", "us-east-1" // no default region any more (region.go)
 		cfg.resolve()
 		tc.mutate(&cfg)
 		err := cfg.Validate()
@@ -79,7 +79,7 @@ func TestOpsConfigValidate(t *testing.T) {
 		}
 	}
 	cfg := defaultConfig()
-	cfg.Stream = "s"
+	cfg.Stream, cfg.Region = "s", "us-east-1"
 	cfg.resolve()
 	cfg.HTTPAddr = ":0"
 	if err := cfg.Validate(); err != nil {

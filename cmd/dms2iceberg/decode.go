@@ -39,6 +39,7 @@ func runDecode(ctx context.Context, args []string) error {
 	tz := fs.Bool("timestamptz", false, "show DATETIME columns as timestamptz (as sink.timestamptz does)")
 	pretty := fs.Bool("pretty", false, "indent the output")
 	strict := fs.Bool("strict", false, "exit 1 also when a value does not convert to its column type")
+	_ = fs.Bool("json", true, "the output is JSON lines (always; accepted like on every reporting command)")
 	if err := fs.parse(args); err != nil {
 		return err
 	}

@@ -46,6 +46,9 @@ func runDemo(ctx context.Context, args []string) error {
 	if err := demoTables(&cfg.Sink); err != nil {
 		return err
 	}
+	if err := cfg.requireRegion(ctx); err != nil {
+		return err
+	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("invalid configuration: %w", err)
 	}

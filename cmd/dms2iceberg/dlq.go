@@ -35,7 +35,7 @@ func openDeadLetters(cfg Config) (change.DeadLetterer, func(), error) {
 }
 
 const dlqUsage = `usage: dms2iceberg dlq list   --config FILE [filters] [--json]
-       dms2iceberg dlq replay --config FILE [filters] [--dry-run] [--include-replayed]
+       dms2iceberg dlq replay --config FILE [filters] [--dry-run] [--include-replayed] [--json]
 
 Works on the dead-letter table (sink.dead_letters, default dms2iceberg.dead_letters): every
 record the service could not apply, with the raw payload, stream, shard, sequence number,
@@ -105,7 +105,7 @@ func dlqFlags(o *dlqOptions) *cmdFlags {
 	fs.StringVar(&f.seqFrom, "seq-from", "", "only sequence numbers from this one")
 	fs.StringVar(&f.seqTo, "seq-to", "", "only sequence numbers up to this one")
 	fs.BoolVar(&o.allStreams, "all-streams", false, "not only dead letters of the configured stream")
-	fs.BoolVar(&o.asJSON, "json", false, "list: one JSON object per dead letter")
+	fs.BoolVar(&o.asJSON, "json", false, "list and replay --dry-run: one JSON object per dead letter; replay: one JSON summary {selected, applied, failed}")
 	fs.BoolVar(&o.dry, "dry-run", false, "replay: decode and print what would be replayed, change nothing")
 	fs.BoolVar(&f.all, "include-replayed", false, "also dead letters already replayed")
 	fs.BoolVar(&f.all, "all", false, "same as --include-replayed")
@@ -139,7 +139,7 @@ func runDLQ(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := fs.validConfig()
+	cfg, err := fs.validConfig(ctx)
 	if err != nil {
 		return err
 	}
@@ -172,7 +172,7 @@ func runDLQ(ctx context.Context, args []string) error {
 	case sub == "list":
 		return listDeadLetters(os.Stdout, sel, o.asJSON)
 	case o.dry:
-		return dryReplay(os.Stdout, cfg, sel)
+		return dryReplay(os.Stdout, cfg, sel, o.asJSON)
 	}
 	log, err := newLogger(cfg)
 	if err != nil {
@@ -181,6 +181,20 @@ func runDLQ(ctx context.Context, args []string) error {
 	defer func() { _ = log.Sync() }()
 	res, err := replayDeadLetters(ctx, cfg, cat, sel, log)
 	fmt.Fprintf(os.Stderr, "dlq replay: %d selected, %d applied and marked replayed, %d failed again\n", len(sel), res.applied, res.failed)
+	if o.asJSON {
+		sum := struct {
+			Selected int    `json:"selected"`
+			Applied  int    `json:"applied"`
+			Failed   int    `json:"failed"`
+			Error    string `json:"error,omitempty"`
+		}{Selected: len(sel), Applied: res.applied, Failed: res.failed}
+		if err != nil {
+			sum.Error = err.Error()
+		}
+		if werr := writeJSON(os.Stdout, sum); werr != nil && err == nil {
+			err = werr
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -241,27 +255,52 @@ func orDash(s string) string {
 	return s
 }
 
-func dryReplay(w io.Writer, cfg Config, rows []sink.StoredDeadLetter) error {
+// dryReplayLine is one dead letter of replay --dry-run --json.
+type dryReplayLine struct {
+	Shard  string `json:"shard"`
+	Seq    string `json:"sequence_number"`
+	Table  string `json:"source_table,omitempty"`
+	Action string `json:"action"` // apply, skip or undecodable
+	Detail string `json:"detail"`
+	Class  string `json:"error_class"`
+	Reason string `json:"error"`
+}
+
+func dryReplay(w io.Writer, cfg Config, rows []sink.StoredDeadLetter, asJSON bool) error {
 	dec := dms.NewDecoder(cfg.DMS)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
 	for _, r := range rows {
+		l := dryReplayLine{Shard: r.Shard, Seq: r.Seq, Class: r.Class, Reason: r.Reason}
 		var ev change.Event
 		if err := dec.Decode(r.Raw, &ev); err != nil {
-			fmt.Fprintf(w, "%s %s: still undecodable: %v\n", r.Shard, r.Seq, err)
-			continue
+			l.Action, l.Detail = "undecodable", err.Error()
+		} else {
+			op := ev.Op.String()
+			if ev.Control != nil {
+				op = ev.Control.Op
+			}
+			l.Table = ev.Schema + "." + ev.Table
+			target := cfg.Sink.Target(l.Table)
+			l.Action, l.Detail = "apply", "would apply "+op+" to "+target[0]+"."+target[1]
+			if !cfg.Sink.Selected(l.Table) {
+				l.Action, l.Detail = "skip", "would skip "+op+": "+l.Table+" is not replicated (include/exclude/enabled)"
+			}
 		}
-		op := ev.Op.String()
-		if ev.Control != nil {
-			op = ev.Control.Op
+		switch {
+		case asJSON:
+			if err := enc.Encode(l); err != nil {
+				return err
+			}
+		case l.Action == "undecodable":
+			fmt.Fprintf(w, "%s %s: still undecodable: %s\n", r.Shard, r.Seq, l.Detail)
+		default:
+			fmt.Fprintf(w, "%s %s %s: %s (was %s: %s)\n", r.Shard, r.Seq, l.Table, l.Detail, r.Class, r.Reason)
 		}
-		src := ev.Schema + "." + ev.Table
-		target := cfg.Sink.Target(src)
-		what := "would apply " + op + " to " + target[0] + "." + target[1]
-		if !cfg.Sink.Selected(src) {
-			what = "would skip " + op + ": " + src + " is not replicated (include/exclude/enabled)"
-		}
-		fmt.Fprintf(w, "%s %s %s: %s (was %s: %s)\n", r.Shard, r.Seq, src, what, r.Class, r.Reason)
 	}
-	fmt.Fprintf(w, "%d dead letters would be replayed\n", len(rows))
+	if !asJSON {
+		fmt.Fprintf(w, "%d dead letters would be replayed\n", len(rows))
+	}
 	return nil
 }
 

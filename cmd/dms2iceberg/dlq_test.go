@@ -221,3 +221,35 @@ func TestTableEnv(t *testing.T) {
 		t.Fatalf("error %v", err)
 	}
 }
+
+// replay --dry-run --json: one JSON object per dead letter with the action replay would take.
+func TestDryReplayJSON(t *testing.T) {
+	cfg, err := loadConfig(writeConfig(t, "stream: s\nsink:\n  exclude: [shop.skip]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(table string) []byte {
+		return []byte(`{"data":{"id":1},"metadata":{"timestamp":"2024-01-01T00:00:00.000000Z","record-type":"data","operation":"insert","partition-key-type":"schema-table","schema-name":"shop","table-name":"` + table + `"}}`)
+	}
+	rows := []sink.StoredDeadLetter{
+		{DeadLetter: change.DeadLetter{Shard: "s-1", Seq: "1", Class: "decode", Reason: "bad", Raw: []byte("{not json")}},
+		{DeadLetter: change.DeadLetter{Shard: "s-1", Seq: "2", Class: "keyless_change", Reason: "no key", Raw: rec("orders")}},
+		{DeadLetter: change.DeadLetter{Shard: "s-1", Seq: "3", Class: "convert", Reason: "x", Raw: rec("skip")}},
+	}
+	var out bytes.Buffer
+	if err := dryReplay(&out, cfg, rows, true); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(&out)
+	var got []string
+	for dec.More() {
+		var l dryReplayLine
+		if err := dec.Decode(&l); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, l.Seq+":"+l.Action+":"+l.Table)
+	}
+	if want := "1:undecodable:,2:apply:shop.orders,3:skip:shop.skip"; strings.Join(got, ",") != want {
+		t.Fatalf("got %v, want %s", got, want)
+	}
+}

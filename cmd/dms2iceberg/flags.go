@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -78,11 +79,15 @@ func (f *cmdFlags) config() (Config, error) {
 	return loadConfig(path)
 }
 
-// validConfig is config, validated.
-func (f *cmdFlags) validConfig() (Config, error) {
+// validConfig is config with the region required (region.go: instance metadata is its last
+// source), validated.
+func (f *cmdFlags) validConfig(ctx context.Context) (Config, error) {
 	cfg, err := f.config()
 	if err != nil {
 		return cfg, err
+	}
+	if err := cfg.requireRegion(ctx); err != nil {
+		return cfg, fmt.Errorf("invalid configuration: %w", err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("invalid configuration: %w", err)

@@ -16,7 +16,9 @@ import (
 
 // health tracks what /readyz reports: ready once the catalog is open and the KCL worker's event
 // loop has started; not ready after a fatal error, during shutdown, or after the worker stopped.
+// /healthz (liveness) fails while stall reports that records wait without progress.
 type health struct {
+	stall        interface{ Stalled() error } // nil: /healthz always succeeds
 	mu           sync.Mutex
 	catalogOpen  bool
 	kclRunning   bool
@@ -81,6 +83,13 @@ func opsHandler(g prometheus.Gatherer, h *health) http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if h.stall != nil {
+			if err := h.stall.Stalled(); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = fmt.Fprintf(w, "unhealthy: %v\n", err)
+				return
+			}
+		}
 		_, _ = fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"strconv"
 	"strings"
 
 	"github.com/aws/smithy-go/logging"
@@ -32,7 +33,65 @@ func newLogger(cfg Config) (*zap.Logger, error) {
 	}
 	zc.Level = zap.NewAtomicLevelAt(lvl)
 	zc.OutputPaths = []string{"stderr"}
-	return zc.Build()
+	return zc.Build(zap.WrapCore(func(c zapcore.Core) zapcore.Core { return snapshotIDCore{c} }))
+}
+
+// snapshotIDCore writes snapshot ids as strings: they are int64 values beyond 2^53, which JSON
+// tools that read numbers as doubles (JavaScript, Elasticsearch, jq) round. It applies to every
+// logger of the service, the sink's and iceberg-go's included, by field name (isSnapshotIDKey).
+type snapshotIDCore struct{ zapcore.Core }
+
+func (c snapshotIDCore) With(fields []zapcore.Field) zapcore.Core {
+	return snapshotIDCore{c.Core.With(snapshotIDsAsStrings(fields))}
+}
+
+func (c snapshotIDCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c snapshotIDCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	return c.Core.Write(e, snapshotIDsAsStrings(fields))
+}
+
+// snapshotIDsAsStrings returns fields with integer snapshot-id fields as decimal strings (fields
+// itself when there are none).
+func snapshotIDsAsStrings(fields []zapcore.Field) []zapcore.Field {
+	var out []zapcore.Field
+	for i, f := range fields {
+		if (f.Type != zapcore.Int64Type && f.Type != zapcore.Uint64Type) || !isSnapshotIDKey(f.Key) {
+			continue
+		}
+		if out == nil {
+			out = append(make([]zapcore.Field, 0, len(fields)), fields...)
+		}
+		if f.Type == zapcore.Int64Type {
+			out[i] = zap.String(f.Key, strconv.FormatInt(f.Integer, 10))
+		} else {
+			out[i] = zap.String(f.Key, strconv.FormatUint(uint64(f.Integer), 10))
+		}
+	}
+	if out == nil {
+		return fields
+	}
+	return out
+}
+
+// isSnapshotIDKey reports whether a field names a snapshot id: "snapshot", "snapshot_id",
+// "snapshot-id", "starting_snapshot", "parent-snapshot-id", "iceberg.snapshot_id", ... but not
+// counts like "snapshots" or "snapshots_before".
+func isSnapshotIDKey(key string) bool {
+	k := strings.ToLower(key)
+	if i := strings.LastIndexByte(k, '.'); i >= 0 {
+		k = k[i+1:]
+	}
+	if k == "snapshot" || strings.HasSuffix(k, "_snapshot") || strings.HasSuffix(k, "-snapshot") {
+		return true
+	}
+	return strings.Contains(k, "snapshot") && !strings.Contains(k, "snapshots") &&
+		(strings.HasSuffix(k, "id") || strings.HasSuffix(k, "ids"))
 }
 
 // routeLibraryLogs sends the logs that libraries write to process-wide loggers through log:

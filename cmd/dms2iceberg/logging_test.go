@@ -90,3 +90,28 @@ func TestAWSLogger(t *testing.T) {
 		t.Fatalf("aws log entries %+v", got)
 	}
 }
+
+// Snapshot ids reach JSON logs as strings, whoever logs them (the sink logs zap.Int64).
+func TestJSONLogsWriteSnapshotIDsAsStrings(t *testing.T) {
+	core, logs := observer.New(zapcore.DebugLevel)
+	log := zap.New(snapshotIDCore{core})
+	const id int64 = 9007199254740993 // 2^53 + 1: a double rounds it
+	log.With(zap.Int64("parent-snapshot-id", id-1)).Info("commit", zap.Int64("snapshot", id), zap.Int64("starting_snapshot", id),
+		zap.Int("snapshots", 4), zap.Int64("rows", 7), zap.Uint64("iceberg.snapshot_id", uint64(id)))
+	e := logs.All()[0].ContextMap()
+	for k, want := range map[string]any{
+		"snapshot": "9007199254740993", "starting_snapshot": "9007199254740993", "iceberg.snapshot_id": "9007199254740993",
+		"parent-snapshot-id": "9007199254740992", "snapshots": int64(4), "rows": int64(7),
+	} {
+		if e[k] != want {
+			t.Errorf("%s = %#v, want %#v", k, e[k], want)
+		}
+	}
+	cfg := defaultConfig()
+	cfg.LogFormat = "json"
+	if l, err := newLogger(cfg); err != nil {
+		t.Fatal(err)
+	} else if _, ok := l.Core().(snapshotIDCore); !ok {
+		t.Fatalf("newLogger's core is %T, want snapshotIDCore", l.Core())
+	}
+}

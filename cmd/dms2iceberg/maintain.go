@@ -25,7 +25,8 @@ became dead, expires snapshots outside sink.maintenance.snapshot_retention (alwa
 keep_last), rewrites manifests and removes orphan files older than orphan_min_age. It is safe
 while the service runs: it takes each table's maintenance lease, and a table whose lease a
 service worker holds is skipped (unless --ignore-lease). Without table names every table of the
-catalog is maintained. Prints, per table, what changed. Exits 1 if a table failed.
+catalog is maintained. Prints, per table, what changed (--json: one JSON object). Exits 1 if a
+table failed.
 
 flags:
 `
@@ -35,11 +36,15 @@ func runMaintain(ctx context.Context, args []string) error {
 	fs.positional = true // the tables
 	ignoreLease := fs.Bool("ignore-lease", false, "maintain tables even while a worker holds their maintenance lease")
 	noOrphans := fs.Bool("no-orphans", false, "leave orphan files alone")
+	asJSON := fs.Bool("json", false, "print one JSON object {ok, failed, tables: [{table, skipped, error, report}]}")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	cfg, err := fs.config()
 	if err != nil {
+		return err
+	}
+	if err := cfg.requireCatalogRegion(ctx); err != nil {
 		return err
 	}
 	log, err := newLogger(cfg)
@@ -61,27 +66,105 @@ func runMaintain(ctx context.Context, args []string) error {
 	mcfg := cfg.Sink.Maintenance
 	mcfg.Owner = cfg.WorkerID + "/maintain"
 	opts := maintenance.RunOptions{Log: log, IgnoreLease: *ignoreLease, SkipOrphans: *noOrphans}
-	failed := 0
+	rep := maintainReport{OK: true, Tables: []maintainEntry{}}
 	for _, id := range idents {
-		rep, err := maintenance.RunTable(ctx, cat, id, mcfg, opts)
-		if errors.Is(err, maintenance.ErrLeaseHeld) {
-			fmt.Printf("%s: skipped: %v\n", strings.Join(id, "."), err)
-			continue
-		}
-		printReport(os.Stdout, strings.Join(id, "."), rep)
-		if err != nil {
-			failed++
-			fmt.Printf("  error          %v\n", err)
+		r, err := maintenance.RunTable(ctx, cat, id, mcfg, opts)
+		name := strings.Join(id, ".")
+		switch {
+		case errors.Is(err, maintenance.ErrLeaseHeld):
+			rep.Tables = append(rep.Tables, maintainEntry{Table: name, Skipped: err.Error()})
+			if !*asJSON {
+				fmt.Printf("%s: skipped: %v\n", name, err)
+			}
+		default:
+			e := maintainEntry{Table: name, Report: newMaintainJSON(r)}
+			if !*asJSON {
+				printReport(os.Stdout, name, r)
+			}
+			if err != nil {
+				rep.OK, rep.Failed, e.Error = false, rep.Failed+1, err.Error()
+				if !*asJSON {
+					fmt.Printf("  error          %v\n", err)
+				}
+			}
+			rep.Tables = append(rep.Tables, e)
 		}
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 	}
-	if failed > 0 {
-		fmt.Printf("maintain: %d of %d tables failed\n", failed, len(idents))
+	if *asJSON {
+		if err := writeJSON(os.Stdout, rep); err != nil {
+			return err
+		}
+	} else if rep.Failed > 0 {
+		fmt.Printf("maintain: %d of %d tables failed\n", rep.Failed, len(idents))
+	}
+	if rep.Failed > 0 {
 		return errExplained
 	}
 	return nil
+}
+
+// maintainReport is maintain's --json output.
+type maintainReport struct {
+	OK     bool            `json:"ok"`
+	Failed int             `json:"failed"`
+	Tables []maintainEntry `json:"tables"`
+}
+
+// maintainEntry is one table: skipped (its lease is held), or maintained with a report (and the
+// error of a failed step).
+type maintainEntry struct {
+	Table   string        `json:"table"`
+	Skipped string        `json:"skipped,omitempty"`
+	Error   string        `json:"error,omitempty"`
+	Report  *maintainJSON `json:"report,omitempty"`
+}
+
+// maintainJSON is maintenance.Report in snake_case with durations in seconds; -1 is unknown.
+type maintainJSON struct {
+	Compacted           bool     `json:"compacted"`
+	DataFilesBefore     int      `json:"data_files_before"`
+	DataFilesAfter      int      `json:"data_files_after"`
+	DataFilesRewritten  int      `json:"data_files_rewritten"`
+	DataFilesWritten    int      `json:"data_files_written"`
+	BytesBefore         int64    `json:"rewritten_bytes"`
+	BytesAfter          int64    `json:"written_bytes"`
+	DeleteFilesBefore   int      `json:"delete_files_before"`
+	DeleteFilesAfter    int      `json:"delete_files_after"`
+	DeleteFilesRemoved  int      `json:"delete_files_removed"`
+	DeleteRowsRemoved   int64    `json:"delete_rows_applied"`
+	SnapshotsBefore     int      `json:"snapshots_before"`
+	SnapshotsAfter      int      `json:"snapshots_after"`
+	SnapshotsExpired    int      `json:"snapshots_expired"`
+	ManifestsBefore     int      `json:"manifests_before"`
+	ManifestsAfter      int      `json:"manifests_after"`
+	ManifestsRewritten  int      `json:"manifests_rewritten"`
+	OrphansRemoved      int      `json:"orphan_files_removed"`
+	OrphanBytes         int64    `json:"orphan_bytes_removed"`
+	MetadataBytesBefore int64    `json:"metadata_bytes_before"`
+	MetadataBytesAfter  int64    `json:"metadata_bytes_after"`
+	Seconds             float64  `json:"seconds"`
+	CompactionSeconds   float64  `json:"compaction_seconds"`
+	CompactionAttempts  int      `json:"compaction_attempts"`
+	FailedSteps         []string `json:"failed_steps,omitempty"`
+}
+
+func newMaintainJSON(r maintenance.Report) *maintainJSON {
+	return &maintainJSON{
+		Compacted: r.Compacted, DataFilesBefore: r.DataFilesBefore, DataFilesAfter: r.DataFilesAfter,
+		DataFilesRewritten: r.DataFilesRewritten, DataFilesWritten: r.DataFilesWritten,
+		BytesBefore: r.BytesBefore, BytesAfter: r.BytesAfter,
+		DeleteFilesBefore: r.DeleteFilesBefore, DeleteFilesAfter: r.DeleteFilesAfter,
+		DeleteFilesRemoved: r.DeleteFilesRemoved, DeleteRowsRemoved: r.DeleteRowsRemoved,
+		SnapshotsBefore: r.SnapshotsBefore, SnapshotsAfter: r.SnapshotsAfter, SnapshotsExpired: r.SnapshotsExpired,
+		ManifestsBefore: r.ManifestsBefore, ManifestsAfter: r.ManifestsAfter, ManifestsRewritten: r.ManifestsRewritten,
+		OrphansRemoved: r.OrphansRemoved, OrphanBytes: r.OrphanBytes,
+		MetadataBytesBefore: r.MetadataBytesBefore, MetadataBytesAfter: r.MetadataBytesAfter,
+		Seconds: r.Took.Seconds(), CompactionSeconds: r.CompactionTook.Seconds(), CompactionAttempts: r.CompactionAttempts,
+		FailedSteps: r.Failed,
+	}
 }
 
 // maintainTargets parses "namespace.table" arguments, or lists every table of the catalog.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -69,7 +70,10 @@ type promMetrics struct {
 	hookQueue    prometheus.Gauge
 
 	// Process.
-	ready prometheus.Gauge
+	ready     prometheus.Gauge
+	buildInfo *prometheus.GaugeVec
+	// stall feeds /healthz: shards whose records were handed on and not checkpointed since.
+	stall *stallWatch
 
 	// Maintenance (maintenance.Metrics).
 	maintDeleteFiles  *prometheus.GaugeVec
@@ -110,6 +114,7 @@ var callBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 
 
 func newPromMetrics() *promMetrics {
 	m := &promMetrics{reg: prometheus.NewRegistry(), now: time.Now}
+	m.stall = newStallWatch(func() time.Time { return m.now() })
 	shard, table := []string{"shard"}, []string{"table"}
 	counter := func(sub, name, help string, labels []string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help}, labels)
@@ -129,12 +134,12 @@ func newPromMetrics() *promMetrics {
 
 	m.shardRecords = counter("shard", "records_total", "Kinesis records read from the shard and handed to the decoder.", shard)
 	m.shardBytes = counter("shard", "bytes_total", "Bytes of Kinesis record data read from the shard.", shard)
-	m.shardBehind = gauge("shard", "millis_behind_latest", "MillisBehindLatest of the shard's last GetRecords (0 when caught up); removed when the lease is lost.", shard)
+	m.shardBehind = gauge("shard", "behind_latest_seconds", "How far the shard's last GetRecords was behind the tip of the stream (Kinesis MillisBehindLatest in seconds; 0 when caught up).", shard)
 	m.shardCheckpoint = gauge("shard", "last_checkpoint_timestamp_seconds", "Unix time of the shard's last checkpoint write (only committed changes are checkpointed).", shard)
 	m.shardCheckpoints = counter("shard", "checkpoints_total", "Checkpoints written for the shard.", shard)
 	m.shardUndecodable = counter("shard", "undecodable_records_total", "Records of the shard that could not be decoded and went to the dead-letter file.", shard)
 	m.shardLease = gauge("shard", "lease_held", "1 while this worker holds the shard's lease.", shard)
-	m.shardLeaseEvents = counter("shard", "lease_events_total", "Lease events of the shard in this worker (gained, lost, renewed).", []string{"shard", "event"})
+	m.shardLeaseEvents = counter("shard", "lease_events_total", "Lease events of this worker's shards (gained, lost, renewed); not per shard, so that lost leases stay counted.", []string{"event"})
 	m.shardFenced = counter("shard", "checkpoints_fenced_total", "Checkpoints refused because the shard's lease moved to another worker or a newer epoch.", shard)
 	m.shardTrimmedPast = counter("shard", "checkpoint_past_retention_total", "Times a shard started from a checkpoint older than the stream's retention (records after it may have been trimmed unread).", shard)
 	m.shardWaiting = gauge("shard", "waiting_for_parents", "1 while a child shard is held back until its parent shards are finished.", shard)
@@ -175,7 +180,7 @@ func newPromMetrics() *promMetrics {
 	m.tableSchemaChanges = counter("table", "schema_changes_total", "Schema changes applied (or refused: incompatible) by kind.", []string{"table", "kind"})
 	m.tableDLQClass = counter("table", "dead_letters_by_class_total", "Dead letters by class.", []string{"table", "class"})
 	m.tablePartial = counter("table", "partial_images_total", "Partial update images (absent_columns keep) by where their absent columns came from: batch (an earlier change of the key), table (the stored row), none (unknown key: NULL written).", []string{"table", "completed_from"})
-	m.sourceFiltered = counter("source", "filtered_total", "Records of source tables that are not replicated (include/exclude/enabled).", []string{"source"})
+	m.sourceFiltered = counter("source", "filtered_total", "Records of source tables that are not replicated (include/exclude/enabled); one series (source tables are not bounded).", nil)
 	m.dlqCommits = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "commits_total", Help: "Commits of the dead-letter table."})
 	m.dlqRows = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "rows_total", Help: "Rows committed to the dead-letter table."})
 	m.reg.MustRegister(m.dlqCommits, m.dlqRows)
@@ -188,6 +193,10 @@ func newPromMetrics() *promMetrics {
 		Help: "Post-commit notifications waiting for the hook."})
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "ready",
 		Help: "1 while the service is ready (catalog open, KCL worker started, no fatal error, not shutting down)."})
+	m.buildInfo = gauge("", "build_info", "1, labelled with the module version, VCS revision and Go version of this binary.", []string{"version", "revision", "go_version"})
+	bi, _ := debug.ReadBuildInfo()
+	v := buildVersion(bi)
+	m.buildInfo.WithLabelValues(v.Version, v.Revision, v.GoVersion).Set(1)
 	m.reg.MustRegister(m.hookDuration, m.hookQueue, m.ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -228,7 +237,10 @@ var _ consumer.Metrics = consumerMetrics{}
 
 func (c consumerMetrics) Records(shard string, n int, millisBehind int64) {
 	c.m.shardRecords.WithLabelValues(shard).Add(float64(n))
-	c.m.shardBehind.WithLabelValues(shard).Set(float64(millisBehind))
+	c.m.shardBehind.WithLabelValues(shard).Set(float64(millisBehind) / 1e3)
+	if n > 0 {
+		c.m.stall.handedOn(shard)
+	}
 }
 
 func (c consumerMetrics) DeadLettered(shard string) {
@@ -236,6 +248,7 @@ func (c consumerMetrics) DeadLettered(shard string) {
 }
 
 func (c consumerMetrics) Checkpointed(shard, _ string) {
+	c.m.stall.checkpointed(shard)
 	c.m.shardCheckpoints.WithLabelValues(shard).Inc()
 	c.m.shardCheckpoint.WithLabelValues(shard).Set(float64(c.m.now().UnixMilli()) / 1e3)
 }
@@ -321,7 +334,7 @@ func (m *promMetrics) IncrBytesProcessed(shard string, n int64) {
 }
 
 func (m *promMetrics) MillisBehindLatest(shard string, ms float64) {
-	m.shardBehind.WithLabelValues(shard).Set(ms)
+	m.shardBehind.WithLabelValues(shard).Set(ms / 1e3)
 }
 
 func (m *promMetrics) DeleteMetricMillisBehindLatest(shard string) {
@@ -330,17 +343,45 @@ func (m *promMetrics) DeleteMetricMillisBehindLatest(shard string) {
 
 func (m *promMetrics) LeaseGained(shard string) {
 	m.shardLease.WithLabelValues(shard).Set(1)
-	m.shardLeaseEvents.WithLabelValues(shard, "gained").Inc()
+	m.shardLeaseEvents.WithLabelValues("gained").Inc()
 }
 
+// LeaseLost is the KCL's release of a shard consumer: the lease was lost or given up, the shard
+// ended (closed by a reshard) or the worker stops. Every series of the shard is removed, so that
+// closed shards do not stay on /metrics; a shard gained again starts its counters from zero.
 func (m *promMetrics) LeaseLost(shard string) {
-	m.shardLease.WithLabelValues(shard).Set(0)
-	m.shardLeaseEvents.WithLabelValues(shard, "lost").Inc()
+	m.shardLeaseEvents.WithLabelValues("lost").Inc()
+	m.stall.released(shard)
+	l := prometheus.Labels{"shard": shard}
+	for _, v := range m.shardVecs() {
+		v.DeletePartialMatch(l)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.holder == shard {
+		m.shardHoldingW.DeleteLabelValues(shard)
+		m.holder = ""
+	}
+}
+
+// partialDeleter is the part of the metric vectors LeaseLost needs.
+type partialDeleter interface {
+	DeletePartialMatch(prometheus.Labels) int
+}
+
+// shardVecs are the per-shard vectors whose series LeaseLost removes (shardHoldingW is
+// maintained by StreamWatermark under mu).
+func (m *promMetrics) shardVecs() []partialDeleter {
+	return []partialDeleter{
+		m.shardRecords, m.shardBytes, m.shardBehind, m.shardCheckpoint, m.shardCheckpoints, m.shardUndecodable,
+		m.shardLease, m.shardFenced, m.shardTrimmedPast, m.shardWaiting, m.shardPublishFailed,
+		m.shardReadAheadPause, m.shardGetRecords, m.shardProcessBatch,
+	}
 }
 
 func (m *promMetrics) LeaseRenewed(shard string) {
 	m.shardLease.WithLabelValues(shard).Set(1)
-	m.shardLeaseEvents.WithLabelValues(shard, "renewed").Inc()
+	m.shardLeaseEvents.WithLabelValues("renewed").Inc()
 }
 
 // RecordGetRecordsTime and RecordProcessRecordsTime receive milliseconds.
@@ -430,8 +471,10 @@ func (m *promMetrics) DeadLetterClass(table, class string) {
 	m.tableDLQClass.WithLabelValues(table, class).Inc()
 }
 
-func (m *promMetrics) Filtered(source string, n int) {
-	m.sourceFiltered.WithLabelValues(source).Add(float64(n))
+// Filtered counts without the source: a label per source table is unbounded (DMS can send any
+// number of tables that are not replicated); dms2iceberg decode and the sink's logs name them.
+func (m *promMetrics) Filtered(_ string, n int) {
+	m.sourceFiltered.WithLabelValues().Add(float64(n))
 }
 
 func (m *promMetrics) DeadLettersCommitted(rows int, _ time.Duration) {

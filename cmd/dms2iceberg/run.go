@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
 	"sync/atomic"
 	"time"
 
@@ -20,8 +19,9 @@ const runUsage = `usage: dms2iceberg run [--config FILE]
 Consumes the Kinesis stream and merges the DMS changes into Iceberg tables until SIGINT or
 SIGTERM; then it stops reading, commits what is buffered and writes the last checkpoints within
 shutdown_timeout (a second signal exits at once). The configuration is the YAML file over the
-defaults, with the environment overrides DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR,
-DMS2ICEBERG_WORKER_ID and AWS_REGION.
+defaults, with the environment overrides DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR and
+DMS2ICEBERG_WORKER_ID. Every AWS client uses one region: region in the file, else the AWS SDK's
+chain (AWS_REGION, AWS_DEFAULT_REGION, the profile's region, EC2 instance metadata).
 
 flags:
 `
@@ -31,13 +31,14 @@ func runService(ctx context.Context, args []string) error {
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, err := fs.validConfig()
+	cfg, err := fs.validConfig(ctx)
 	if err != nil {
 		return err
 	}
-	// Crash-anywhere tests only: kill the process at named points (pkg/fault).
-	if err := fault.Configure(os.Getenv("DMS2ICEBERG_FAULTS")); err != nil {
-		return fmt.Errorf("DMS2ICEBERG_FAULTS: %w", err)
+	// Crash-anywhere tests only: kill the process at named points (pkg/fault). A no-op that
+	// reads nothing unless the binary was built with -tags faults.
+	if err := fault.ConfigureFromEnv(); err != nil {
+		return err
 	}
 	log, err := newLogger(cfg)
 	if err != nil {
@@ -54,7 +55,8 @@ func runService(ctx context.Context, args []string) error {
 func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer routeLibraryLogs(log)()
 	metrics := newPromMetrics()
-	hc := &health{onChange: metrics.SetReady}
+	metrics.stall.setTimeout(cfg.stallTimeout())
+	hc := &health{onChange: metrics.SetReady, stall: metrics.stall}
 	p := &pipeline{shutdownTimeout: cfg.ShutdownTimeout, onStopping: hc.ShuttingDown, onFailed: hc.Failed}
 	if cfg.HTTPAddr != "" {
 		ops, err := listenOps(cfg.HTTPAddr, metrics.reg, hc, log)
@@ -69,9 +71,9 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}
 	}
 
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region), awsconfig.WithLogger(awsLogger(log)))
+	awsCfg, err := cfg.awsConfig(ctx, awsconfig.WithLogger(awsLogger(log)))
 	if err != nil {
-		return fmt.Errorf("load AWS configuration: %w", err)
+		return err
 	}
 	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
 	if err != nil {

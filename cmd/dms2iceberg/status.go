@@ -16,7 +16,6 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
@@ -54,15 +53,15 @@ func runStatus(ctx context.Context, args []string) error {
 	if err := fs.parse(args); err != nil {
 		return err
 	}
-	cfg, err := fs.validConfig()
+	cfg, err := fs.validConfig(ctx)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
+	awsCfg, err := cfg.awsConfig(ctx)
 	if err != nil {
-		return fmt.Errorf("load AWS configuration: %w", err)
+		return err
 	}
 	// Reading must not create an embedded catalog where the service has not run yet.
 	if c := cfg.Sink.Catalog; c.Type == "sql" && strings.HasPrefix(c.URI, "file:") {

@@ -34,13 +34,14 @@ func runVerify(ctx context.Context, args []string) error {
 	fs := newFlags("verify", verifyUsage).withConfig("service configuration file (its catalog is read; environment overrides apply)")
 	expPath := fs.String("expected", "", "expected-state file written by gen (required)")
 	maxDiffs := fs.Int("max-diffs", 10, "differences printed per table")
+	asJSON := fs.Bool("json", false, "print one JSON object {ok, differing, tables: [{table, rows, expected, ok, reasons, diffs, more_diffs}]}")
 	if err := fs.parse(args); err != nil {
 		return err
 	}
 	if *expPath == "" {
 		return usageErrorf("--expected is required")
 	}
-	return verify(ctx, *fs.configPath, *expPath, *maxDiffs, os.Stdout)
+	return verify(ctx, *fs.configPath, *expPath, *maxDiffs, os.Stdout, *asJSON)
 }
 
 func readExpected(path string) (workload.Expected, error) {
@@ -56,11 +57,15 @@ func readExpected(path string) (workload.Expected, error) {
 	return exp, nil
 }
 
-// verify compares every expected table and writes a report to out. It returns errExplained when
-// anything differs and an error when the comparison itself could not be done.
-func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.Writer) error {
+// verify compares every expected table and writes a report to out (text, or one JSON object).
+// It returns errExplained when anything differs and an error when the comparison itself could
+// not be done.
+func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.Writer, asJSON bool) error {
 	cfg, err := loadConfig(cfgPath)
 	if err != nil {
+		return err
+	}
+	if err := cfg.requireCatalogRegion(ctx); err != nil {
 		return err
 	}
 	exp, err := readExpected(expPath)
@@ -74,33 +79,96 @@ func verify(ctx context.Context, cfgPath, expPath string, maxDiffs int, out io.W
 	if c, ok := cat.(io.Closer); ok {
 		defer c.Close()
 	}
-	differing := 0
+	rep := verifyReport{OK: true, Tables: []verifyEntry{}}
 	for _, et := range exp.Tables {
 		et.Namespace, et.Name = targetTable(cfg.Sink, et)
 		res, err := verifyTable(ctx, cat, et)
 		if err != nil {
 			return fmt.Errorf("verify %s.%s: %w", et.Namespace, et.Name, err)
 		}
-		res.print(out, et, maxDiffs)
-		if !res.ok() {
-			differing++
-		}
+		rep.add(res.entry(et, maxDiffs))
 	}
 	if exp.DeadLetters != nil {
-		ok, err := verifyDeadLetters(ctx, cfg, cat, exp.DeadLetters, maxDiffs, out)
+		e, err := verifyDeadLetters(ctx, cfg, cat, exp.DeadLetters, maxDiffs)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			differing++
+		rep.add(e)
+	}
+	if asJSON {
+		if err := writeJSON(out, rep); err != nil {
+			return err
+		}
+	} else {
+		for _, e := range rep.Tables {
+			e.print(out)
+		}
+		if rep.Differing > 0 {
+			fmt.Fprintf(out, "verify: %d of %d tables differ\n", rep.Differing, len(rep.Tables))
+		} else {
+			fmt.Fprintf(out, "verify: all %d tables match\n", len(exp.Tables))
 		}
 	}
-	if differing > 0 {
-		fmt.Fprintf(out, "verify: %d of %d tables differ\n", differing, len(exp.Tables)+btoi(exp.DeadLetters != nil))
+	if rep.Differing > 0 {
 		return errExplained
 	}
-	fmt.Fprintf(out, "verify: all %d tables match\n", len(exp.Tables))
 	return nil
+}
+
+// verifyReport is verify's outcome (its --json output).
+type verifyReport struct {
+	OK        bool          `json:"ok"`
+	Differing int           `json:"differing"`
+	Tables    []verifyEntry `json:"tables"`
+}
+
+func (r *verifyReport) add(e verifyEntry) {
+	r.Tables = append(r.Tables, e)
+	if !e.OK {
+		r.OK = false
+		r.Differing++
+	}
+}
+
+// verifyEntry is the outcome of one table (Kind "table") or of the dead letters.
+type verifyEntry struct {
+	Kind     string   `json:"kind"`
+	Table    string   `json:"table"`
+	Rows     int      `json:"rows"`
+	Expected int      `json:"expected"`
+	OK       bool     `json:"ok"`
+	Reasons  []string `json:"reasons,omitempty"`
+	// Diffs are the first max-diffs differences; MoreDiffs counts the others.
+	Diffs     []string `json:"diffs,omitempty"`
+	MoreDiffs int      `json:"more_diffs,omitempty"`
+}
+
+// newVerifyEntry keeps the first maxDiffs of diffs.
+func newVerifyEntry(kind, name string, rows, expected int, reasons, diffs []string, maxDiffs int) verifyEntry {
+	e := verifyEntry{Kind: kind, Table: name, Rows: rows, Expected: expected, OK: len(diffs) == 0, Reasons: reasons, Diffs: diffs}
+	if maxDiffs >= 0 && len(diffs) > maxDiffs {
+		e.Diffs, e.MoreDiffs = diffs[:maxDiffs], len(diffs)-maxDiffs
+	}
+	return e
+}
+
+// print writes the entry as verify's text lines.
+func (e verifyEntry) print(out io.Writer) {
+	label := "table"
+	if e.Kind == "dead_letters" {
+		label = "dead letters"
+	}
+	if e.OK {
+		fmt.Fprintf(out, "%s %s: rows=%d expected=%d ok\n", label, e.Table, e.Rows, e.Expected)
+		return
+	}
+	fmt.Fprintf(out, "%s %s: rows=%d expected=%d DIFF (%s)\n", label, e.Table, e.Rows, e.Expected, strings.Join(e.Reasons, ", "))
+	for _, d := range e.Diffs {
+		fmt.Fprintf(out, "  %s\n", d)
+	}
+	if e.MoreDiffs > 0 {
+		fmt.Fprintf(out, "  ... %d more\n", e.MoreDiffs)
+	}
 }
 
 // targetTable resolves where the service writes a source table, as the sink does: a per-table
@@ -132,14 +200,8 @@ type tableResult struct {
 	schemaDiffs                                 int
 }
 
-func (r *tableResult) ok() bool { return len(r.diffs) == 0 }
-
-func (r *tableResult) print(out io.Writer, et workload.ExpectedTable, maxDiffs int) {
+func (r *tableResult) entry(et workload.ExpectedTable, maxDiffs int) verifyEntry {
 	name := et.Namespace + "." + et.Name
-	if r.ok() {
-		fmt.Fprintf(out, "table %s: rows=%d expected=%d ok\n", name, r.rows, len(et.Rows))
-		return
-	}
 	var why []string
 	if r.missing {
 		why = append(why, "table does not exist")
@@ -158,14 +220,7 @@ func (r *tableResult) print(out io.Writer, et workload.ExpectedTable, maxDiffs i
 	if len(et.Key) == 0 && !r.missing && r.differ > 0 {
 		why[len(why)-1] = fmt.Sprintf("%d distinct rows with a different count", r.differ)
 	}
-	fmt.Fprintf(out, "table %s: rows=%d expected=%d DIFF (%s)\n", name, r.rows, len(et.Rows), strings.Join(why, ", "))
-	for i, d := range r.diffs {
-		if i == maxDiffs {
-			fmt.Fprintf(out, "  ... %d more\n", len(r.diffs)-maxDiffs)
-			break
-		}
-		fmt.Fprintf(out, "  %s\n", d)
-	}
+	return newVerifyEntry("table", name, r.rows, len(et.Rows), why, r.diffs, maxDiffs)
 }
 
 // verifyTable loads, scans and compares one table.
@@ -423,22 +478,15 @@ func showRow(et workload.ExpectedTable, row []*string, present []bool) string {
 	return "{" + strings.Join(parts, ", ") + "}"
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
-}
-
 // verifyDeadLetters compares the dead letters of the configured stream with the injected bad
 // records of the expected state: the same payloads with the same classes, each exactly once.
-func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, want []workload.ExpectedDeadLetter, maxDiffs int, out io.Writer) (bool, error) {
+func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, want []workload.ExpectedDeadLetter, maxDiffs int) (verifyEntry, error) {
 	type key struct{ class, payload string }
 	counts := map[key]int{}
 	for _, dl := range want {
 		raw, err := base64.StdEncoding.DecodeString(dl.Payload)
 		if err != nil {
-			return false, fmt.Errorf("expected dead letter: %w", err)
+			return verifyEntry{}, fmt.Errorf("expected dead letter: %w", err)
 		}
 		counts[key{dl.Class, string(raw)}]--
 	}
@@ -449,7 +497,7 @@ func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, wan
 		name = cfg.Sink.DeadLetters.Namespace + "." + cfg.Sink.DeadLetters.Table
 		rows, err := sink.ReadDeadLetters(ctx, cat, table.Identifier{cfg.Sink.DeadLetters.Namespace, cfg.Sink.DeadLetters.Table})
 		if err != nil {
-			return false, err
+			return verifyEntry{}, err
 		}
 		for _, r := range rows {
 			if r.Stream == cfg.Stream {
@@ -461,7 +509,7 @@ func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, wan
 		name = cfg.DeadLetterFile
 		b, err := os.ReadFile(cfg.DeadLetterFile)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return false, err
+			return verifyEntry{}, err
 		}
 		for _, line := range strings.Split(string(b), "\n") {
 			if strings.TrimSpace(line) == "" {
@@ -474,7 +522,7 @@ func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, wan
 				RawBase64 []byte `json:"raw_base64"`
 			}
 			if err := json.Unmarshal([]byte(line), &l); err != nil {
-				return false, fmt.Errorf("dead-letter file: %w", err)
+				return verifyEntry{}, fmt.Errorf("dead-letter file: %w", err)
 			}
 			if l.Stream != cfg.Stream {
 				continue
@@ -507,17 +555,9 @@ func verifyDeadLetters(ctx context.Context, cfg Config, cat catalog.Catalog, wan
 		}
 	}
 	sort.Strings(diffs)
-	if len(diffs) == 0 {
-		fmt.Fprintf(out, "dead letters %s: rows=%d expected=%d ok\n", name, got, len(want))
-		return true, nil
+	var why []string
+	if len(diffs) > 0 {
+		why = []string{fmt.Sprintf("%d differences", len(diffs))}
 	}
-	fmt.Fprintf(out, "dead letters %s: rows=%d expected=%d DIFF (%d differences)\n", name, got, len(want), len(diffs))
-	for i, d := range diffs {
-		if i == maxDiffs {
-			fmt.Fprintf(out, "  ... %d more\n", len(diffs)-maxDiffs)
-			break
-		}
-		fmt.Fprintf(out, "  %s\n", d)
-	}
-	return false, nil
+	return newVerifyEntry("dead_letters", name, got, len(want), why, diffs, maxDiffs), nil
 }

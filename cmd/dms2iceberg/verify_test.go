@@ -233,7 +233,7 @@ func TestVerifyAgainstCatalog(t *testing.T) {
 		writeTables(t, dir, g, nil, nil)
 		cfgPath, expPath := writeConfigAndExpected(t, dir, exp)
 		var out bytes.Buffer
-		if err := verify(ctx, cfgPath, expPath, 10, &out); err != nil {
+		if err := verify(ctx, cfgPath, expPath, 10, &out, false); err != nil {
 			t.Fatalf("%v\n%s", err, out.String())
 		}
 		for _, et := range exp.Tables {
@@ -273,7 +273,7 @@ func TestVerifyAgainstCatalog(t *testing.T) {
 		items.Rows = items.Rows[1:]
 		cfgPath, expPath := writeConfigAndExpected(t, dir, mut)
 		var out bytes.Buffer
-		err := verify(ctx, cfgPath, expPath, 10, &out)
+		err := verify(ctx, cfgPath, expPath, 10, &out, false)
 		var ec exitCode
 		if !errors.As(err, &ec) || ec != 1 {
 			t.Fatalf("got %v, want exit code 1\n%s", err, out.String())
@@ -300,6 +300,17 @@ func TestVerifyAgainstCatalog(t *testing.T) {
 				t.Errorf("output lacks %q:\n%s", want, s)
 			}
 		}
+		// The same outcome as one JSON object (--json).
+		out.Reset()
+		err = verify(ctx, cfgPath, expPath, 10, &out, true)
+		var rep verifyReport
+		if !errors.Is(err, exitCode(1)) || json.Unmarshal(out.Bytes(), &rep) != nil {
+			t.Fatalf("--json: %v\n%s", err, out.String())
+		}
+		if rep.OK || rep.Differing != 4 || len(rep.Tables) != 4 || rep.Tables[0].Table != "shop.customers" ||
+			strings.Join(rep.Tables[0].Reasons, ", ") != "1 missing keys, 1 duplicate keys, 1 differing rows" || len(rep.Tables[0].Diffs) != 3 {
+			t.Fatalf("--json report %+v", rep)
+		}
 	})
 
 	t.Run("type mismatch and absent column", func(t *testing.T) {
@@ -319,7 +330,7 @@ func TestVerifyAgainstCatalog(t *testing.T) {
 		mut.Tables = mut.Tables[2:3]
 		cfgPath, expPath := writeConfigAndExpected(t, dir, mut)
 		var out bytes.Buffer
-		err := verify(ctx, cfgPath, expPath, 10, &out)
+		err := verify(ctx, cfgPath, expPath, 10, &out, false)
 		if !errors.Is(err, exitCode(1)) {
 			t.Fatalf("got %v\n%s", err, out.String())
 		}
@@ -365,10 +376,10 @@ func TestVerifyInputErrors(t *testing.T) {
 	if err := os.WriteFile(cfgPath, []byte("stream: s\ndata_dir: "+dir+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := verify(ctx, cfgPath, bad, 10, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "version 99") {
+	if err := verify(ctx, cfgPath, bad, 10, &bytes.Buffer{}, false); err == nil || !strings.Contains(err.Error(), "version 99") {
 		t.Fatalf("got %v", err)
 	}
-	if err := verify(ctx, cfgPath, filepath.Join(dir, "nope.json"), 10, &bytes.Buffer{}); err == nil {
+	if err := verify(ctx, cfgPath, filepath.Join(dir, "nope.json"), 10, &bytes.Buffer{}, false); err == nil {
 		t.Fatal("missing expected file accepted")
 	}
 }

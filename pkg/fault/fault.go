@@ -2,13 +2,8 @@ package fault
 
 import (
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
 )
 
 // The fault points.
@@ -21,29 +16,20 @@ const (
 	DuringShutdown   = "during-shutdown"   // graceful shutdown has started
 )
 
+// EnvVar names the spec's environment variable, read only by binaries built with -tags faults.
+const EnvVar = "DMS2ICEBERG_FAULTS"
+
 // Points lists every fault point.
 var Points = []string{AfterDecode, AfterDataFiles, AfterCommit, BeforeCheckpoint, AfterCheckpoint, DuringShutdown}
 
+// rule is a parsed spec item.
 type rule struct {
 	at   int64   // kill at this hit (1-based); 0 when prob is used
 	prob float64 // kill probability per hit
-	hits atomic.Int64
 }
 
-var (
-	enabled atomic.Bool
-	mu      sync.Mutex
-	rules   map[string]*rule
-	// kill is replaced in tests.
-	kill = func(point string) {
-		fmt.Fprintf(os.Stderr, "dms2iceberg: fault point %s: killing the process\n", point)
-		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		select {} // SIGKILL is not delivered synchronously; never continue past the point
-	}
-)
-
-// Configure installs a spec (see the package comment). An empty spec disables every point.
-func Configure(spec string) error {
+// parseSpec parses a comma-separated spec into its rules by point.
+func parseSpec(spec string) (map[string]*rule, error) {
 	parsed := map[string]*rule{}
 	for _, item := range strings.Split(spec, ",") {
 		item = strings.TrimSpace(item)
@@ -52,15 +38,11 @@ func Configure(spec string) error {
 		}
 		name, r, err := parse(item)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		parsed[name] = r
 	}
-	mu.Lock()
-	rules = parsed
-	mu.Unlock()
-	enabled.Store(len(parsed) > 0)
-	return nil
+	return parsed, nil
 }
 
 func parse(item string) (string, *rule, error) {
@@ -88,21 +70,4 @@ func known(name string) error {
 		}
 	}
 	return fmt.Errorf("unknown fault point %q (known: %s)", name, strings.Join(Points, ", "))
-}
-
-// Hit marks that the point was reached, and kills the process if its rule says so.
-func Hit(point string) {
-	if !enabled.Load() {
-		return
-	}
-	mu.Lock()
-	r := rules[point]
-	mu.Unlock()
-	if r == nil {
-		return
-	}
-	n := r.hits.Add(1)
-	if (r.at > 0 && n == r.at) || (r.prob > 0 && rand.Float64() < r.prob) {
-		kill(point)
-	}
 }

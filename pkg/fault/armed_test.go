@@ -1,6 +1,11 @@
+//go:build faults
+
 package fault
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestAtCountAndUnknown(t *testing.T) {
 	var killed []string
@@ -24,5 +29,27 @@ func TestAtCountAndUnknown(t *testing.T) {
 	}
 	if err := Configure(""); err != nil || enabled.Load() {
 		t.Fatal("empty spec must disable")
+	}
+}
+
+// With the faults tag the environment arms the points.
+func TestFaultsTagReadsEnv(t *testing.T) {
+	if !Enabled {
+		t.Fatal("Enabled is false in a faults build")
+	}
+	var killed []string
+	kill = func(p string) { killed = append(killed, p) }
+	t.Cleanup(func() { _ = Configure("") })
+	t.Setenv(EnvVar, "after-decode@1")
+	if err := ConfigureFromEnv(); err != nil {
+		t.Fatal(err)
+	}
+	Hit(AfterDecode)
+	if len(killed) != 1 {
+		t.Fatalf("killed %v, want [after-decode]", killed)
+	}
+	t.Setenv(EnvVar, "nope@1")
+	if err := ConfigureFromEnv(); err == nil || !strings.Contains(err.Error(), EnvVar) {
+		t.Fatalf("bad spec: %v", err)
 	}
 }
