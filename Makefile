@@ -16,7 +16,7 @@ BENCHTIME ?= 1s
 DEMO_ARGS ?=
 EMU_ENV = eval "$$(.ci/emulators.sh env)" && eval "$$(.ci/catalogs.sh env)" && eval "$$(.ci/spark.sh env)"
 
-.PHONY: help build test test-unit test-integration chaos lint fmt fuzz bench tools \
+.PHONY: help build test test-unit test-integration chaos lint fmt fuzz bench tools validate-deploy \
 	emulators-up emulators-down emulators-status catalogs-up catalogs-down catalogs-status \
 	spark-install demo clean
 
@@ -53,6 +53,9 @@ lint: tools ## golangci-lint (pinned v2) with .ci/golangci.yml
 
 fmt: tools ## rewrite files with the linters' formatters (gofmt, goimports)
 	golangci-lint fmt -c .ci/golangci.yml ./...
+
+validate-deploy: ## lint and render the Helm chart, cfn-lint the CloudFormation template, check the alert rules and JSON (installs helm, promtool, cfn-lint)
+	.ci/validate-deploy.sh
 
 fuzz: ## fuzz FuzzDecode and FuzzConvert in ./pkg/dms for FUZZTIME each (default 60s)
 	go test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime=$(FUZZTIME) ./pkg/dms
