@@ -250,19 +250,27 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 		// src is the key whose stored row completes the surviving image when it is partial
 		// (absent_columns keep); nil when nothing can: the key was deleted in this batch.
 		src []dms.Datum
+		// by is the row whose change set the state.
+		by int
 	}
 	last := make(map[string]int, len(sel)) // key -> index into states
 	var states []state
 	nk := len(l.keyIdx)
 	keys := make([]dms.Datum, len(b.rows)*nk) // every row's key, one allocation per plan
-	set := func(key []dms.Datum, rowIdx int, src []dms.Datum) {
+	// set makes the change of row by (rowIdx: the surviving image, -1 for a delete) the key's
+	// state, unless the key's current state came from a change that is later although it was
+	// planned first (laterAcross).
+	set := func(key []dms.Datum, rowIdx int, src []dms.Datum, by int) {
 		b.keyBuf = encodeKey(l, b.keyBuf[:0], key)
 		if si, ok := last[string(b.keyBuf)]; ok {
-			states[si].row, states[si].src = rowIdx, src
+			if lim.ordered && laterAcross(&b.rows[states[si].by], &b.rows[by]) {
+				return
+			}
+			states[si].row, states[si].src, states[si].by = rowIdx, src, by
 			return
 		}
 		last[string(b.keyBuf)] = len(states)
-		states = append(states, state{row: rowIdx, key: key, src: src})
+		states = append(states, state{row: rowIdx, key: key, src: src, by: by})
 	}
 	for _, i := range sel {
 		r := &b.rows[i]
@@ -294,12 +302,12 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			}
 		}
 		if r.oldKey != nil {
-			set(r.oldKey, -1, nil)
+			set(r.oldKey, -1, nil, i)
 		}
 		if r.del {
-			set(key, -1, nil)
+			set(key, -1, nil, i)
 		} else {
-			set(key, i, src)
+			set(key, i, src, i)
 		}
 	}
 	for _, st := range states {

@@ -65,14 +65,21 @@ func (p *srcPos) compare(q *srcPos) int {
 	return 0
 }
 
-// natCompare compares a and b with every run of digits compared as a number (a MySQL stream
-// position "mysql-bin.000024:9812:..." or a transaction id), everything else byte by byte.
+// natCompare compares a and b with every run of hex digits compared as a number, everything
+// else byte by byte. Source positions mix bases: PostgreSQL LSNs ("00000002/0352A2F7") and SQL
+// Server LSNs are hex, MySQL positions ("mysql-bin.000024:9812:...") and transaction ids decimal.
+// Read as hex, decimal runs keep their order (without leading zeros a longer run is larger, and
+// runs of one length order as strings in either base), so one rule serves both; a run of decimal
+// digits alone would split "0352A2F7" and order it before "03523E78".
 func natCompare(a, b string) int {
 	for a != "" && b != "" {
-		if isDigit(a[0]) && isDigit(b[0]) {
-			da, db := digits(a), digits(b)
+		if isHex(a[0]) && isHex(b[0]) {
+			da, db := hexRun(a), hexRun(b)
 			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := change.CompareSeq(na, nb); c != 0 {
+			if c := cmp.Compare(len(na), len(nb)); c != 0 {
+				return c
+			}
+			if c := strings.Compare(strings.ToUpper(na), strings.ToUpper(nb)); c != 0 {
 				return c
 			}
 			a, b = a[da:], b[db:]
@@ -86,19 +93,23 @@ func natCompare(a, b string) int {
 	return cmp.Compare(len(a), len(b))
 }
 
-func isDigit(c byte) bool { return c >= '0' && c <= '9' }
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
+}
 
-func digits(s string) int {
+func hexRun(s string) int {
 	i := 0
-	for i < len(s) && isDigit(s[i]) {
+	for i < len(s) && isHex(s[i]) {
 		i++
 	}
 	return i
 }
 
-// cmpRows orders two rows for "last change per key": a load before any CDC change, then
-// arrival, then within a shard its sequence (Kinesis keeps a shard's order, and arrivals follow
-// it), across shards the source position; 0 keeps buffer order (the sort is stable).
+// cmpRows is the order a commit's rows are planned in: lexicographic on (a load before any CDC
+// change, arrival, shard, sequence number), so within a shard the shard's order. It must be a
+// total order (the sort relies on transitivity); the source position, which is not one across
+// rows that lack some of its fields, decides only between two changes of the same key from
+// different shards in one commit (laterAcross, in plan).
 func cmpRows(a, b *row) int {
 	if a.src.load != b.src.load {
 		if a.src.load {
@@ -109,13 +120,22 @@ func cmpRows(a, b *row) int {
 	if c := cmp.Compare(a.at, b.at); c != 0 {
 		return c
 	}
-	if a.shard == b.shard {
-		if a.replay || b.replay {
-			return 0
-		}
-		return change.CompareSeq(a.seq, b.seq)
+	if c := strings.Compare(a.shard, b.shard); c != 0 {
+		return c
 	}
-	return a.src.compare(&b.src)
+	if a.replay || b.replay {
+		return 0
+	}
+	return change.CompareSeq(a.seq, b.seq)
+}
+
+// laterAcross reports whether p, planned before q, is nevertheless the later change of their
+// key: they came from different shards and p's DMS source position is later. Where both records
+// carry one, the source position is the source's commit order; arrival is not, for records of
+// one PutRecords call on different shards (DMS batches its puts), so it decides only when the
+// source position cannot (within a commit; across commits the bound orders by arrival).
+func laterAcross(p, q *row) bool {
+	return p.shard != q.shard && p.src.load == q.src.load && p.src.compare(&q.src) > 0
 }
 
 // limit is what one commit may take: rows with arrival <= bound that precede cut (nil: no cut),
