@@ -95,17 +95,8 @@ func TestWaitIdleConcurrentAcks(t *testing.T) {
 	}
 }
 
-func TestWatermarks(t *testing.T) {
+func TestCovered(t *testing.T) {
 	t.Parallel()
-	props := map[string]string{
-		WatermarkKey("st", "shardId-1"):    "123",
-		WatermarkKey("other", "shardId-1"): "999",
-		"write.format.default":             "parquet",
-	}
-	wm := Watermarks(props, "st")
-	if len(wm) != 1 || wm["shardId-1"] != "123" {
-		t.Fatalf("Watermarks = %v", wm)
-	}
 	if !Covered("123", "122") || !Covered("123", "123") || Covered("123", "124") || Covered("", "1") {
 		t.Fatal("Covered misjudged")
 	}

@@ -31,6 +31,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // noteLeases counts lease acquisitions (epoch increments) and moves (owner changes).
@@ -251,7 +252,7 @@ func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]
 		case err != nil:
 			return nil, fmt.Errorf("load %s: %w", src, err)
 		default:
-			out[src] = checkpoint.Watermarks(tbl.Properties(), c.stream)
+			out[src] = tableprop.Watermarks(tbl.Properties(), c.stream)
 		}
 	}
 	return out, nil

@@ -13,9 +13,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // newMaintHarness is newHarness with the users table, a quiet test logger and the maintenance
@@ -81,7 +81,7 @@ func (m *model) batch(b, n int) {
 }
 
 func watermarks(tbl *table.Table) map[string]string {
-	return checkpoint.Watermarks(tbl.Properties(), "st")
+	return tableprop.Watermarks(tbl.Properties(), "st")
 }
 
 type maintRecorder struct {

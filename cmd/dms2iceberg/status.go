@@ -23,6 +23,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 const statusUsage = `usage: dms2iceberg status --config FILE [--json] [--namespace NS ...]
@@ -386,7 +387,7 @@ func (s statusSources) readTables(ctx context.Context) ([]tableStatus, error) {
 
 // tableStatusOf reads a table's current snapshot summary and its watermarks.
 func tableStatusOf(name string, tbl *table.Table, stream string) tableStatus {
-	ts := tableStatus{Table: name, Watermarks: checkpoint.Watermarks(tbl.Properties(), stream)}
+	ts := tableStatus{Table: name, Watermarks: tableprop.Watermarks(tbl.Properties(), stream)}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return ts

@@ -25,6 +25,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 func seqN(n int) string { return fmt.Sprintf("4962%052d", n) }
@@ -160,9 +161,9 @@ func statusCatalog(t *testing.T, dir string) catalog.Catalog {
 	orders = appendRows(orders, 3)
 	txn := orders.NewTransaction()
 	if err := txn.SetProperties(iceberg.Properties{
-		checkpoint.WatermarkKey("s", "shard-0"):     seqN(2),
-		checkpoint.WatermarkKey("s", "shard-1"):     seqN(5),
-		checkpoint.WatermarkKey("other", "shard-0"): seqN(9), // another stream: ignored
+		tableprop.Watermark("s", "shard-0"):     seqN(2),
+		tableprop.Watermark("s", "shard-1"):     seqN(5),
+		tableprop.Watermark("other", "shard-0"): seqN(9), // another stream: ignored
 	}); err != nil {
 		t.Fatal(err)
 	}

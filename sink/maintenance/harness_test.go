@@ -16,11 +16,11 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // The tests drive a real sink (through its exported API, with its own maintenance off) to make
@@ -188,7 +188,7 @@ func loadUsers(t *testing.T, cat catalog.Catalog) *table.Table {
 }
 
 func watermarks(tbl *table.Table) map[string]string {
-	return checkpoint.Watermarks(tbl.Properties(), "st")
+	return tableprop.Watermarks(tbl.Properties(), "st")
 }
 
 // scanRows scans shop.users through iceberg-go and renders each row as "c1=v1,c2=v2", sorted.
