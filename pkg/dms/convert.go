@@ -119,9 +119,35 @@ func Convert(t iceberg.Type, v change.Value) (Datum, error) {
 		return Datum{Null: true}, nil
 	}
 	s := v.Text
-	switch tt := t.(type) {
+	switch t.(type) {
 	case iceberg.StringType:
 		return Datum{S: s}, nil
+	case iceberg.Int32Type, iceberg.Int64Type, iceberg.DecimalType, iceberg.Float32Type, iceberg.Float64Type:
+		return convertNumber(t, v)
+	case iceberg.BooleanType:
+		if v.Kind == change.KindJSON {
+			return Datum{}, convErr(t, s, "not a boolean")
+		}
+		b, ok := parseBool(s)
+		if !ok {
+			return Datum{}, convErr(t, s, "not a boolean (want true/false, t/f, 1/0, yes/no, y/n)")
+		}
+		if b {
+			return Datum{I: 1}, nil
+		}
+		return Datum{}, nil
+	case iceberg.DateType, iceberg.TimeType, iceberg.TimestampType, iceberg.TimestampTzType:
+		return convertTemporal(t, v)
+	case iceberg.BinaryType, iceberg.FixedType, iceberg.UUIDType:
+		return convertBytes(t, v)
+	}
+	return Datum{}, convErr(t, s, "unsupported column type")
+}
+
+// convertNumber is Convert for integers, decimals and floating-point numbers.
+func convertNumber(t iceberg.Type, v change.Value) (Datum, error) {
+	s := v.Text
+	switch tt := t.(type) {
 	case iceberg.Int32Type, iceberg.Int64Type:
 		if v.Kind != change.KindNumber && v.Kind != change.KindString {
 			return Datum{}, convErr(t, s, "not a number")
@@ -161,18 +187,14 @@ func Convert(t iceberg.Type, v change.Value) (Datum, error) {
 			return Datum{}, convErr(t, s, reason)
 		}
 		return Datum{I: int64(math.Float64bits(f))}, nil
-	case iceberg.BooleanType:
-		if v.Kind == change.KindJSON {
-			return Datum{}, convErr(t, s, "not a boolean")
-		}
-		b, ok := parseBool(s)
-		if !ok {
-			return Datum{}, convErr(t, s, "not a boolean (want true/false, t/f, 1/0, yes/no, y/n)")
-		}
-		if b {
-			return Datum{I: 1}, nil
-		}
-		return Datum{}, nil
+	}
+	return Datum{}, convErr(t, s, "unsupported column type")
+}
+
+// convertTemporal is Convert for dates, times and timestamps.
+func convertTemporal(t iceberg.Type, v change.Value) (Datum, error) {
+	s := v.Text
+	switch t.(type) {
 	case iceberg.DateType:
 		if v.Kind != change.KindString {
 			return Datum{}, convErr(t, s, "not a date string")
@@ -213,6 +235,14 @@ func Convert(t iceberg.Type, v change.Value) (Datum, error) {
 			}
 		}
 		return Datum{I: us}, nil
+	}
+	return Datum{}, convErr(t, s, "unsupported column type")
+}
+
+// convertBytes is Convert for binary, fixed and uuid columns.
+func convertBytes(t iceberg.Type, v change.Value) (Datum, error) {
+	s := v.Text
+	switch tt := t.(type) {
 	case iceberg.BinaryType:
 		if v.Kind != change.KindString {
 			return Datum{}, convErr(t, s, "not a hex string")
