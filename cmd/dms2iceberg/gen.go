@@ -22,6 +22,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 )
 
 const genUsage = `usage: dms2iceberg gen --stream NAME --expected FILE [flags]
@@ -325,23 +326,12 @@ type sender struct {
 	lastLog  time.Time
 }
 
-func defaultSleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 func recordSize(m workload.Message) int { return len(m.Data) + len(m.PartitionKey) }
 
 // send writes every message of src to the stream.
 func (s *sender) send(ctx context.Context, src iter.Seq[workload.Message]) error {
 	if s.sleep == nil {
-		s.sleep = defaultSleep
+		s.sleep = commit.Sleep
 	}
 	if s.now == nil {
 		s.now = time.Now
