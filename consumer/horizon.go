@@ -44,6 +44,15 @@ type watermarkState struct {
 	w, bound atomic.Int64
 	mu       sync.Mutex
 	changed  chan struct{} // closed after every computation
+	// holder and owner name the shard holding W back and its lease owner (guarded by mu).
+	holder, owner string
+}
+
+// holding returns the shard holding W back and its lease owner ("" when none).
+func (s *watermarkState) holding() (shard, owner string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.holder, s.owner
 }
 
 func (s *watermarkState) changedCh() <-chan struct{} {
@@ -59,6 +68,7 @@ func (s *watermarkState) set(r wmResult) {
 	s.w.Store(msOf(r.W))
 	s.bound.Store(msOf(r.Bound))
 	s.mu.Lock()
+	s.holder, s.owner = r.Holder, r.HolderOwner
 	if s.changed != nil {
 		close(s.changed)
 	}
