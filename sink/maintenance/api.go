@@ -47,6 +47,7 @@ func RunTable(ctx context.Context, cat catalog.Catalog, ident table.Identifier, 
 	name := ident[0] + "." + ident[len(ident)-1]
 	m := New(cat, ident, name, cfg, log.With(zap.String("table", name)), opts.Metrics, 0)
 	m.ignoreLease = opts.IgnoreLease
+	m.onDemand = true
 	m.beforeCommit = opts.BeforeCommit
 	tbl, err := cat.LoadTable(ctx, ident)
 	if err != nil {

@@ -137,7 +137,13 @@ type committed struct {
 // staging error and a lost lease.
 func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
 	var out committed
-	res, err := commit.Run(ctx, m.cat, m.ident, nil, commit.Policy{Retries: m.cfg.CommitRetries, Yield: true}, commit.Op{
+	// Each attempt is a job that brings its own table; on demand the loop reloads too, so that it
+	// recognises a lost race (the table moved) and re-stages it soon without counting it.
+	reload := func(context.Context) (*table.Table, error) { return nil, nil }
+	if m.onDemand {
+		reload = func(ctx context.Context) (*table.Table, error) { return m.cat.LoadTable(ctx, m.ident) }
+	}
+	res, err := commit.Run(ctx, m.cat, m.ident, nil, commit.Policy{Retries: m.cfg.CommitRetries, Yield: !m.onDemand}, commit.Op{
 		Name: step,
 		Stage: func(ctx context.Context, _ *table.Table, attempt int) (*table.Table, error) {
 			now := time.Now()
@@ -168,7 +174,7 @@ func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Prop
 			}
 			return nil, r.err
 		},
-		Reload: func(context.Context) (*table.Table, error) { return nil, nil },
+		Reload: reload,
 		Failed: func(attempt int, err, _ error) {
 			m.log.Info("maintenance commit lost to another commit; restaging on the newest table",
 				zap.String("step", step), zap.Int("attempt", attempt+1), zap.Error(err))

@@ -40,6 +40,10 @@ type Maintainer struct {
 	log         *zap.Logger
 	metrics     Metrics
 	ignoreLease bool // RunOptions.IgnoreLease
+	// onDemand is a run of RunTable (dms2iceberg maintain): no writer hands it a table, and an
+	// operator waits for it, so a lost race is re-staged at once and does not use up its
+	// retries, as for a table writer; background maintenance yields to the writers instead.
+	onDemand bool
 
 	kick   chan struct{}
 	latest atomic.Pointer[table.Table] // the writer's newest committed table, not yet measured
