@@ -57,11 +57,15 @@ func TestPartialUpdatesEndToEnd(t *testing.T) {
 
 	// keep: the service under test, with /metrics to see where the absent columns came from.
 	// The stream is complete before the service starts, so one read per shard could put every
-	// change of a table in one batch and complete every partial image from the batch alone:
-	// small flushes make most of them read the row the table holds.
+	// change of a table in one batch and complete every partial image from the batch alone. The
+	// ordering guard commits everything within its bound at once, so small flushes alone no
+	// longer split the stream: a read-ahead of one second makes the shards hand on (and so
+	// commit) the stream in slices of about a second of arrivals, and the later slices' partial
+	// images read the rows the table holds.
 	p.writeConfig(map[string]any{"absent_columns": "keep", "flush_rows": 100})
 	addr := opsFreeAddr(t)
 	editConfig(t, p.config, "", map[string]any{"http_addr": addr})
+	editConfig(t, p.config, "consumer", map[string]any{"max_read_ahead": "1s"})
 	// null: the same stream into its own catalog (data directory) with its own KCL application.
 	q := p.withCatalog(t, "null", t.TempDir(), nil, "")
 	editConfig(t, q.config, "sink", map[string]any{"absent_columns": "null"})
