@@ -59,7 +59,6 @@ type Metrics interface {
 // NopMetrics is the default Metrics: it records nothing. Embed it to implement only some methods.
 type NopMetrics struct{}
 
-type nopMetrics = NopMetrics
 
 func (NopMetrics) Records(string, int, int64)                               {}
 func (NopMetrics) DeadLettered(string)                                      {}
@@ -116,7 +115,7 @@ func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ..
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("consumer: %w", err)
 	}
-	c := &Consumer{cfg: cfg, aws: awsCfg, sink: s, dlq: dlq, log: zap.NewNop(), metrics: nopMetrics{}, gen: make(map[string]*processor)}
+	c := &Consumer{cfg: cfg, aws: awsCfg, sink: s, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, gen: make(map[string]*processor)}
 	for _, o := range opts {
 		o(c)
 	}

@@ -280,7 +280,9 @@ func (s *shardSeen) note(shard string) bool {
 		return true
 	}
 	if f := s.first.Load(); f == nil {
-		s.first.CompareAndSwap(nil, &shard)
+		p := new(string) // only for the first record: taking &shard would move it to the heap on every call
+		*p = shard
+		s.first.CompareAndSwap(nil, p)
 	} else if *f != shard {
 		s.multi.Store(true)
 	}
