@@ -59,7 +59,6 @@ type Metrics interface {
 // NopMetrics is the default Metrics: it records nothing. Embed it to implement only some methods.
 type NopMetrics struct{}
 
-
 func (NopMetrics) Records(string, int, int64)                               {}
 func (NopMetrics) DeadLettered(string)                                      {}
 func (NopMetrics) Checkpointed(string, string)                              {}
