@@ -25,7 +25,7 @@ const (
 )
 
 // removeHorizon is the update clause of an acquisition that forgets the previous owner's horizon.
-const removeHorizon = " REMOVE #rh, #pf, #ha"
+const removeHorizon = " REMOVE #rh, #pf, #pl, #pc, #ha"
 
 // DynamoDBAPI is the part of the DynamoDB client the checkpointer uses (the KCL's interface).
 type DynamoDBAPI = chk.DynamoDBAPI
@@ -111,6 +111,7 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	}
 	if epoch != cur.Epoch { // an acquisition: the previous owner's horizon is lost with its buffers
 		names["#rh"], names["#pf"], names["#ha"] = AttrReadHorizon, AttrPendingFrom, AttrHorizonAt
+		names["#pl"], names["#pc"] = AttrPendingLoadFrom, AttrPendingControlFrom
 		update += removeHorizon
 	}
 	var cond string
@@ -192,9 +193,9 @@ func (l *Leases) Checkpoint(ctx context.Context, shard string, epoch int64, seq 
 	return refusal(cur, shard, l.worker, epoch, seq)
 }
 
-// PublishHorizon writes h on the shard's row (a zero Read or PendingFrom removes that attribute),
-// only if this worker holds the lease under epoch and the checkpoint is not ShardEnd. One
-// UpdateItem: the three attributes always change together.
+// PublishHorizon writes h on the shard's row (a zero time removes that attribute), only if this
+// worker holds the lease under epoch and the checkpoint is not ShardEnd. One UpdateItem: the
+// attributes always change together.
 func (l *Leases) PublishHorizon(ctx context.Context, shard string, epoch int64, h Horizon) error {
 	names := map[string]string{"#o": attrOwner, "#e": attrEpoch, "#c": attrSeq, "#ha": AttrHorizonAt}
 	values := map[string]types.AttributeValue{
@@ -207,7 +208,8 @@ func (l *Leases) PublishHorizon(ctx context.Context, shard string, epoch int64, 
 	for _, a := range []struct {
 		ref, name, val string
 		t              time.Time
-	}{{"#rh", AttrReadHorizon, ":rh", h.Read}, {"#pf", AttrPendingFrom, ":pf", h.PendingFrom}} {
+	}{{"#rh", AttrReadHorizon, ":rh", h.Read}, {"#pf", AttrPendingFrom, ":pf", h.PendingFrom},
+		{"#pl", AttrPendingLoadFrom, ":pl", h.PendingLoadFrom}, {"#pc", AttrPendingControlFrom, ":pc", h.PendingControlFrom}} {
 		names[a.ref] = a.name
 		if a.t.IsZero() {
 			remove += sep(remove) + a.ref

@@ -46,6 +46,12 @@ const (
 	// record after the checkpoint). Absent: nothing is pending, or unknown as for
 	// AttrReadHorizon. Written together with AttrReadHorizon, in the same update.
 	AttrPendingFrom = "PendingFrom"
+	// AttrPendingLoadFrom and AttrPendingControlFrom (N, unix milliseconds) are ours: as
+	// AttrPendingFrom, for the full-load rows and for the control records among the pending
+	// records only (the cross-process gates of the ordering guard, design.md §4). Absent: none of
+	// that kind is pending, or unknown as for AttrReadHorizon. Written with AttrReadHorizon.
+	AttrPendingLoadFrom    = "PendingLoadFrom"
+	AttrPendingControlFrom = "PendingControlFrom"
 	// AttrHorizonAt (N, unix milliseconds) is ours: when the owner last published
 	// AttrReadHorizon and AttrPendingFrom (its own clock). It shows whether the owner is alive.
 	AttrHorizonAt = "HorizonAt"
@@ -75,20 +81,27 @@ type LeaseRow struct {
 	ReadHorizon time.Time
 	// PendingFrom is AttrPendingFrom (zero when absent or malformed).
 	PendingFrom time.Time
+	// PendingLoadFrom and PendingControlFrom are AttrPendingLoadFrom and
+	// AttrPendingControlFrom (zero when absent or malformed).
+	PendingLoadFrom, PendingControlFrom time.Time
 	// HorizonAt is AttrHorizonAt (zero when absent or malformed).
 	HorizonAt time.Time
 	// Exists is false when there is no row at all.
 	Exists bool
 }
 
-// Horizon is what the owner of a shard publishes on its lease row (PublishHorizon): the three
-// attributes AttrReadHorizon, AttrPendingFrom and AttrHorizonAt, at millisecond precision.
+// Horizon is what the owner of a shard publishes on its lease row (PublishHorizon): the
+// attributes AttrReadHorizon, AttrPendingFrom, AttrPendingLoadFrom, AttrPendingControlFrom and
+// AttrHorizonAt, at millisecond precision.
 type Horizon struct {
 	// Read is the read horizon (zero: unknown, the attribute is removed).
 	Read time.Time
 	// PendingFrom is the arrival of the oldest pending record (zero: none, the attribute is
 	// removed).
 	PendingFrom time.Time
+	// PendingLoadFrom and PendingControlFrom are the arrivals of the oldest pending full-load
+	// row and control record (zero: none, the attribute is removed).
+	PendingLoadFrom, PendingControlFrom time.Time
 	// At is the time of the publish.
 	At time.Time
 }
@@ -140,7 +153,8 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 	for _, a := range []struct {
 		name string
 		dst  *time.Time
-	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrHorizonAt, &r.HorizonAt}} {
+	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrPendingLoadFrom, &r.PendingLoadFrom},
+		{AttrPendingControlFrom, &r.PendingControlFrom}, {AttrHorizonAt, &r.HorizonAt}} {
 		v, ok := item[a.name].(*types.AttributeValueMemberN)
 		if !ok {
 			continue

@@ -19,7 +19,7 @@ import (
 //     but nobody took it) is a renewal;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
 //     never over ShardEnd;
-//   - the horizon attributes (AttrReadHorizon, AttrPendingFrom, AttrHorizonAt) are written only
+//   - the horizon attributes (AttrReadHorizon, AttrPending*From, AttrHorizonAt) are written only
 //     by the owner, under the epoch it holds, never once the checkpoint is ShardEnd (the final
 //     horizon is published before it); every acquisition (not renewal) removes them, so a new
 //     owner's horizon starts unknown.
@@ -45,7 +45,7 @@ type LeaseStore interface {
 	Checkpoint(ctx context.Context, shard string, epoch int64, seq string) error
 	// ShardFinished reports whether the shard's row says it was read to its end and committed.
 	ShardFinished(ctx context.Context, shard string) (bool, error)
-	// PublishHorizon writes h on the shard's row (a zero Read or PendingFrom removes that
+	// PublishHorizon writes h on the shard's row (a zero time removes that
 	// attribute), only if this worker still holds the lease under epoch (else ErrFenced) and the
 	// checkpoint is not ShardEnd (else ErrRegression).
 	PublishHorizon(ctx context.Context, shard string, epoch int64, h Horizon) error

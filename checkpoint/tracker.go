@@ -39,9 +39,49 @@ type Delivery struct {
 	first     time.Time // arrival of the delivery's first record (zero: unknown)
 	remaining atomic.Int64
 	finished  bool // guarded by shard.mu
+	// kinds counts the delivery's full-load rows and control records apart (Kinds, OldestKind).
+	kinds [numKinds]kindAcker
 }
 
 var _ change.Acker = (*Delivery)(nil)
+
+// Kind is a kind of record the ordering guard's cross-process gates track apart (design.md §4):
+// KindLoad (full-load rows) and KindControl (control records). Every other record is only a
+// record of the delivery.
+type Kind int
+
+const (
+	KindLoad Kind = iota
+	KindControl
+	numKinds
+)
+
+// Kinds says how many of a delivery's events are of each Kind and when the first of them
+// arrived (BeginKinds).
+type Kinds [numKinds]struct {
+	N     int
+	First time.Time
+}
+
+// kindAcker acknowledges the events of one Kind of a delivery: it counts them down, then
+// acknowledges them on the delivery.
+type kindAcker struct {
+	d         *Delivery
+	first     time.Time
+	remaining atomic.Int64
+}
+
+// Done acknowledges n events of the kind (and of the delivery).
+func (k *kindAcker) Done(n int) {
+	if k.remaining.Add(int64(-n)) < 0 {
+		panic("checkpoint: delivery acknowledged more events of a kind than it holds")
+	}
+	k.d.Done(n)
+}
+
+// Of returns the acknowledger of the delivery's events of kind k, which must be used for
+// exactly the number of them given to BeginKinds.
+func (d *Delivery) Of(k Kind) change.Acker { return &d.kinds[k] }
 
 // Begin registers a delivery whose highest sequence number is last and that fans out into n
 // events. Deliveries must be registered in sequence order. A delivery with n == 0 is finished at
@@ -53,8 +93,19 @@ func (s *Shard) Begin(last string, n int) *Delivery {
 // BeginAt is Begin for a delivery whose first record arrived (Kinesis
 // ApproximateArrivalTimestamp) at first: Oldest reports it while the delivery is pending.
 func (s *Shard) BeginAt(last string, first time.Time, n int) *Delivery {
+	return s.BeginKinds(last, first, n, Kinds{})
+}
+
+// BeginKinds is BeginAt for a delivery of which kinds[k].N events are of Kind k (acknowledged
+// through Of(k)), the first of them arriving at kinds[k].First: OldestKind reports it while one
+// of them is pending.
+func (s *Shard) BeginKinds(last string, first time.Time, n int, kinds Kinds) *Delivery {
 	d := &Delivery{shard: s, last: last, first: first}
 	d.remaining.Store(int64(n))
+	for k := range d.kinds {
+		d.kinds[k].d, d.kinds[k].first = d, kinds[k].First
+		d.kinds[k].remaining.Store(int64(kinds[k].N))
+	}
 	s.mu.Lock()
 	if !s.abandoned {
 		s.pending = append(s.pending, d)
@@ -147,6 +198,27 @@ func (s *Shard) Oldest() (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return s.pending[0].first, true
+}
+
+// OldestKind returns the earliest arrival of the pending deliveries that hold an unacknowledged
+// event of kind k, and whether there is one. A delivery counts with the arrival of its first
+// event of the kind until all of them are acknowledged, so the answer may be earlier than the
+// oldest such event still pending, never later.
+func (s *Shard) OldestKind(k Kind) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first time.Time
+	found := false
+	for _, d := range s.pending {
+		kd := &d.kinds[k]
+		if kd.remaining.Load() <= 0 {
+			continue
+		}
+		if !found || kd.first.Before(first) {
+			first, found = kd.first, true
+		}
+	}
+	return first, found
 }
 
 // Changed returns a channel that is closed the next time Committed advances or the last pending

@@ -171,3 +171,49 @@ func TestOldestIsTheFirstArrivalOfTheOldestOpenDelivery(t *testing.T) {
 		t.Fatal("pending after everything finished")
 	}
 }
+
+// OldestKind counts a delivery with the first arrival of a kind while an event of that kind is
+// unacknowledged: acknowledging the delivery's other events, or finished later deliveries,
+// change nothing; an abandoned delivery leaves it.
+func TestOldestKindFollowsTheUnacknowledgedEventsOfTheKind(t *testing.T) {
+	t.Parallel()
+	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
+	s := NewShard("shardId-0", "")
+	var k1, k2 Kinds
+	k1[KindLoad].N, k1[KindLoad].First = 1, at(110)
+	k1[KindControl].N, k1[KindControl].First = 1, at(105)
+	d1 := s.BeginKinds("10", at(100), 3, k1) // one CDC change, one load row, one control record
+	k2[KindLoad].N, k2[KindLoad].First = 2, at(200)
+	d2 := s.BeginKinds("20", at(200), 2, k2)
+	want := func(k Kind, ms int64, when string) {
+		t.Helper()
+		got, ok := s.OldestKind(k)
+		switch {
+		case ms < 0 && ok:
+			t.Fatalf("%s: kind %d pending from %v, want none", when, k, got)
+		case ms >= 0 && (!ok || !got.Equal(at(ms))):
+			t.Fatalf("%s: kind %d pending from %v (%v), want %v", when, k, got, ok, at(ms))
+		}
+	}
+	want(KindLoad, 110, "all open")
+	want(KindControl, 105, "all open")
+	d1.Done(1) // the CDC change
+	want(KindLoad, 110, "after the delivery's other event")
+	d1.Of(KindLoad).Done(1)
+	want(KindLoad, 200, "after the first delivery's load row")
+	want(KindControl, 105, "after the first delivery's load row")
+	d1.Of(KindControl).Done(1)
+	want(KindControl, -1, "after the control record")
+	if got := s.Committed(); got != "10" {
+		t.Fatalf("committed %q after the first delivery, want 10", got)
+	}
+	d2.Of(KindLoad).Done(1)
+	want(KindLoad, 200, "one of two load rows acknowledged")
+	d3 := s.BeginKinds("30", at(300), 1, Kinds{KindControl: {N: 1, First: at(300)}})
+	want(KindControl, 300, "a later control record")
+	s.Abandon(d2)
+	want(KindLoad, -1, "after abandoning")
+	want(KindControl, -1, "after abandoning")
+	d2.Of(KindLoad).Done(1)
+	d3.Of(KindControl).Done(1)
+}

@@ -42,8 +42,10 @@ const (
 // milliseconds, 0 = unknown), for concurrent readers.
 type watermarkState struct {
 	w, bound atomic.Int64
-	mu       sync.Mutex
-	changed  chan struct{} // closed after every computation
+	// bounds is the bound with the gates, as one snapshot (nil: none computed yet).
+	bounds  atomic.Pointer[Bounds]
+	mu      sync.Mutex
+	changed chan struct{} // closed after every computation
 	// holder and owner name the shard holding W back and its lease owner (guarded by mu).
 	holder, owner string
 }
@@ -67,6 +69,7 @@ func (s *watermarkState) changedCh() <-chan struct{} {
 func (s *watermarkState) set(r wmResult) {
 	s.w.Store(msOf(r.W))
 	s.bound.Store(msOf(r.Bound))
+	s.bounds.Store(&Bounds{Bound: r.Bound, LoadGate: r.LoadGate, ControlGate: r.ControlGate})
 	s.mu.Lock()
 	s.holder, s.owner = r.Holder, r.HolderOwner
 	if s.changed != nil {
@@ -96,9 +99,29 @@ func timeOf(ms int64) time.Time {
 func (c *Consumer) Watermark() time.Time { return timeOf(c.wm.w.Load()) }
 
 // CommitBound returns the bound a table writer commits up to: changes that arrived at or before
-// it (zero: nothing may commit yet). It is W, lowered below the oldest change another process
-// has handed on and not yet committed. Safe for concurrent use.
+// it (zero: nothing may commit yet). It is W. Safe for concurrent use.
 func (c *Consumer) CommitBound() time.Time { return timeOf(c.wm.bound.Load()) }
+
+// Bounds is the commit bound with the cross-process gates of one computation (design.md §4).
+type Bounds struct {
+	// Bound is CommitBound (zero: nothing may commit).
+	Bound time.Time
+	// LoadGate is the earliest arrival of a full-load row another process has read and not
+	// committed (zero: none): CDC changes that arrived at or after it wait.
+	LoadGate time.Time
+	// ControlGate is the same for control records: data records that arrived at or after it
+	// wait.
+	ControlGate time.Time
+}
+
+// CommitBounds returns the last computed Bounds as one consistent snapshot (all zero before the
+// first computation). Safe for concurrent use.
+func (c *Consumer) CommitBounds() Bounds {
+	if b := c.wm.bounds.Load(); b != nil {
+		return *b
+	}
+	return Bounds{}
+}
 
 func (c *Consumer) now() time.Time {
 	if c.clock != nil {
@@ -181,8 +204,9 @@ func (l *horizonLoop) tick(ctx context.Context) {
 	own := make(map[string]ownShard, len(procs))
 	for _, p := range procs {
 		if r := rows[p.shard]; r.Owner == c.cfg.WorkerID && r.Epoch == p.epoch && p.epoch != 0 {
+			horizon := timeOf(p.hz.horizon.Load()) // before the pending: what it covers is registered
 			pending, _ := p.track.Oldest()
-			own[p.shard] = ownShard{horizon: timeOf(p.hz.horizon.Load()), pending: pending}
+			own[p.shard] = ownShard{horizon: horizon, pending: pending}
 		}
 	}
 	res := wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: l.memo})
@@ -295,13 +319,19 @@ func (p *processor) publish(ctx context.Context, final bool) {
 	if final {
 		p.hz.closed.Store(true)
 	}
+	// The horizon is read first: every record it covers was registered with the tracker before
+	// the horizon passed it, so the pending arrivals read after it include all of them.
+	read := timeOf(p.hz.horizon.Load())
 	pending, ok := p.track.Oldest()
 	if ok && pending.IsZero() {
 		pending = timeOf(p.hz.lastArrival.Load()) // unknown first arrival: the best lower estimate
 	}
-	h := checkpoint.Horizon{Read: timeOf(p.hz.horizon.Load()), PendingFrom: pending, At: p.c.now()}
+	loads, _ := p.track.OldestKind(checkpoint.KindLoad)
+	controls, _ := p.track.OldestKind(checkpoint.KindControl)
+	h := checkpoint.Horizon{Read: read, PendingFrom: pending, PendingLoadFrom: loads, PendingControlFrom: controls, At: p.c.now()}
 	p.hz.since++
-	unchanged := h.Read.Equal(p.hz.published.Read) && h.PendingFrom.Equal(p.hz.published.PendingFrom)
+	unchanged := h.Read.Equal(p.hz.published.Read) && h.PendingFrom.Equal(p.hz.published.PendingFrom) &&
+		h.PendingLoadFrom.Equal(p.hz.published.PendingLoadFrom) && h.PendingControlFrom.Equal(p.hz.published.PendingControlFrom)
 	if h.Read.IsZero() && h.PendingFrom.IsZero() || (unchanged && !final && p.hz.since < heartbeatTicks) {
 		return
 	}

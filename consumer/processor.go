@@ -128,7 +128,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	}
 	fault.Hit(fault.AfterDecode)
 	last := &in.Records[len(in.Records)-1]
-	d := p.track.BeginAt(aws.ToString(last.SequenceNumber), p.arrival(&in.Records[0]), len(events))
+	d := p.track.BeginKinds(aws.ToString(last.SequenceNumber), p.arrival(&in.Records[0]), len(events), kindsOf(events))
 	if !p.handOn(d, events) {
 		return
 	}
@@ -147,6 +147,9 @@ func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
 	for i := range events {
 		ev := &events[i]
 		ev.Ack = d
+		if k, ok := kindOf(ev); ok {
+			ev.Ack = d.Of(k)
+		}
 		var err error
 		if !p.align(ev.Arrival) {
 			err = p.ctx.Err()
@@ -168,6 +171,38 @@ func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
 		p.handedOn(ev.Arrival)
 	}
 	return true
+}
+
+// gateBelow reports whether gate is set and not after lastMs (unix ms): records up to lastMs may
+// be held by it.
+func gateBelow(gate time.Time, lastMs int64) bool {
+	return !gate.IsZero() && gate.UnixMilli() <= lastMs
+}
+
+// kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4), if
+// any: full-load rows and control records.
+func kindOf(ev *change.Event) (checkpoint.Kind, bool) {
+	switch ev.Op {
+	case change.OpLoad:
+		return checkpoint.KindLoad, true
+	case change.OpControl:
+		return checkpoint.KindControl, true
+	}
+	return 0, false
+}
+
+// kindsOf counts the events of each kind and the arrival of the first of each.
+func kindsOf(events []change.Event) checkpoint.Kinds {
+	var ks checkpoint.Kinds
+	for i := range events {
+		if k, ok := kindOf(&events[i]); ok {
+			if ks[k].N == 0 {
+				ks[k].First = events[i].Arrival
+			}
+			ks[k].N++
+		}
+	}
+	return ks
 }
 
 // arrival is the record's ApproximateArrivalTimestamp; a record without one (never from
@@ -298,6 +333,13 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 			p.log.Warn("shutdown: pending changes wait for the stream watermark, held by another shard; they will be read again",
 				zap.String("reason", reason), zap.String("holder", shard), zap.String("holder_owner", owner),
 				zap.Time("watermark", timeOf(p.c.wm.w.Load())), zap.Error(err))
+			return
+		}
+		if b := p.c.CommitBounds(); gateBelow(b.LoadGate, p.hz.lastArrival.Load()) || gateBelow(b.ControlGate, p.hz.lastArrival.Load()) {
+			// The gates: another process holds older full-load rows or control records it has
+			// not committed yet (it may be stopping too). Correct and expected, as above.
+			p.log.Warn("shutdown: pending changes wait for older load rows or control records another worker has not committed; they will be read again",
+				zap.String("reason", reason), zap.Time("load_gate", b.LoadGate), zap.Time("control_gate", b.ControlGate), zap.Error(err))
 			return
 		}
 		p.log.Error("shutdown: pending changes not committed; they will be read again", zap.String("reason", reason), zap.Error(err))

@@ -26,13 +26,18 @@ import (
 //     memo: min(last horizon, last PendingFrom - 1ms)); with no memo, W is unknown (zero) and
 //     nothing may commit.
 //
-// bound = W. The other processes' PendingFrom is published and shown (status, metrics) but does
-// not lower the bound: gating each process's commits on the others' oldest pending change
-// deadlocked when two processes' oldest records shared a millisecond, and with interleaved
-// arrivals (a full load keyed by primary key over every shard) it let each round advance by
-// milliseconds only. So across processes the guard orders at W's granularity: two processes
-// holding changes of the same key within one bound window may commit them in either order
-// (docs/design.md §4 says when this happens and what closes it).
+// bound = W. Across processes two gates order what W alone cannot (design.md §4): the load gate
+// is the earliest PendingLoadFrom, the control gate the earliest PendingControlFrom, over every
+// counted shard this process does not own. A CDC change that arrived at or after the load gate
+// waits for the other process's full-load rows to commit (a load is older than any CDC change
+// of its key); a data record (load or CDC) that arrived at or after the control gate waits for
+// the other process's control records (a create-table before the data it defines). Control
+// records wait for nothing across processes, and loads only for control records, so the waits
+// never form a cycle. CDC changes of one key held by two processes are not ordered across them
+// beyond W: with DMS's default layout a table's CDC is on one shard; with primary-key
+// partitioning they may be (design.md §4 names the case). Gating every change on every other
+// process's oldest pending change (tried first) deadlocked on shared milliseconds and advanced
+// by milliseconds per round under a full load spread over every shard.
 
 // ownShard is what this process knows of a shard it owns.
 type ownShard struct {
@@ -62,6 +67,9 @@ type wmResult struct {
 	W time.Time
 	// Bound is the commit bound (zero: nothing may commit).
 	Bound time.Time
+	// LoadGate and ControlGate are the earliest arrivals of a full-load row and of a control
+	// record that another process has read and not committed (zero: none).
+	LoadGate, ControlGate time.Time
 	// Holder is the counted shard with the lowest contribution, or the first one whose horizon
 	// is unknown when W is unknown ("" when no shard counts); HolderOwner its row's owner.
 	Holder, HolderOwner string
@@ -92,6 +100,10 @@ func wmCompute(in wmInput) wmResult {
 			continue
 		}
 		res.Counted++
+		if !isOwn {
+			res.LoadGate = minTime(res.LoadGate, row.PendingLoadFrom)
+			res.ControlGate = minTime(res.ControlGate, row.PendingControlFrom)
+		}
 		if h.IsZero() {
 			if m, ok := in.memo[id]; ok {
 				h = m

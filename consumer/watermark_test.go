@@ -206,3 +206,38 @@ func TestOwnHorizon(t *testing.T) {
 		}
 	}
 }
+
+// The gates are the earliest PendingLoadFrom and PendingControlFrom over the counted shards other
+// processes own: this process's own pending rows, a shard at SHARD_END and a shard gone from the
+// stream do not gate.
+func TestWatermarkGates(t *testing.T) {
+	t.Parallel()
+	with := func(r checkpoint.LeaseRow, load, ctl int) checkpoint.LeaseRow {
+		if load >= 0 {
+			r.PendingLoadFrom = sec(load)
+		}
+		if ctl >= 0 {
+			r.PendingControlFrom = sec(ctl)
+		}
+		return r
+	}
+	shards := map[string]shardInfo{"a": {}, "b": {}, "c": {}, "d": {closed: true}}
+	rows := map[string]checkpoint.LeaseRow{
+		"a":    with(rowOf("w2", 30, 5), 8, 12),
+		"b":    with(rowOf("w3", 40, 6), 7, -1),
+		"c":    with(rowOf(me, 50, 1), 2, 3), // own: ordered in this process's buffers
+		"d":    with(ended(20), 1, 1),
+		"gone": with(rowOf("w2", 1, 1), 1, 1),
+	}
+	own := map[string]ownShard{"c": {horizon: sec(50), pending: sec(1)}}
+	res := wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: map[string]time.Time{}})
+	if !res.W.Equal(sec(30)) || !res.LoadGate.Equal(sec(7)) || !res.ControlGate.Equal(sec(12)) {
+		t.Fatalf("W %v load gate %v control gate %v; want %v, %v, %v", res.W, res.LoadGate, res.ControlGate, sec(30), sec(7), sec(12))
+	}
+	delete(rows, "a")
+	delete(rows, "b")
+	res = wmCompute(wmInput{shards: map[string]shardInfo{"c": {}}, rows: rows, own: own, memo: map[string]time.Time{}})
+	if !res.LoadGate.IsZero() || !res.ControlGate.IsZero() {
+		t.Fatalf("only own and finished shards: gates %v %v, want none", res.LoadGate, res.ControlGate)
+	}
+}

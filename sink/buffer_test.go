@@ -291,6 +291,14 @@ func TestBufferPlanBound(t *testing.T) {
 			take: []int{0, 2}, upserts: []int{0, 2}, maxSeq: []string{"a=1", "c=1"}},
 		{name: "zero bound: nothing commits", lim: limit{bound: -1, ordered: true},
 			rows: []row{at(brow("u", "a/1", 1, "x", 0), 0)}},
+		{name: "the load gate holds CDC changes at and after it, not loads", lim: limit{bound: 1000, loadGate: 200, ordered: true},
+			rows: []row{at(brow("u", "a/1", 1, "x", 0), 150), at(brow("u", "a/2", 2, "y", 0), 200),
+				at(load(brow("u", "b/1", 3, "l", 0)), 250), at(brow("u", "c/1", 4, "z", 0), 199)},
+			take: []int{2, 0, 3}, upserts: []int{2, 0, 3}, maxSeq: []string{"a=1", "b=1", "c=1"}},
+		{name: "the control gate holds every data record at and after it", lim: limit{bound: 1000, ctlGate: 200, ordered: true},
+			rows: []row{at(load(brow("u", "a/1", 1, "l", 0)), 200), at(brow("u", "b/1", 2, "y", 0), 199),
+				at(brow("u", "b/2", 3, "z", 0), 300)},
+			take: []int{1}, upserts: []int{1}, maxSeq: []string{"b=1"}},
 		{name: "a zero arrival is within any bound", lim: limit{bound: 5, ordered: true},
 			rows: []row{at(brow("u", "a/1", 1, "x", 0), 0), at(brow("u", "a/2", 2, "y", 0), 6)},
 			take: []int{0}, upserts: []int{0}, maxSeq: []string{"a=1"}},
@@ -385,8 +393,18 @@ func TestBufferHeld(t *testing.T) {
 	if want := []string{"b/4", "c/7", "a/1", "a/2"}; !slices.Equal(order, want) {
 		t.Fatalf("held order %v, want %v", order, want)
 	}
-	if b.due(99) != nil || b.due(100) == nil || !b.holds("a", "2") || b.bytes != 4*(1+64) {
+	if b.due(limit{bound: 99}) != nil || b.due(limit{bound: 100}) == nil || !b.holds("a", "2") || b.bytes != 4*(1+64) {
 		t.Fatalf("due/holds/bytes wrong: high %v bytes %d", b.high, b.bytes)
+	}
+	// The control gate holds the first held data record (b/4 at 100); a held control record
+	// passes it.
+	if b.due(limit{bound: 1000, ctlGate: 100}) != nil || b.due(limit{bound: 1000, ctlGate: 101}) == nil {
+		t.Fatal("the control gate does not hold a held data record")
+	}
+	c := newBuffer()
+	c.hold(ev(change.OpControl, "c", "1"), 100)
+	if c.due(limit{bound: 1000, ctlGate: 50, loadGate: 50}) == nil {
+		t.Fatal("a gate held a control record")
 	}
 	for range 4 {
 		b.pop()

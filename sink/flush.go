@@ -76,7 +76,7 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	if !w.buf.pending() {
 		return nil
 	}
-	for h := w.buf.due(lim.bound); h != nil; h = w.buf.due(lim.bound) {
+	for h := w.buf.due(lim); h != nil; h = w.buf.due(lim) {
 		hd := w.buf.pop()
 		lim.cut = &hd
 		if hd.ctl {
@@ -129,7 +129,7 @@ func (w *writer) commitRows(ctx context.Context) error {
 		lim = *w.lim
 	}
 	if !w.buf.within(lim) {
-		w.stuck, w.stuckSet = lim.bound, w.buf.pending()
+		w.stuck, w.stuckSet = lim.gates(), w.buf.pending()
 		if len(w.buf.dups) > 0 {
 			w.buf.rebuild() // re-deliveries of rows no longer buffered
 		}

@@ -138,23 +138,46 @@ func laterAcross(p, q *row) bool {
 	return p.shard != q.shard && p.src.load == q.src.load && p.src.compare(&q.src) > 0
 }
 
-// limit is what one commit may take: rows with arrival <= bound that precede cut (nil: no cut),
-// ordered (ordering arrival) or in buffer order (ordering shard: as the shard delivered them).
-// through is the commit bound as a time, zero without one.
+// limit is what one commit may take: rows with arrival <= bound that precede cut (nil: no cut)
+// and pass the cross-process gates (admits), ordered (ordering arrival) or in buffer order
+// (ordering shard: as the shard delivered them). through is what a commit within the bound and
+// the gates is complete through, zero without a bound.
 type limit struct {
-	bound   int64
-	cut     *held
-	ordered bool
-	through time.Time
+	bound int64
+	// loadGate and ctlGate are the cross-process gates in unix ms (0: none): a CDC change
+	// that arrived at or after loadGate, or a data record at or after ctlGate, waits.
+	loadGate, ctlGate int64
+	cut               *held
+	ordered           bool
+	through           time.Time
 }
 
-// completeThrough is what a commit within lim is complete through: the bound, or just before
+// limitKey is what decides which rows a limit admits, to tell whether a limit moved.
+type limitKey struct{ bound, loadGate, ctlGate int64 }
+
+func (l limit) gates() limitKey { return limitKey{l.bound, l.loadGate, l.ctlGate} }
+
+// admits reports whether a record that arrived at at passes the bound and the gates: control
+// records pass the bound alone, full-load rows also the control gate, CDC changes both gates.
+func (l limit) admits(at int64, ctl, load bool) bool {
+	switch {
+	case at > l.bound:
+		return false
+	case ctl:
+		return true
+	case l.ctlGate != 0 && at >= l.ctlGate:
+		return false
+	}
+	return load || l.loadGate == 0 || at < l.loadGate
+}
+
+// completeThrough is what a commit within lim is complete through: through, or just before
 // the cut; zero without a bound.
 func (l limit) completeThrough() time.Time {
 	if l.through.IsZero() {
 		return time.Time{}
 	}
-	if l.cut != nil && l.cut.at > 0 && l.cut.at-1 < l.bound {
+	if l.cut != nil && l.cut.at > 0 && l.cut.at-1 < l.through.UnixMilli() {
 		return time.UnixMilli(l.cut.at - 1).UTC()
 	}
 	return l.through
@@ -171,7 +194,7 @@ func (b *buffer) selectRows(lim limit) []int {
 		if stopped[r.shard] {
 			continue
 		}
-		if r.at > lim.bound || (lim.cut != nil && !lim.cut.after(r)) {
+		if !lim.admits(r.at, false, r.src.load) || (lim.cut != nil && !lim.cut.after(r)) {
 			if stopped == nil {
 				stopped = make(map[string]bool)
 			}
@@ -248,10 +271,13 @@ func (b *buffer) hold(ev *change.Event, at int64) {
 	b.started()
 }
 
-// due returns the first held event when it arrived at or before bound, else nil.
-func (b *buffer) due(bound int64) *held {
-	if len(b.held) > 0 && b.held[0].at <= bound {
-		return &b.held[0]
+// due returns the first held event when lim admits it, else nil.
+func (b *buffer) due(lim limit) *held {
+	if len(b.held) > 0 {
+		h := &b.held[0]
+		if lim.admits(h.at, h.ctl, h.ev.Op == change.OpLoad) {
+			return h
+		}
 	}
 	return nil
 }
@@ -315,7 +341,7 @@ func (w *writer) noteRisk(r *row) {
 func (b *buffer) within(lim limit) bool {
 	for i := range b.rows {
 		r := &b.rows[i]
-		if r.at <= lim.bound && (lim.cut == nil || lim.cut.after(r)) {
+		if lim.admits(r.at, false, r.src.load) && (lim.cut == nil || lim.cut.after(r)) {
 			return true
 		}
 	}

@@ -37,14 +37,34 @@ func WithCommitListener(f func(CommitInfo)) Option { return func(s *Iceberg) { s
 
 // WithCommitBound sets the commit bound provider of the ordering guard (sink.ordering arrival):
 // bound returns the time up to which every change of the stream has been handed to the sinks of
-// every worker and no other worker still holds an older uncommitted one (the consumer's
-// CommitBound); a zero time means nothing may commit yet. A table writer commits only the
-// changes that arrived at or before it, applies control records in arrival order with the data,
-// and records the bound as dms2iceberg.complete-through. It is called on the writers' goroutines
-// and must be safe for concurrent use and cheap. Default: none, and then the bound is unlimited:
-// everything buffered may commit and control records apply as they are taken in (unit tests,
-// dlq replay, the decode command); rows are still ordered by arrival and source position.
-func WithCommitBound(bound func() time.Time) Option { return func(s *Iceberg) { s.bound = bound } }
+// every worker (the consumer's CommitBound); a zero time means nothing may commit yet. A table
+// writer commits only the changes that arrived at or before it, applies control records in
+// arrival order with the data, and records the bound as dms2iceberg.complete-through. It is
+// called on the writers' goroutines and must be safe for concurrent use and cheap. Default:
+// none, and then the bound is unlimited: everything buffered may commit and control records
+// apply as they are taken in (unit tests, dlq replay, the decode command); rows are still
+// ordered by arrival and source position. WithCommitBounds adds the cross-process gates.
+func WithCommitBound(bound func() time.Time) Option {
+	return WithCommitBounds(func() Bound { return Bound{At: bound()} })
+}
+
+// Bound is the ordering guard's commit bound with the cross-process gates (the consumer's
+// CommitBounds, design.md §4).
+type Bound struct {
+	// At is the commit bound (zero: nothing may commit).
+	At time.Time
+	// LoadGate (zero: none) is the earliest arrival of a full-load row another process holds
+	// uncommitted: CDC changes that arrived at or after it wait, because a load is older than
+	// any CDC change of its key.
+	LoadGate time.Time
+	// ControlGate (zero: none) is the same for control records: data records that arrived at or
+	// after it wait (a create-table goes before the data it defines).
+	ControlGate time.Time
+}
+
+// WithCommitBounds is WithCommitBound with the cross-process gates: bound returns one
+// consistent snapshot of the bound and the gates.
+func WithCommitBounds(bound func() Bound) Option { return func(s *Iceberg) { s.bound = bound } }
 
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
 func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
@@ -58,7 +78,7 @@ type Iceberg struct {
 	metrics  Metrics
 	mmetrics maintenance.Metrics
 	onCommit func(CommitInfo)
-	bound    func() time.Time
+	bound    func() Bound
 	shards   shardSeen
 
 	mu      sync.Mutex

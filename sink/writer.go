@@ -51,7 +51,7 @@ type writerEnv struct {
 	retries  int
 	dropMark bool
 	// bound is the commit bound provider (WithCommitBound); nil: no bound, everything may commit.
-	bound func() time.Time
+	bound func() Bound
 	// shards notes the shards the sink has seen (risk detection with ordering shard).
 	shards *shardSeen
 }
@@ -83,7 +83,7 @@ type writer struct {
 	// the bound moves), stuckSet whether it is set; fresh is when the last properties-only
 	// freshness commit was made.
 	lim      *limit
-	stuck    int64
+	stuck    limitKey
 	stuckSet bool
 	fresh    time.Time
 	// risk: the first shard this table's records came from, and which risks were reported
@@ -165,7 +165,7 @@ func (w *writer) full() bool {
 	if len(w.buf.rows)+len(w.buf.held) < w.set.flushRows && w.buf.bytes < w.set.flushBytes {
 		return false
 	}
-	return !w.stuckSet || w.limitNow().bound != w.stuck
+	return !w.stuckSet || w.limitNow().gates() != w.stuck
 }
 
 // guarded reports whether the ordering guard holds events back: ordering arrival with a commit
@@ -178,10 +178,24 @@ func (w *writer) guarded() bool { return w.set.arrival && w.env.bound != nil }
 func (w *writer) limitNow() limit {
 	lim := limit{bound: unbounded, ordered: w.set.arrival}
 	if w.guarded() {
-		t := w.env.bound()
+		b := w.env.bound()
+		t := b.At
 		lim.bound, lim.through = -1, t
 		if !t.IsZero() {
 			lim.bound, lim.through = t.UnixMilli(), t.UTC()
+			// What is complete: nothing gated waits at or before the time just before a gate.
+			for _, g := range [...]struct {
+				at  time.Time
+				dst *int64
+			}{{b.LoadGate, &lim.loadGate}, {b.ControlGate, &lim.ctlGate}} {
+				if g.at.IsZero() {
+					continue
+				}
+				*g.dst = g.at.UnixMilli()
+				if before := time.UnixMilli(*g.dst - 1).UTC(); before.Before(lim.through) {
+					lim.through = before
+				}
+			}
 		}
 	}
 	return lim

@@ -259,7 +259,9 @@ func withoutLease(t *testing.T, tbl Table, shard string) {
 
 // Horizons are stored at millisecond precision; the test values are whole milliseconds.
 var (
-	h1 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_100).UTC(), PendingFrom: time.UnixMilli(1_764_000_000_050).UTC(), At: time.UnixMilli(1_764_000_001_000).UTC()}
+	h1 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_100).UTC(), PendingFrom: time.UnixMilli(1_764_000_000_050).UTC(),
+		PendingLoadFrom: time.UnixMilli(1_764_000_000_060).UTC(), PendingControlFrom: time.UnixMilli(1_764_000_000_070).UTC(),
+		At: time.UnixMilli(1_764_000_001_000).UTC()}
 	h2 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_900).UTC(), At: time.UnixMilli(1_764_000_002_000).UTC()}
 )
 
@@ -279,14 +281,16 @@ func publishRefused(t *testing.T, s Store, shard string, epoch int64, want error
 
 func wantHorizon(t *testing.T, r checkpoint.LeaseRow, want checkpoint.Horizon, when string) {
 	t.Helper()
-	if !r.ReadHorizon.Equal(want.Read) || !r.PendingFrom.Equal(want.PendingFrom) || !r.HorizonAt.Equal(want.At) {
-		t.Fatalf("%s: row horizon (read %v, pending %v, at %v), want (read %v, pending %v, at %v)", when,
-			r.ReadHorizon, r.PendingFrom, r.HorizonAt, want.Read, want.PendingFrom, want.At)
+	if !r.ReadHorizon.Equal(want.Read) || !r.PendingFrom.Equal(want.PendingFrom) || !r.HorizonAt.Equal(want.At) ||
+		!r.PendingLoadFrom.Equal(want.PendingLoadFrom) || !r.PendingControlFrom.Equal(want.PendingControlFrom) {
+		t.Fatalf("%s: row horizon (read %v, pending %v, load %v, control %v, at %v), want (read %v, pending %v, load %v, control %v, at %v)", when,
+			r.ReadHorizon, r.PendingFrom, r.PendingLoadFrom, r.PendingControlFrom, r.HorizonAt,
+			want.Read, want.PendingFrom, want.PendingLoadFrom, want.PendingControlFrom, want.At)
 	}
 }
 
-// horizonPublished: the owner's publish sets all three attributes; a publish with nothing pending
-// removes PendingFrom; Rows (the scan every worker reads) shows the published values.
+// horizonPublished: the owner's publish sets every attribute; a publish with nothing pending
+// removes the pending ones; Rows (the scan every worker reads) shows the published values.
 func horizonPublished(t *testing.T, tbl Table, shard string) {
 	a := tbl.Worker(t, "A")
 	e := take(t, a, shard, "A")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
@@ -89,14 +88,15 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	// sink is built first (the consumer hands events to it), so the bound is read through cons
 	// once it exists; until then nothing may commit.
 	var cons atomic.Pointer[consumer.Consumer]
-	bound := func() time.Time {
+	bound := func() sink.Bound {
 		if c := cons.Load(); c != nil {
-			return c.CommitBound()
+			b := c.CommitBounds()
+			return sink.Bound{At: b.Bound, LoadGate: b.LoadGate, ControlGate: b.ControlGate}
 		}
-		return time.Time{}
+		return sink.Bound{}
 	}
 	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
-		sink.WithCommitBound(bound)}
+		sink.WithCommitBounds(bound)}
 	if cfg.PostCommit.Enabled() {
 		hook := newPostCommitHook(cfg.PostCommit, log, metrics)
 		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))
