@@ -130,10 +130,11 @@ var (
 	faultLine     = regexp.MustCompile(`fault point ([a-z-]+): killing the process`)
 	undrainedLine = regexp.MustCompile(`shutdown: pending changes not committed[^\n]*`)
 	// heldLine is a stop whose final commit waited for the stream watermark, held by a shard this
-	// worker does not read (its owner was killed and no other worker has taken it yet): the
+	// worker does not read (its owner was killed and no other worker has taken it yet), or for
+	// another worker's older load rows or control records (the cross-process gates): the
 	// ordering guard keeps the tables correct, and the records are read again. Reported, not a
 	// problem.
-	heldLine = regexp.MustCompile(`shutdown: pending changes wait for the stream watermark[^\n]*`)
+	heldLine = regexp.MustCompile(`shutdown: pending changes wait for [^\n]*`)
 )
 
 // firedFault returns the fault point the worker's log says it died at, or "".
