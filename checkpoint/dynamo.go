@@ -25,7 +25,7 @@ const (
 )
 
 // removeHorizon is the update clause of an acquisition that forgets the previous owner's horizon.
-const removeHorizon = " REMOVE #rh, #pf, #pl, #pc, #ha"
+const removeHorizon = " REMOVE #rh, #pf, #pt, #ha"
 
 // DynamoDBAPI is the part of the DynamoDB client the checkpointer uses (the KCL's interface).
 type DynamoDBAPI = chk.DynamoDBAPI
@@ -111,7 +111,7 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	}
 	if epoch != cur.Epoch { // an acquisition: the previous owner's horizon is lost with its buffers
 		names["#rh"], names["#pf"], names["#ha"] = AttrReadHorizon, AttrPendingFrom, AttrHorizonAt
-		names["#pl"], names["#pc"] = AttrPendingLoadFrom, AttrPendingControlFrom
+		names["#pt"] = AttrPendingTables
 		update += removeHorizon
 	}
 	var cond string
@@ -208,8 +208,7 @@ func (l *Leases) PublishHorizon(ctx context.Context, shard string, epoch int64, 
 	for _, a := range []struct {
 		ref, name, val string
 		t              time.Time
-	}{{"#rh", AttrReadHorizon, ":rh", h.Read}, {"#pf", AttrPendingFrom, ":pf", h.PendingFrom},
-		{"#pl", AttrPendingLoadFrom, ":pl", h.PendingLoadFrom}, {"#pc", AttrPendingControlFrom, ":pc", h.PendingControlFrom}} {
+	}{{"#rh", AttrReadHorizon, ":rh", h.Read}, {"#pf", AttrPendingFrom, ":pf", h.PendingFrom}} {
 		names[a.ref] = a.name
 		if a.t.IsZero() {
 			remove += sep(remove) + a.ref
@@ -217,6 +216,13 @@ func (l *Leases) PublishHorizon(ctx context.Context, shard string, epoch int64, 
 		}
 		values[a.val] = unixMilli(a.t)
 		set += ", " + a.ref + " = " + a.val
+	}
+	names["#pt"] = AttrPendingTables
+	if pt := h.Pending.encode(); pt == "" {
+		remove += sep(remove) + "#pt"
+	} else {
+		values[":pt"] = &types.AttributeValueMemberS{Value: pt}
+		set += ", #pt = :pt"
 	}
 	update := set
 	if remove != "" {

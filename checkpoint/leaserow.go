@@ -46,12 +46,13 @@ const (
 	// record after the checkpoint). Absent: nothing is pending, or unknown as for
 	// AttrReadHorizon. Written together with AttrReadHorizon, in the same update.
 	AttrPendingFrom = "PendingFrom"
-	// AttrPendingLoadFrom and AttrPendingControlFrom (N, unix milliseconds) are ours: as
-	// AttrPendingFrom, for the full-load rows and for the control records among the pending
-	// records only (the cross-process gates of the ordering guard, design.md §4). Absent: none of
-	// that kind is pending, or unknown as for AttrReadHorizon. Written with AttrReadHorizon.
-	AttrPendingLoadFrom    = "PendingLoadFrom"
-	AttrPendingControlFrom = "PendingControlFrom"
+	// AttrPendingTables (S, JSON) is ours: per source table and kind of record (full-load row,
+	// control record, CDC change, key change), the arrival and DMS source position of the
+	// oldest pending record of the shard: the cross-process gates of the ordering guard
+	// (design.md §4, PendingTables). At most MaxPendingTables tables; the rest are merged into
+	// AnyTable. Absent: nothing is pending, or unknown as for AttrReadHorizon. Written with
+	// AttrReadHorizon.
+	AttrPendingTables = "PendingTables"
 	// AttrHorizonAt (N, unix milliseconds) is ours: when the owner last published
 	// AttrReadHorizon and AttrPendingFrom (its own clock). It shows whether the owner is alive.
 	AttrHorizonAt = "HorizonAt"
@@ -81,9 +82,8 @@ type LeaseRow struct {
 	ReadHorizon time.Time
 	// PendingFrom is AttrPendingFrom (zero when absent or malformed).
 	PendingFrom time.Time
-	// PendingLoadFrom and PendingControlFrom are AttrPendingLoadFrom and
-	// AttrPendingControlFrom (zero when absent or malformed).
-	PendingLoadFrom, PendingControlFrom time.Time
+	// Pending is AttrPendingTables (nil when absent or malformed).
+	Pending PendingTables
 	// HorizonAt is AttrHorizonAt (zero when absent or malformed).
 	HorizonAt time.Time
 	// Exists is false when there is no row at all.
@@ -91,17 +91,17 @@ type LeaseRow struct {
 }
 
 // Horizon is what the owner of a shard publishes on its lease row (PublishHorizon): the
-// attributes AttrReadHorizon, AttrPendingFrom, AttrPendingLoadFrom, AttrPendingControlFrom and
-// AttrHorizonAt, at millisecond precision.
+// attributes AttrReadHorizon, AttrPendingFrom, AttrPendingTables and AttrHorizonAt, at
+// millisecond precision.
 type Horizon struct {
 	// Read is the read horizon (zero: unknown, the attribute is removed).
 	Read time.Time
 	// PendingFrom is the arrival of the oldest pending record (zero: none, the attribute is
 	// removed).
 	PendingFrom time.Time
-	// PendingLoadFrom and PendingControlFrom are the arrivals of the oldest pending full-load
-	// row and control record (zero: none, the attribute is removed).
-	PendingLoadFrom, PendingControlFrom time.Time
+	// Pending are the gates of the tables with pending records (nil: none, the attribute is
+	// removed).
+	Pending PendingTables
 	// At is the time of the publish.
 	At time.Time
 }
@@ -134,6 +134,11 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 	r := LeaseRow{Exists: item != nil, Shard: str(AttrShardID), Owner: str(AttrAssignedTo),
 		Checkpoint: str(AttrCheckpoint), Parent: str(AttrParentShardID), LeaseTimeoutText: str(AttrLeaseTimeout)}
 	var errs []error
+	if p, err := decodePendingTables(str(AttrPendingTables)); err != nil {
+		errs = append(errs, fmt.Errorf("lease of %s: bad %s: %w", r.Shard, AttrPendingTables, err))
+	} else {
+		r.Pending = p
+	}
 	if t := r.LeaseTimeoutText; t != "" {
 		ts, err := time.Parse(time.RFC3339Nano, t)
 		if err != nil {
@@ -153,8 +158,7 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 	for _, a := range []struct {
 		name string
 		dst  *time.Time
-	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrPendingLoadFrom, &r.PendingLoadFrom},
-		{AttrPendingControlFrom, &r.PendingControlFrom}, {AttrHorizonAt, &r.HorizonAt}} {
+	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrHorizonAt, &r.HorizonAt}} {
 		v, ok := item[a.name].(*types.AttributeValueMemberN)
 		if !ok {
 			continue

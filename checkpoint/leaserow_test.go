@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"reflect"
 	"testing"
 	"time"
 
@@ -32,7 +33,7 @@ func TestParseLeaseRowReadsEveryAttribute(t *testing.T) {
 func TestParseLeaseRowOfNoRow(t *testing.T) {
 	t.Parallel()
 	r, err := ParseLeaseRow(nil)
-	if err != nil || r != (LeaseRow{}) {
+	if err != nil || !reflect.DeepEqual(r, LeaseRow{}) {
 		t.Fatalf("parsed %+v, %v; want the zero row", r, err)
 	}
 }

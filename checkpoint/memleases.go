@@ -90,7 +90,7 @@ func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	timeout := now.Add(m.duration)
 	if epoch != cur.Epoch { // an acquisition forgets the previous owner's horizon
 		cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = time.Time{}, time.Time{}, time.Time{}
-		cur.PendingLoadFrom, cur.PendingControlFrom = time.Time{}, time.Time{}
+		cur.Pending = nil
 	}
 	cur.Exists, cur.Owner, cur.Epoch = true, newOwner, epoch
 	cur.LeaseTimeout, cur.LeaseTimeoutText = timeout, timeout.Format(time.RFC3339Nano)
@@ -133,7 +133,8 @@ func (m *MemLeases) PublishHorizon(_ context.Context, shard string, epoch int64,
 		return publishRefusal(cur, shard, m.worker, epoch)
 	}
 	cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = toMilli(h.Read), toMilli(h.PendingFrom), toMilli(h.At)
-	cur.PendingLoadFrom, cur.PendingControlFrom = toMilli(h.PendingLoadFrom), toMilli(h.PendingControlFrom)
+	// Stored as DynamoDB stores it: through its encoding.
+	cur.Pending, _ = decodePendingTables(h.Pending.encode())
 	m.t.rows[shard] = cur
 	return nil
 }

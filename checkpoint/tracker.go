@@ -39,49 +39,58 @@ type Delivery struct {
 	first     time.Time // arrival of the delivery's first record (zero: unknown)
 	remaining atomic.Int64
 	finished  bool // guarded by shard.mu
-	// kinds counts the delivery's full-load rows and control records apart (Kinds, OldestKind).
-	kinds [numKinds]kindAcker
+	// evs are the per-event acknowledgers of a delivery registered by BeginTracked (nil
+	// otherwise).
+	evs []eventAck
 }
 
 var _ change.Acker = (*Delivery)(nil)
 
-// Kind is a kind of record the ordering guard's cross-process gates track apart (design.md §4):
-// KindLoad (full-load rows) and KindControl (control records). Every other record is only a
-// record of the delivery.
-type Kind int
+// Kind is a kind of record the ordering guard's cross-process gates track apart (design.md §4).
+type Kind uint8
 
 const (
-	KindLoad Kind = iota
+	// KindChange is a CDC change that is not a key change (insert, update, delete).
+	KindChange Kind = iota
+	// KindKeyChange is an update that may change its row's primary key (change.MayChangeKey).
+	KindKeyChange
+	// KindLoad is a full-load row.
+	KindLoad
+	// KindControl is a control record.
 	KindControl
 	numKinds
 )
 
-// Kinds says how many of a delivery's events are of each Kind and when the first of them
-// arrived (BeginKinds).
-type Kinds [numKinds]struct {
-	N     int
-	First time.Time
+// Tracked is one event of a delivery registered by BeginTracked: its source table
+// ("schema.table"), kind, arrival and DMS source position (which breaks ties of arrival).
+type Tracked struct {
+	Table string
+	Kind  Kind
+	At    time.Time
+	Pos   change.SourcePos
 }
 
-// kindAcker acknowledges the events of one Kind of a delivery: it counts them down, then
-// acknowledges them on the delivery.
-type kindAcker struct {
-	d         *Delivery
-	first     time.Time
-	remaining atomic.Int64
+// eventAck acknowledges one event of a delivery registered by BeginTracked.
+type eventAck struct {
+	d     *Delivery
+	table string
+	at    time.Time
+	pos   change.SourcePos
+	kind  Kind
+	done  atomic.Bool
 }
 
-// Done acknowledges n events of the kind (and of the delivery).
-func (k *kindAcker) Done(n int) {
-	if k.remaining.Add(int64(-n)) < 0 {
-		panic("checkpoint: delivery acknowledged more events of a kind than it holds")
+// Done acknowledges the event (n must be 1: one acknowledgement per event).
+func (e *eventAck) Done(n int) {
+	if n != 1 || e.done.Swap(true) {
+		panic("checkpoint: an event acknowledged more than once")
 	}
-	k.d.Done(n)
+	e.d.Done(1)
 }
 
-// Of returns the acknowledger of the delivery's events of kind k, which must be used for
-// exactly the number of them given to BeginKinds.
-func (d *Delivery) Of(k Kind) change.Acker { return &d.kinds[k] }
+// Event returns the acknowledger of the delivery's i-th event (BeginTracked), which must be
+// told Done(1) exactly once.
+func (d *Delivery) Event(i int) change.Acker { return &d.evs[i] }
 
 // Begin registers a delivery whose highest sequence number is last and that fans out into n
 // events. Deliveries must be registered in sequence order. A delivery with n == 0 is finished at
@@ -93,19 +102,26 @@ func (s *Shard) Begin(last string, n int) *Delivery {
 // BeginAt is Begin for a delivery whose first record arrived (Kinesis
 // ApproximateArrivalTimestamp) at first: Oldest reports it while the delivery is pending.
 func (s *Shard) BeginAt(last string, first time.Time, n int) *Delivery {
-	return s.BeginKinds(last, first, n, Kinds{})
-}
-
-// BeginKinds is BeginAt for a delivery of which kinds[k].N events are of Kind k (acknowledged
-// through Of(k)), the first of them arriving at kinds[k].First: OldestKind reports it while one
-// of them is pending.
-func (s *Shard) BeginKinds(last string, first time.Time, n int, kinds Kinds) *Delivery {
 	d := &Delivery{shard: s, last: last, first: first}
 	d.remaining.Store(int64(n))
-	for k := range d.kinds {
-		d.kinds[k].d, d.kinds[k].first = d, kinds[k].First
-		d.kinds[k].remaining.Store(int64(kinds[k].N))
+	return s.register(d, n)
+}
+
+// BeginTracked is BeginAt for a delivery of len(events) events whose tables, kinds, arrivals and
+// source positions are given, acknowledged one by one through Event(i): PendingTables reports the
+// oldest of its unacknowledged events per table and kind. first is the arrival of the
+// delivery's first record.
+func (s *Shard) BeginTracked(last string, first time.Time, events []Tracked) *Delivery {
+	d := &Delivery{shard: s, last: last, first: first, evs: make([]eventAck, len(events))}
+	d.remaining.Store(int64(len(events)))
+	for i, e := range events {
+		d.evs[i] = eventAck{d: d, table: e.Table, at: e.At, pos: e.Pos, kind: e.Kind}
 	}
+	return s.register(d, len(events))
+}
+
+// register appends d, which holds n events, to the pending deliveries.
+func (s *Shard) register(d *Delivery, n int) *Delivery {
 	s.mu.Lock()
 	if !s.abandoned {
 		s.pending = append(s.pending, d)
@@ -200,25 +216,30 @@ func (s *Shard) Oldest() (time.Time, bool) {
 	return s.pending[0].first, true
 }
 
-// OldestKind returns the earliest arrival of the pending deliveries that hold an unacknowledged
-// event of kind k, and whether there is one. A delivery counts with the arrival of its first
-// event of the kind until all of them are acknowledged, so the answer may be earlier than the
-// oldest such event still pending, never later.
-func (s *Shard) OldestKind(k Kind) (time.Time, bool) {
+// PendingTables returns, per source table and kind, the oldest unacknowledged event (by arrival, then
+// source position) of the pending deliveries registered by BeginTracked; nil when there is none.
+func (s *Shard) PendingTables() PendingTables {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var first time.Time
-	found := false
+	var p PendingTables
 	for _, d := range s.pending {
-		kd := &d.kinds[k]
-		if kd.remaining.Load() <= 0 {
+		if len(d.evs) == 0 || d.remaining.Load() <= 0 {
 			continue
 		}
-		if !found || kd.first.Before(first) {
-			first, found = kd.first, true
+		for i := range d.evs {
+			e := &d.evs[i]
+			if e.done.Load() {
+				continue
+			}
+			if p == nil {
+				p = make(PendingTables)
+			}
+			g := p[e.table]
+			g[e.kind].Min(Gate{At: e.at, Pos: e.pos})
+			p[e.table] = g
 		}
 	}
-	return first, found
+	return p
 }
 
 // Changed returns a channel that is closed the next time Committed advances or the last pending

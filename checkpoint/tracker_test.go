@@ -2,10 +2,14 @@ package checkpoint
 
 import (
 	"context"
+	"fmt"
+	"reflect"
 	"strconv"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 func TestCommittedAdvancesOnlyOverFinishedPrefix(t *testing.T) {
@@ -172,48 +176,108 @@ func TestOldestIsTheFirstArrivalOfTheOldestOpenDelivery(t *testing.T) {
 	}
 }
 
-// OldestKind counts a delivery with the first arrival of a kind while an event of that kind is
-// unacknowledged: acknowledging the delivery's other events, or finished later deliveries,
-// change nothing; an abandoned delivery leaves it.
-func TestOldestKindFollowsTheUnacknowledgedEventsOfTheKind(t *testing.T) {
+// PendingTables is, per table and kind, the oldest unacknowledged event: acknowledging other
+// events, or events out of order, moves it exactly; ties of arrival go by source position; an
+// abandoned delivery leaves it.
+func TestPendingTablesFollowTheUnacknowledgedEvents(t *testing.T) {
 	t.Parallel()
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
 	s := NewShard("shardId-0", "")
-	var k1, k2 Kinds
-	k1[KindLoad].N, k1[KindLoad].First = 1, at(110)
-	k1[KindControl].N, k1[KindControl].First = 1, at(105)
-	d1 := s.BeginKinds("10", at(100), 3, k1) // one CDC change, one load row, one control record
-	k2[KindLoad].N, k2[KindLoad].First = 2, at(200)
-	d2 := s.BeginKinds("20", at(200), 2, k2)
-	want := func(k Kind, ms int64, when string) {
+	d1 := s.BeginTracked("10", at(100), []Tracked{{Table: "s.a", Kind: KindChange, At: at(100)}, {Table: "s.a", Kind: KindLoad, At: at(110)},
+		{Table: "s.b", Kind: KindControl, At: at(105)}, {Table: "s.a", Kind: KindLoad, At: at(120)}})
+	d2 := s.BeginTracked("20", at(200), []Tracked{{Table: "s.b", Kind: KindLoad, At: at(200)}, {Table: "s.a", Kind: KindKeyChange, At: at(210)}})
+	want := func(table string, k Kind, ms int64, when string) {
 		t.Helper()
-		got, ok := s.OldestKind(k)
+		g := s.PendingTables()[table][k]
 		switch {
-		case ms < 0 && ok:
-			t.Fatalf("%s: kind %d pending from %v, want none", when, k, got)
-		case ms >= 0 && (!ok || !got.Equal(at(ms))):
-			t.Fatalf("%s: kind %d pending from %v (%v), want %v", when, k, got, ok, at(ms))
+		case ms < 0 && !g.At.IsZero():
+			t.Fatalf("%s: %s kind %d pending from %v, want none", when, table, k, g.At)
+		case ms >= 0 && !g.At.Equal(at(ms)):
+			t.Fatalf("%s: %s kind %d pending from %v, want %v", when, table, k, g.At, at(ms))
 		}
 	}
-	want(KindLoad, 110, "all open")
-	want(KindControl, 105, "all open")
-	d1.Done(1) // the CDC change
-	want(KindLoad, 110, "after the delivery's other event")
-	d1.Of(KindLoad).Done(1)
-	want(KindLoad, 200, "after the first delivery's load row")
-	want(KindControl, 105, "after the first delivery's load row")
-	d1.Of(KindControl).Done(1)
-	want(KindControl, -1, "after the control record")
+	want("s.a", KindLoad, 110, "all open")
+	want("s.b", KindLoad, 200, "all open")
+	want("s.b", KindControl, 105, "all open")
+	want("s.a", KindControl, -1, "all open")
+	want("s.a", KindChange, 100, "all open")
+	want("s.a", KindKeyChange, 210, "all open")
+	d1.Event(0).Done(1)
+	want("s.a", KindChange, -1, "after the only CDC change")
+	want("s.a", KindLoad, 110, "after another kind")
+	d1.Event(1).Done(1)
+	want("s.a", KindLoad, 120, "after the first load row: the next one of the same delivery")
+	d1.Event(2).Done(1)
+	want("s.b", KindControl, -1, "after the control record")
+	d2.Event(0).Done(1) // a later delivery's load row first
+	want("s.b", KindLoad, -1, "a later delivery's load row acknowledged")
+	want("s.a", KindLoad, 120, "a later delivery's load row acknowledged")
+	d1.Event(3).Done(1)
+	want("s.a", KindLoad, -1, "every load row acknowledged")
 	if got := s.Committed(); got != "10" {
 		t.Fatalf("committed %q after the first delivery, want 10", got)
 	}
-	d2.Of(KindLoad).Done(1)
-	want(KindLoad, 200, "one of two load rows acknowledged")
-	d3 := s.BeginKinds("30", at(300), 1, Kinds{KindControl: {N: 1, First: at(300)}})
-	want(KindControl, 300, "a later control record")
+	d3 := s.BeginTracked("30", at(300), []Tracked{{Table: "s.b", Kind: KindControl, At: at(300)}})
+	want("s.b", KindControl, 300, "a later control record")
 	s.Abandon(d2)
-	want(KindLoad, -1, "after abandoning")
-	want(KindControl, -1, "after abandoning")
-	d2.Of(KindLoad).Done(1)
-	d3.Of(KindControl).Done(1)
+	want("s.a", KindKeyChange, -1, "after abandoning")
+	want("s.b", KindControl, -1, "after abandoning")
+	d2.Event(1).Done(1)
+	d3.Event(0).Done(1)
+	if p := s.PendingTables(); p != nil {
+		t.Fatalf("pending %v after everything finished", p)
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("a second acknowledgement of one event did not panic")
+		}
+	}()
+	d3.Event(0).Done(1)
+}
+
+// At equal arrivals the source position decides which event is the oldest.
+func TestPendingTablesBreakTiesBySourcePosition(t *testing.T) {
+	t.Parallel()
+	at := time.UnixMilli(500)
+	s := NewShard("shardId-0", "")
+	later := change.SourcePos{CommitTS: "2025-06-01T00:00:02.000000Z"}
+	earlier := change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}
+	d := s.BeginTracked("10", at, []Tracked{{Table: "s.a", Kind: KindChange, At: at, Pos: later}, {Table: "s.a", Kind: KindChange, At: at, Pos: earlier}})
+	if g := s.PendingTables()["s.a"][KindChange]; !g.At.Equal(at) || g.Pos != earlier {
+		t.Fatalf("oldest %+v, want %v %+v", g, at, earlier)
+	}
+	d.Event(1).Done(1)
+	if g := s.PendingTables()["s.a"][KindChange]; g.Pos != later {
+		t.Fatalf("after the earlier one: %+v, want %+v", g.Pos, later)
+	}
+	d.Event(0).Done(1)
+}
+
+// The stored form keeps every table's gates; past MaxPendingTables the tables with the newest
+// gates merge into AnyTable, which applies to every table.
+func TestPendingTablesEncoding(t *testing.T) {
+	t.Parallel()
+	pos := change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7", TxRecord: "2", Position: "mysql-bin.000024:9812:0"}
+	p := PendingTables{"s.a": {KindLoad: {At: time.UnixMilli(100).UTC()}, KindKeyChange: {At: time.UnixMilli(200).UTC(), Pos: pos}}}
+	got, err := decodePendingTables(p.encode())
+	if err != nil || !reflect.DeepEqual(got, p) {
+		t.Fatalf("round trip %v (%v), want %v", got, err, p)
+	}
+	if PendingTables(nil).encode() != "" {
+		t.Fatal("nothing pending is not the empty string")
+	}
+	big := PendingTables{}
+	for i := range MaxPendingTables + 10 {
+		big[fmt.Sprintf("s.t%03d", i)] = TableGates{KindChange: {At: time.UnixMilli(int64(1000 + i)).UTC()}}
+	}
+	got, err = decodePendingTables(big.encode())
+	if err != nil || len(got) != MaxPendingTables {
+		t.Fatalf("capped to %d tables (%v), want %d", len(got), err, MaxPendingTables)
+	}
+	if g := got.For(fmt.Sprintf("s.t%03d", MaxPendingTables+5)); !g[KindChange].At.Equal(time.UnixMilli(int64(1000 + MaxPendingTables - 1)).UTC()) {
+		t.Fatalf("a merged table's gate %v, want the oldest merged one", g[KindChange].At)
+	}
+	if g := got.For("s.t000"); !g[KindChange].At.Equal(time.UnixMilli(1000).UTC()) {
+		t.Fatalf("a kept table's gate %v", g[KindChange].At)
+	}
 }

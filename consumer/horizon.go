@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -69,7 +70,7 @@ func (s *watermarkState) changedCh() <-chan struct{} {
 func (s *watermarkState) set(r wmResult) {
 	s.w.Store(msOf(r.W))
 	s.bound.Store(msOf(r.Bound))
-	s.bounds.Store(&Bounds{Bound: r.Bound, LoadGate: r.LoadGate, ControlGate: r.ControlGate})
+	s.bounds.Store(&Bounds{Bound: r.Bound, Gates: r.Gates})
 	s.mu.Lock()
 	s.holder, s.owner = r.Holder, r.HolderOwner
 	if s.changed != nil {
@@ -106,13 +107,14 @@ func (c *Consumer) CommitBound() time.Time { return timeOf(c.wm.bound.Load()) }
 type Bounds struct {
 	// Bound is CommitBound (zero: nothing may commit).
 	Bound time.Time
-	// LoadGate is the earliest arrival of a full-load row another process has read and not
-	// committed (zero: none): CDC changes that arrived at or after it wait.
-	LoadGate time.Time
-	// ControlGate is the same for control records: data records that arrived at or after it
-	// wait.
-	ControlGate time.Time
+	// Gates are the cross-process gates per source table (checkpoint.PendingTables.For): the
+	// oldest record of each kind that another process has read and not committed. Read-only.
+	Gates checkpoint.PendingTables
 }
+
+// BoundsChanged returns a channel that is closed after the next computation of the bounds (at
+// most every consumer.horizon_interval). Safe for concurrent use.
+func (c *Consumer) BoundsChanged() <-chan struct{} { return c.wm.changedCh() }
 
 // CommitBounds returns the last computed Bounds as one consistent snapshot (all zero before the
 // first computation). Safe for concurrent use.
@@ -326,12 +328,10 @@ func (p *processor) publish(ctx context.Context, final bool) {
 	if ok && pending.IsZero() {
 		pending = timeOf(p.hz.lastArrival.Load()) // unknown first arrival: the best lower estimate
 	}
-	loads, _ := p.track.OldestKind(checkpoint.KindLoad)
-	controls, _ := p.track.OldestKind(checkpoint.KindControl)
-	h := checkpoint.Horizon{Read: read, PendingFrom: pending, PendingLoadFrom: loads, PendingControlFrom: controls, At: p.c.now()}
+	h := checkpoint.Horizon{Read: read, PendingFrom: pending, Pending: p.track.PendingTables(), At: p.c.now()}
 	p.hz.since++
-	unchanged := h.Read.Equal(p.hz.published.Read) && h.PendingFrom.Equal(p.hz.published.PendingFrom) &&
-		h.PendingLoadFrom.Equal(p.hz.published.PendingLoadFrom) && h.PendingControlFrom.Equal(p.hz.published.PendingControlFrom)
+	was := p.hz.published
+	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.Equal(h.Pending, was.Pending)
 	if h.Read.IsZero() && h.PendingFrom.IsZero() || (unchanged && !final && p.hz.since < heartbeatTicks) {
 		return
 	}

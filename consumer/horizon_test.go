@@ -305,3 +305,47 @@ func TestStoppingProcessorsHorizonCoversItsLastRecord(t *testing.T) {
 		t.Fatalf("W %v after the processor stopped reading, want at least %v", w, sec(12))
 	}
 }
+
+// Each kind's oldest pending arrival reaches the row, exactly per event (an acknowledged older
+// event of the kind moves it to the next one of the same delivery), and arrivals are raised to
+// the shard's latest so that they never go back within the shard.
+func TestPendingKindsArePublishedPerEvent(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	now := sec(100)
+	e.c.clock = func() time.Time { return now }
+	p := e.start(shard, "")
+	loop := newHorizonLoop(e.c)
+	rec := func(seq string, arrival time.Time, data string) ktypes.Record {
+		return ktypes.Record{SequenceNumber: aws.String(seq), Data: []byte(data), ApproximateArrivalTimestamp: aws.Time(arrival)}
+	}
+	const meta = `"partition-key-type":"schema-table","schema-name":"public","table-name":"t"`
+	load := `{"data":{"id":1},"metadata":{"record-type":"data","operation":"load",` + meta + `}}`
+	keyChange := `{"data":{"id":2},"before-image":{"id":1},"metadata":{"record-type":"data","operation":"update",` + meta + `}}`
+	update := `{"data":{"id":2},"before-image":{"id":2},"metadata":{"record-type":"data","operation":"update",` + meta + `}}`
+	in := &kcl.ProcessRecordsInput{MillisBehindLatest: 5000, CacheEntryTime: &now, Records: []ktypes.Record{
+		rec("101", sec(10), load), rec("102", sec(12), load), rec("103", sec(11), keyChange), rec("104", sec(13), update)}}
+	p.ProcessRecords(in)
+	loop.tick(e.ctx)
+	r := e.row(shard)
+	g := r.Pending["public.t"]
+	// 103 arrived before 102 on the same shard: it counts as arriving with 102 (raised).
+	if !g[checkpoint.KindLoad].At.Equal(sec(10)) || !g[checkpoint.KindKeyChange].At.Equal(sec(12)) ||
+		!g[checkpoint.KindChange].At.Equal(sec(13)) || !g[checkpoint.KindControl].At.IsZero() || len(r.Pending) != 1 {
+		t.Fatalf("published %v; want load %v, key change %v, change %v, no control record", r.Pending, sec(10), sec(12), sec(13))
+	}
+	e.sink.ack(t, "101", "103")
+	loop.tick(e.ctx)
+	r = e.row(shard)
+	g = r.Pending["public.t"]
+	if !g[checkpoint.KindLoad].At.Equal(sec(12)) || !g[checkpoint.KindKeyChange].At.IsZero() || !r.PendingFrom.Equal(sec(10)) {
+		t.Fatalf("after acknowledging 101 and 103: %v pending %v; want load %v, no key change, pending %v (the delivery is open)",
+			r.Pending, r.PendingFrom, sec(12), sec(10))
+	}
+	e.sink.ack(t, "102", "104")
+	loop.tick(e.ctx)
+	r = e.row(shard)
+	if r.Pending != nil || !r.PendingFrom.IsZero() {
+		t.Fatalf("everything committed: %v pending %v; want none", r.Pending, r.PendingFrom)
+	}
+}

@@ -45,6 +45,8 @@ type processor struct {
 	// alignBy and alignOff bound read-ahead alignment within one ProcessRecords call.
 	alignBy  time.Time
 	alignOff bool
+	// tracked is the scratch list of the kinds and arrivals of one delivery's events.
+	tracked []checkpoint.Tracked
 }
 
 func (p *processor) Initialize(in *kcl.InitializationInput) {
@@ -109,9 +111,18 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	}
 	p.c.metrics.Records(p.shard, len(in.Records), in.MillisBehindLatest)
 	events := make([]change.Event, 0, len(in.Records))
+	// Arrivals are raised to the shard's latest so far, so that they never go back within the
+	// shard (ApproximateArrivalTimestamp is approximate): the order the gates compare is the
+	// one the sink orders by.
+	arrived := timeOf(p.hz.lastArrival.Load())
+	first := time.Time{}
 	for i := range in.Records {
 		r := &in.Records[i]
 		seq := aws.ToString(r.SequenceNumber)
+		arrived = maxTime(arrived, p.arrival(r))
+		if i == 0 {
+			first = arrived
+		}
 		events = append(events, change.Event{})
 		ev := &events[len(events)-1]
 		if err := p.dec.Decode(r.Data, ev); err != nil {
@@ -124,15 +135,20 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 		ev.Pos = change.Position{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq}
 		ev.Raw = r.Data
-		ev.Arrival = p.arrival(r)
+		ev.Arrival = arrived
 	}
 	fault.Hit(fault.AfterDecode)
 	last := &in.Records[len(in.Records)-1]
-	d := p.track.BeginKinds(aws.ToString(last.SequenceNumber), p.arrival(&in.Records[0]), len(events), kindsOf(events))
+	p.tracked = p.tracked[:0]
+	for i := range events {
+		ev := &events[i]
+		p.tracked = append(p.tracked, checkpoint.Tracked{Table: ev.Schema + "." + ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
+	}
+	d := p.track.BeginTracked(aws.ToString(last.SequenceNumber), first, p.tracked)
 	if !p.handOn(d, events) {
 		return
 	}
-	p.handedOn(p.arrival(last)) // the last record may have been dead-lettered: it is done too
+	p.handedOn(arrived) // the last record may have been dead-lettered: it is done too
 	if in.MillisBehindLatest == 0 {
 		p.atTip(readTime)
 	}
@@ -146,10 +162,7 @@ func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
 	p.alignBy, p.alignOff = time.Time{}, false
 	for i := range events {
 		ev := &events[i]
-		ev.Ack = d
-		if k, ok := kindOf(ev); ok {
-			ev.Ack = d.Of(k)
-		}
+		ev.Ack = d.Event(i)
 		var err error
 		if !p.align(ev.Arrival) {
 			err = p.ctx.Err()
@@ -173,36 +186,32 @@ func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
 	return true
 }
 
-// gateBelow reports whether gate is set and not after lastMs (unix ms): records up to lastMs may
-// be held by it.
-func gateBelow(gate time.Time, lastMs int64) bool {
-	return !gate.IsZero() && gate.UnixMilli() <= lastMs
-}
-
-// kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4), if
-// any: full-load rows and control records.
-func kindOf(ev *change.Event) (checkpoint.Kind, bool) {
-	switch ev.Op {
-	case change.OpLoad:
-		return checkpoint.KindLoad, true
-	case change.OpControl:
-		return checkpoint.KindControl, true
-	}
-	return 0, false
-}
-
-// kindsOf counts the events of each kind and the arrival of the first of each.
-func kindsOf(events []change.Event) checkpoint.Kinds {
-	var ks checkpoint.Kinds
-	for i := range events {
-		if k, ok := kindOf(&events[i]); ok {
-			if ks[k].N == 0 {
-				ks[k].First = events[i].Arrival
+// gateBelow returns the oldest gate not after lastMs (unix ms), which records up to lastMs may
+// wait for, and its table ("" when there is none).
+func gateBelow(gates checkpoint.PendingTables, lastMs int64) (time.Time, string) {
+	var oldest time.Time
+	table := ""
+	for t, g := range gates {
+		for k := range g {
+			if at := g[k].At; !at.IsZero() && at.UnixMilli() <= lastMs && (table == "" || at.Before(oldest)) {
+				oldest, table = at, t
 			}
-			ks[k].N++
 		}
 	}
-	return ks
+	return oldest, table
+}
+
+// kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4).
+func kindOf(ev *change.Event) checkpoint.Kind {
+	switch {
+	case ev.Op == change.OpLoad:
+		return checkpoint.KindLoad
+	case ev.Op == change.OpControl:
+		return checkpoint.KindControl
+	case change.MayChangeKey(ev):
+		return checkpoint.KindKeyChange
+	}
+	return checkpoint.KindChange
 }
 
 // arrival is the record's ApproximateArrivalTimestamp; a record without one (never from
@@ -335,11 +344,11 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 				zap.Time("watermark", timeOf(p.c.wm.w.Load())), zap.Error(err))
 			return
 		}
-		if b := p.c.CommitBounds(); gateBelow(b.LoadGate, p.hz.lastArrival.Load()) || gateBelow(b.ControlGate, p.hz.lastArrival.Load()) {
-			// The gates: another process holds older full-load rows or control records it has
-			// not committed yet (it may be stopping too). Correct and expected, as above.
-			p.log.Warn("shutdown: pending changes wait for older load rows or control records another worker has not committed; they will be read again",
-				zap.String("reason", reason), zap.Time("load_gate", b.LoadGate), zap.Time("control_gate", b.ControlGate), zap.Error(err))
+		if oldest, table := gateBelow(p.c.CommitBounds().Gates, p.hz.lastArrival.Load()); table != "" {
+			// The gates: another process holds older records of a table it has not committed
+			// yet (it may be stopping too). Correct and expected, as above.
+			p.log.Warn("shutdown: pending changes wait for older changes another worker has not committed; they will be read again",
+				zap.String("reason", reason), zap.String("table", table), zap.Time("gate", oldest), zap.Error(err))
 			return
 		}
 		p.log.Error("shutdown: pending changes not committed; they will be read again", zap.String("reason", reason), zap.Error(err))

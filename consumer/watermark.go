@@ -26,18 +26,19 @@ import (
 //     memo: min(last horizon, last PendingFrom - 1ms)); with no memo, W is unknown (zero) and
 //     nothing may commit.
 //
-// bound = W. Across processes two gates order what W alone cannot (design.md §4): the load gate
-// is the earliest PendingLoadFrom, the control gate the earliest PendingControlFrom, over every
-// counted shard this process does not own. A CDC change that arrived at or after the load gate
-// waits for the other process's full-load rows to commit (a load is older than any CDC change
-// of its key); a data record (load or CDC) that arrived at or after the control gate waits for
-// the other process's control records (a create-table before the data it defines). Control
-// records wait for nothing across processes, and loads only for control records, so the waits
-// never form a cycle. CDC changes of one key held by two processes are not ordered across them
-// beyond W: with DMS's default layout a table's CDC is on one shard; with primary-key
-// partitioning they may be (design.md §4 names the case). Gating every change on every other
-// process's oldest pending change (tried first) deadlocked on shared milliseconds and advanced
-// by milliseconds per round under a full load spread over every shard.
+// bound = W. Across processes the gates order what W alone cannot (design.md §4): per source
+// table and kind of pending record (loads, control records, CDC changes, key changes), the
+// oldest one published on the counted shards this process does not own
+// (checkpoint.PendingTables). A load waits for its table's older control records; a CDC change
+// for its table's older loads, control records and key changes; a key change also for its
+// table's older CDC changes. Control records wait for nothing. Every wait across processes is
+// for a strictly older record of the same table (arrival, then source position), or, for loads
+// and control records, which wait for nothing of CDC, an equally old one; the pending values are
+// exact per event and arrivals never go back within a shard, so the waits never form a cycle.
+// Gating every change on every other process's oldest pending change (tried first) deadlocked
+// on shared milliseconds and advanced by milliseconds per round under a full load spread over
+// every shard; stream-wide gates (tried next) made every table wait for another table's key
+// changes.
 
 // ownShard is what this process knows of a shard it owns.
 type ownShard struct {
@@ -67,9 +68,10 @@ type wmResult struct {
 	W time.Time
 	// Bound is the commit bound (zero: nothing may commit).
 	Bound time.Time
-	// LoadGate and ControlGate are the earliest arrivals of a full-load row and of a control
-	// record that another process has read and not committed (zero: none).
-	LoadGate, ControlGate time.Time
+	// Gates are, per source table, the oldest full-load row, control record, CDC change and key
+	// change (by arrival, then source position) that another process has read and not committed
+	// (nil: none).
+	Gates checkpoint.PendingTables
 	// Holder is the counted shard with the lowest contribution, or the first one whose horizon
 	// is unknown when W is unknown ("" when no shard counts); HolderOwner its row's owner.
 	Holder, HolderOwner string
@@ -100,9 +102,11 @@ func wmCompute(in wmInput) wmResult {
 			continue
 		}
 		res.Counted++
-		if !isOwn {
-			res.LoadGate = minTime(res.LoadGate, row.PendingLoadFrom)
-			res.ControlGate = minTime(res.ControlGate, row.PendingControlFrom)
+		if !isOwn && len(row.Pending) > 0 {
+			if res.Gates == nil {
+				res.Gates = make(checkpoint.PendingTables)
+			}
+			res.Gates.Merge(row.Pending)
 		}
 		if h.IsZero() {
 			if m, ok := in.memo[id]; ok {

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 // Unit tests of the pure W computation (watermark.go): one table row per shard-state rule.
@@ -207,37 +208,33 @@ func TestOwnHorizon(t *testing.T) {
 	}
 }
 
-// The gates are the earliest PendingLoadFrom and PendingControlFrom over the counted shards other
-// processes own: this process's own pending rows, a shard at SHARD_END and a shard gone from the
-// stream do not gate.
+// The gates merge, table by table, the pending records of the counted shards other processes
+// own: this process's own pending rows, a shard at SHARD_END and a shard gone from the stream do
+// not gate; at equal arrivals the older source position names a gate.
 func TestWatermarkGates(t *testing.T) {
 	t.Parallel()
-	with := func(r checkpoint.LeaseRow, load, ctl int) checkpoint.LeaseRow {
-		if load >= 0 {
-			r.PendingLoadFrom = sec(load)
-		}
-		if ctl >= 0 {
-			r.PendingControlFrom = sec(ctl)
-		}
-		return r
-	}
+	early := change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}
+	late := change.SourcePos{CommitTS: "2025-06-01T00:00:02.000000Z"}
+	gates := func(r checkpoint.LeaseRow, p checkpoint.PendingTables) checkpoint.LeaseRow { r.Pending = p; return r }
+	g := func(at int, pos change.SourcePos) checkpoint.Gate { return checkpoint.Gate{At: sec(at), Pos: pos} }
 	shards := map[string]shardInfo{"a": {}, "b": {}, "c": {}, "d": {closed: true}}
 	rows := map[string]checkpoint.LeaseRow{
-		"a":    with(rowOf("w2", 30, 5), 8, 12),
-		"b":    with(rowOf("w3", 40, 6), 7, -1),
-		"c":    with(rowOf(me, 50, 1), 2, 3), // own: ordered in this process's buffers
-		"d":    with(ended(20), 1, 1),
-		"gone": with(rowOf("w2", 1, 1), 1, 1),
+		"a": gates(rowOf("w2", 30, 5), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(8, early), checkpoint.KindKeyChange: g(5, late)}}),
+		"b": gates(rowOf("w3", 40, 6), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(7, early), checkpoint.KindKeyChange: g(5, early)},
+			"s.y": {checkpoint.KindControl: g(6, early)}}),
+		"c":    gates(rowOf(me, 50, 1), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(2, early)}}), // own: ordered in this process's buffers
+		"d":    gates(ended(20), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(1, early)}}),
+		"gone": gates(rowOf("w2", 1, 1), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(1, early)}}),
 	}
 	own := map[string]ownShard{"c": {horizon: sec(50), pending: sec(1)}}
 	res := wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: map[string]time.Time{}})
-	if !res.W.Equal(sec(30)) || !res.LoadGate.Equal(sec(7)) || !res.ControlGate.Equal(sec(12)) {
-		t.Fatalf("W %v load gate %v control gate %v; want %v, %v, %v", res.W, res.LoadGate, res.ControlGate, sec(30), sec(7), sec(12))
+	x, y := res.Gates.For("s.x"), res.Gates.For("s.y")
+	if !res.W.Equal(sec(30)) || x[checkpoint.KindLoad] != g(7, early) || x[checkpoint.KindKeyChange] != g(5, early) ||
+		!x[checkpoint.KindControl].At.IsZero() || y[checkpoint.KindControl] != g(6, early) || !y[checkpoint.KindLoad].At.IsZero() {
+		t.Fatalf("W %v gates %v", res.W, res.Gates)
 	}
-	delete(rows, "a")
-	delete(rows, "b")
-	res = wmCompute(wmInput{shards: map[string]shardInfo{"c": {}}, rows: rows, own: own, memo: map[string]time.Time{}})
-	if !res.LoadGate.IsZero() || !res.ControlGate.IsZero() {
-		t.Fatalf("only own and finished shards: gates %v %v, want none", res.LoadGate, res.ControlGate)
+	res = wmCompute(wmInput{shards: map[string]shardInfo{"c": {}}, rows: map[string]checkpoint.LeaseRow{"c": rows["c"]}, own: own, memo: map[string]time.Time{}})
+	if res.Gates != nil {
+		t.Fatalf("only own shards: gates %v, want none", res.Gates)
 	}
 }

@@ -32,6 +32,8 @@ type row struct {
 	src  srcPos
 	ack  change.Acker
 	size int32
+	// kind is what the cross-process gates see of it (order.go).
+	kind gateKind
 }
 
 // buffer holds what a table writer has taken in and not yet committed.

@@ -250,9 +250,10 @@ func at(r row, ms int64) row { r.at = ms; return r }
 func TestBufferPlanBound(t *testing.T) {
 	t.Parallel()
 	ctl := &held{ev: &change.Event{Op: change.OpControl, Pos: change.Position{Shard: "c", Seq: "2"}}, at: 150, ctl: true}
-	load := func(r row) row { r.src.load = true; return r }
-	commitTS := func(r row, ts string) row { r.src.commitTS = ts; return r }
-	txRec := func(r row, tx, rec string) row { r.src.txID, r.src.txRecord = tx, rec; return r }
+	load := func(r row) row { r.src.load, r.kind = true, kindLoad; return r }
+	keyChange := func(r row) row { r.kind = kindKeyChange; return r }
+	commitTS := func(r row, ts string) row { r.src.CommitTS = ts; return r }
+	txRec := func(r row, tx, rec string) row { r.src.TxID, r.src.TxRecord = tx, rec; return r }
 	cases := []struct {
 		name    string
 		lim     limit
@@ -299,6 +300,15 @@ func TestBufferPlanBound(t *testing.T) {
 			rows: []row{at(load(brow("u", "a/1", 1, "l", 0)), 200), at(brow("u", "b/1", 2, "y", 0), 199),
 				at(brow("u", "b/2", 3, "z", 0), 300)},
 			take: []int{1}, upserts: []int{1}, maxSeq: []string{"b=1"}},
+		{name: "the change gate holds key changes after it, not other CDC changes", lim: limit{bound: 1000, chGate: 200, ordered: true},
+			rows: []row{at(keyChange(brow("u", "a/1", 1, "k", 0)), 200), at(keyChange(brow("u", "a/2", 2, "k2", 0)), 201),
+				at(brow("u", "b/1", 3, "z", 0), 300)},
+			take: []int{0, 2}, upserts: []int{0, 2}, maxSeq: []string{"a=1", "b=1"}},
+		{name: "at the change gate's arrival the source position decides", lim: limit{bound: 1000, chGate: 200,
+			chPos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.500000Z"}, ordered: true},
+			rows: []row{at(keyChange(commitTS(brow("u", "a/1", 1, "older", 0), "2025-06-01T00:00:01.000000Z")), 200),
+				at(keyChange(commitTS(brow("u", "b/1", 2, "newer", 0), "2025-06-01T00:00:02.000000Z")), 200)},
+			take: []int{0}, upserts: []int{0}, maxSeq: []string{"a=1"}},
 		{name: "a zero arrival is within any bound", lim: limit{bound: 5, ordered: true},
 			rows: []row{at(brow("u", "a/1", 1, "x", 0), 0), at(brow("u", "a/2", 2, "y", 0), 6)},
 			take: []int{0}, upserts: []int{0}, maxSeq: []string{"a=1"}},
@@ -393,40 +403,66 @@ func TestBufferHeld(t *testing.T) {
 	if want := []string{"b/4", "c/7", "a/1", "a/2"}; !slices.Equal(order, want) {
 		t.Fatalf("held order %v, want %v", order, want)
 	}
-	if b.due(limit{bound: 99}) != nil || b.due(limit{bound: 100}) == nil || !b.holds("a", "2") || b.bytes != 4*(1+64) {
+	if b.due(limit{bound: 99}) != -1 || b.due(limit{bound: 100}) != 0 || !b.holds("a", "2") || b.bytes != 4*(1+64) {
 		t.Fatalf("due/holds/bytes wrong: high %v bytes %d", b.high, b.bytes)
 	}
-	// The control gate holds the first held data record (b/4 at 100); a held control record
-	// passes it.
-	if b.due(limit{bound: 1000, ctlGate: 100}) != nil || b.due(limit{bound: 1000, ctlGate: 101}) == nil {
-		t.Fatal("the control gate does not hold a held data record")
+	// The control gate holds the first held data record (b/4 at 100), and so the control record
+	// after it.
+	if got := b.due(limit{bound: 1000, ctlGate: 100}); got != -1 {
+		t.Fatalf("due %d with the first held data record gated, want -1 (the control record waits for it)", got)
+	}
+	if got := b.due(limit{bound: 1000, ctlGate: 101}); got != 0 {
+		t.Fatalf("due %d, want 0", got)
 	}
 	c := newBuffer()
 	c.hold(ev(change.OpControl, "c", "1"), 100)
-	if c.due(limit{bound: 1000, ctlGate: 50, loadGate: 50}) == nil {
+	if c.due(limit{bound: 1000, ctlGate: 50, loadGate: 50, chGate: 50}) != 0 {
 		t.Fatal("a gate held a control record")
 	}
+	// ... but a control record waits for the buffered rows that arrived before it and that a gate
+	// holds back (not for those of its own millisecond: control records go first at a tie).
+	if c.due(limit{bound: 1000, waitFrom: 99}) != -1 || c.due(limit{bound: 1000, waitFrom: 100}) != 0 {
+		t.Fatal("a control record did not wait for the gated records before it")
+	}
+	// A gated held data record holds back only its own shard's later held events: the next
+	// shard's are due.
+	d := newBuffer()
+	d.hold(ev(change.OpInsert, "a", "1"), 100)
+	d.hold(ev(change.OpInsert, "a", "2"), 110)
+	d.hold(ev(change.OpLoad, "b", "1"), 120)
+	if got := d.due(limit{bound: 1000, loadGate: 90}); got != 2 {
+		t.Fatalf("due %d with shard a's CDC gated, want 2 (shard b's load)", got)
+	}
+	if h := d.pop(2); h.ev.Pos.Shard != "b" || len(d.held) != 2 {
+		t.Fatalf("popped %+v, %d left", h.ev.Pos, len(d.held))
+	}
 	for range 4 {
-		b.pop()
+		b.pop(0)
 	}
 	if b.pending() || b.bytes != 0 {
 		t.Fatalf("pending after popping everything (bytes %d)", b.bytes)
 	}
 }
 
-func TestNatCompare(t *testing.T) {
+// gatedFrom is the earliest row within the bound that a gate holds back, and a commit is complete
+// only up to just before it.
+func TestGatedFromCapsCompleteThrough(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		a, b string
-		want int
-	}{
-		{"9", "10", -1}, {"mysql-bin.000024:9812:0", "mysql-bin.000024:10001:0", -1},
-		{"mysql-bin.000025:1", "mysql-bin.000024:99", 1}, {"007", "7", 0}, {"a", "ab", -1}, {"00000002/7C007178", "00000002/7C007178", 0},
-		{"00000002/03523E78.2.00000002/03523E78", "00000002/0352A2F7.4.00000002/0352A2F7", -1}, // PostgreSQL LSNs are hex
-		{"0000002a:00000130:0004", "0000002B:00000010:0001", -1}, {"45655", "45727", -1},
-	} {
-		if got := natCompare(c.a, c.b); got != c.want {
-			t.Errorf("natCompare(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
-		}
+	b := newBuffer()
+	for i, at := range []int64{100, 150, 250, 2000} {
+		r := brow("u", fmt.Sprintf("a/%d", i+1), i+1, "x", 0)
+		r.at = at
+		b.rows = append(b.rows, r)
+	}
+	lim := limit{bound: 1000, loadGate: 140, through: time.UnixMilli(1000).UTC()}
+	if got := b.gatedFrom(lim); got != 150 {
+		t.Fatalf("gatedFrom %d, want 150 (the first CDC row at or after the load gate, within the bound)", got)
+	}
+	lim.waitFrom = 150
+	if got := lim.completeThrough(); !got.Equal(time.UnixMilli(149).UTC()) {
+		t.Fatalf("complete through %v, want just before the held-back row", got)
+	}
+	if got := b.gatedFrom(limit{bound: 1000}); got != 0 {
+		t.Fatalf("gatedFrom %d without gates, want 0", got)
 	}
 }

@@ -76,8 +76,11 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	if !w.buf.pending() {
 		return nil
 	}
-	for h := w.buf.due(lim); h != nil; h = w.buf.due(lim) {
-		hd := w.buf.pop()
+	// What the gates hold back stays held back for the whole flush (its limit is fixed), and a
+	// held data record that becomes due is admitted, so this is computed once.
+	lim.waitFrom = w.buf.gatedFrom(lim)
+	for i := w.buf.due(lim); i >= 0; i = w.buf.due(lim) {
+		hd := w.buf.pop(i)
 		lim.cut = &hd
 		if hd.ctl {
 			if err := w.commitRows(ctx); err != nil {
@@ -92,8 +95,13 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	if err := w.commitRows(ctx); err != nil {
 		return err
 	}
+	w.logGated(lim)
 	if w.buf.pending() {
 		w.buf.first = w.buf.now() // what stays waits another flush interval
+		if w.guarded() {
+			// ... or until the bound or a gate moves (run).
+			w.stuck, w.stuckSet = lim.gates(), true
+		}
 	}
 	return nil
 }
@@ -127,6 +135,8 @@ func (w *writer) commitRows(ctx context.Context) error {
 	lim := w.limitNow()
 	if w.lim != nil {
 		lim = *w.lim
+	} else {
+		lim.waitFrom = w.buf.gatedFrom(lim)
 	}
 	if !w.buf.within(lim) {
 		w.stuck, w.stuckSet = lim.gates(), w.buf.pending()
@@ -373,4 +383,43 @@ func (w *writer) freshen(ctx context.Context) error {
 		w.env.metrics.Fresh(w.name, completeThrough(w.st.tbl.Properties()))
 	}
 	return err
+}
+
+// logGated logs, at most once per 30 s per table, what the cross-process gates still hold back
+// after a flush: the first such row or held record and the gates.
+func (w *writer) logGated(lim limit) {
+	if !w.guarded() || time.Since(w.gatedLogged) < 30*time.Second {
+		return
+	}
+	from := w.buf.gatedFrom(lim)
+	if from == 0 {
+		return
+	}
+	w.gatedLogged = time.Now()
+	n := 0
+	var first string
+	for i := range w.buf.rows {
+		r := &w.buf.rows[i]
+		if r.at <= lim.bound && !lim.admits(r.at, r.kind, &r.src.SourcePos) {
+			if n == 0 {
+				first = fmt.Sprintf("row %s/%s at %d kind %d pos %+v", r.shard, r.seq, r.at, r.kind, r.src.SourcePos)
+			}
+			n++
+		}
+	}
+	for i := range w.buf.held {
+		h := &w.buf.held[i]
+		pos := change.SourcePosOf(h.ev)
+		if !h.ctl && h.at <= lim.bound && !lim.admits(h.at, gateKindOf(h.ev), &pos) {
+			if n == 0 {
+				first = fmt.Sprintf("held %s/%s at %d kind %d pos %+v", h.ev.Pos.Shard, h.ev.Pos.Seq, h.at, gateKindOf(h.ev), pos)
+			}
+			n++
+		}
+	}
+	w.log.Info("ordering guard: changes wait for older changes another worker has not committed",
+		zap.Int("waiting", n), zap.String("first", first), zap.Int64("bound", lim.bound),
+		zap.Int64("load_gate", lim.loadGate), zap.Int64("control_gate", lim.ctlGate),
+		zap.Int64("change_gate", lim.chGate), zap.String("change_gate_pos", lim.chPos.Encode()),
+		zap.Int("rows", len(w.buf.rows)), zap.Int("held", len(w.buf.held)))
 }

@@ -28,81 +28,14 @@ import (
 const unbounded = math.MaxInt64
 
 // srcPos is the DMS source position of a change: load marks a full-load row (older than any
-// CDC change of its key); the rest are the metadata fields as written ("" when absent).
+// CDC change of its key); the rest is the source position (change.SourcePos).
 type srcPos struct {
-	load                               bool
-	commitTS, txID, txRecord, position string
+	load bool
+	change.SourcePos
 }
 
 func sourcePos(ev *change.Event) srcPos {
-	return srcPos{load: ev.Op == change.OpLoad, commitTS: ev.Meta.CommitTimestamp, txID: ev.Meta.TransactionID,
-		txRecord: ev.Meta.TransactionRecordID, position: ev.Meta.StreamPosition}
-}
-
-// compare orders two source positions by the fields both have: commit-timestamp (fixed-width
-// UTC text); within one transaction its transaction-record-id; then stream-position (the
-// source log position, which follows commit order) and last transaction-id (numbers within
-// compared as numbers). Transaction ids follow transaction start, not commit, so they only
-// break what nothing else does. 0 when they cannot be told apart.
-func (p *srcPos) compare(q *srcPos) int {
-	if p.commitTS != "" && q.commitTS != "" {
-		if c := strings.Compare(p.commitTS, q.commitTS); c != 0 {
-			return c
-		}
-	}
-	if p.txID != "" && p.txID == q.txID && p.txRecord != "" && q.txRecord != "" {
-		if c := natCompare(p.txRecord, q.txRecord); c != 0 {
-			return c
-		}
-	}
-	for _, f := range [...][2]string{{p.position, q.position}, {p.txID, q.txID}} {
-		if f[0] != "" && f[1] != "" {
-			if c := natCompare(f[0], f[1]); c != 0 {
-				return c
-			}
-		}
-	}
-	return 0
-}
-
-// natCompare compares a and b with every run of hex digits compared as a number, everything
-// else byte by byte. Source positions mix bases: PostgreSQL LSNs ("00000002/0352A2F7") and SQL
-// Server LSNs are hex, MySQL positions ("mysql-bin.000024:9812:...") and transaction ids decimal.
-// Read as hex, decimal runs keep their order (without leading zeros a longer run is larger, and
-// runs of one length order as strings in either base), so one rule serves both; a run of decimal
-// digits alone would split "0352A2F7" and order it before "03523E78".
-func natCompare(a, b string) int {
-	for a != "" && b != "" {
-		if isHex(a[0]) && isHex(b[0]) {
-			da, db := hexRun(a), hexRun(b)
-			na, nb := strings.TrimLeft(a[:da], "0"), strings.TrimLeft(b[:db], "0")
-			if c := cmp.Compare(len(na), len(nb)); c != 0 {
-				return c
-			}
-			if c := strings.Compare(strings.ToUpper(na), strings.ToUpper(nb)); c != 0 {
-				return c
-			}
-			a, b = a[da:], b[db:]
-			continue
-		}
-		if a[0] != b[0] {
-			return cmp.Compare(a[0], b[0])
-		}
-		a, b = a[1:], b[1:]
-	}
-	return cmp.Compare(len(a), len(b))
-}
-
-func isHex(c byte) bool {
-	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
-}
-
-func hexRun(s string) int {
-	i := 0
-	for i < len(s) && isHex(s[i]) {
-		i++
-	}
-	return i
+	return srcPos{load: ev.Op == change.OpLoad, SourcePos: change.SourcePosOf(ev)}
 }
 
 // cmpRows is the order a commit's rows are planned in: lexicographic on (a load before any CDC
@@ -135,52 +68,128 @@ func cmpRows(a, b *row) int {
 // one PutRecords call on different shards (DMS batches its puts), so it decides only when the
 // source position cannot (within a commit; across commits the bound orders by arrival).
 func laterAcross(p, q *row) bool {
-	return p.shard != q.shard && p.src.load == q.src.load && p.src.compare(&q.src) > 0
+	return p.shard != q.shard && p.src.load == q.src.load && p.src.Compare(&q.src.SourcePos) > 0
 }
 
 // limit is what one commit may take: rows with arrival <= bound that precede cut (nil: no cut)
 // and pass the cross-process gates (admits), ordered (ordering arrival) or in buffer order
-// (ordering shard: as the shard delivered them). through is what a commit within the bound and
-// the gates is complete through, zero without a bound.
+// (ordering shard: as the shard delivered them). through is the commit bound as a time, zero
+// without one.
 type limit struct {
 	bound int64
-	// loadGate and ctlGate are the cross-process gates in unix ms (0: none): a CDC change
-	// that arrived at or after loadGate, or a data record at or after ctlGate, waits.
-	loadGate, ctlGate int64
-	cut               *held
-	ordered           bool
-	through           time.Time
+	// The cross-process gates of the writer's table in unix ms (0: none; design.md §4): the
+	// arrival of the oldest load row, control record and CDC change (key changes included)
+	// another process holds uncommitted.
+	loadGate, ctlGate, chGate int64
+	// chPos is the source position of the record chGate names.
+	chPos change.SourcePos
+	// waitFrom is the earliest arrival of a buffered record within the bound that the gates hold
+	// back (0: none): a held control record that arrived after it waits too, and a commit is
+	// complete only up to just before it.
+	waitFrom int64
+	cut      *held
+	ordered  bool
+	through  time.Time
 }
 
 // limitKey is what decides which rows a limit admits, to tell whether a limit moved.
-type limitKey struct{ bound, loadGate, ctlGate int64 }
+type limitKey struct {
+	bound, loadGate, ctlGate, chGate int64
+	chPos                            change.SourcePos
+}
 
-func (l limit) gates() limitKey { return limitKey{l.bound, l.loadGate, l.ctlGate} }
+func (l limit) gates() limitKey {
+	return limitKey{l.bound, l.loadGate, l.ctlGate, l.chGate, l.chPos}
+}
 
-// admits reports whether a record that arrived at at passes the bound and the gates: control
-// records pass the bound alone, full-load rows also the control gate, CDC changes both gates.
-func (l limit) admits(at int64, ctl, load bool) bool {
+// gateKind is what the cross-process gates see of a record (the consumer's checkpoint.Kind).
+type gateKind uint8
+
+const (
+	kindChange gateKind = iota
+	kindKeyChange
+	kindLoad
+	kindControl
+)
+
+func gateKindOf(ev *change.Event) gateKind {
+	switch {
+	case ev.Op == change.OpLoad:
+		return kindLoad
+	case ev.Op == change.OpControl:
+		return kindControl
+	case change.MayChangeKey(ev):
+		return kindKeyChange
+	}
+	return kindChange
+}
+
+// admits reports whether a record of kind k that arrived at at, with source position pos,
+// passes the bound and the gates: a control record the bound alone; a load row also the control
+// gate (no older control record of its table pending elsewhere); a CDC change also the load gate;
+// a key change also no older CDC change of its table pending elsewhere ("older": an earlier
+// arrival, or the same arrival and an earlier source position). Waits go one way by kind (key
+// change, CDC change, load, control record), so they never form a cycle.
+func (l *limit) admits(at int64, k gateKind, pos *change.SourcePos) bool {
 	switch {
 	case at > l.bound:
 		return false
-	case ctl:
+	case k == kindControl:
 		return true
 	case l.ctlGate != 0 && at >= l.ctlGate:
 		return false
+	case k == kindLoad:
+		return true
+	case l.loadGate != 0 && at >= l.loadGate:
+		return false
 	}
-	return load || l.loadGate == 0 || at < l.loadGate
+	return k != kindKeyChange || !older(l.chGate, &l.chPos, at, pos)
 }
 
-// completeThrough is what a commit within lim is complete through: through, or just before
-// the cut; zero without a bound.
+// older reports whether the gate (gate, gatePos; 0: none) names a record older than one that
+// arrived at at with source position pos.
+func older(gate int64, gatePos *change.SourcePos, at int64, pos *change.SourcePos) bool {
+	return gate != 0 && (gate < at || gate == at && gatePos.Compare(pos) < 0)
+}
+
+// completeThrough is what a commit within lim is complete through: the bound, or just before the
+// cut or the first record the gates hold back; zero without a bound.
 func (l limit) completeThrough() time.Time {
 	if l.through.IsZero() {
 		return time.Time{}
 	}
-	if l.cut != nil && l.cut.at > 0 && l.cut.at-1 < l.through.UnixMilli() {
-		return time.UnixMilli(l.cut.at - 1).UTC()
+	t := l.through.UnixMilli()
+	if l.cut != nil && l.cut.at > 0 && l.cut.at-1 < t {
+		t = l.cut.at - 1
 	}
-	return l.through
+	if l.waitFrom > 0 && l.waitFrom-1 < t {
+		t = l.waitFrom - 1
+	}
+	if t == l.through.UnixMilli() {
+		return l.through
+	}
+	return time.UnixMilli(t).UTC()
+}
+
+// gatedFrom is limit.waitFrom for the buffer: the earliest arrival of a row or held data record
+// within lim's bound that lim's gates hold back (0: none).
+func (b *buffer) gatedFrom(lim limit) int64 {
+	var from int64
+	note := func(at int64, k gateKind, pos *change.SourcePos) {
+		if at <= lim.bound && !lim.admits(at, k, pos) && (from == 0 || at < from) {
+			from = at
+		}
+	}
+	for i := range b.rows {
+		note(b.rows[i].at, b.rows[i].kind, &b.rows[i].src.SourcePos)
+	}
+	for i := range b.held {
+		if h := &b.held[i]; !h.ctl {
+			pos := change.SourcePosOf(h.ev)
+			note(h.at, gateKindOf(h.ev), &pos)
+		}
+	}
+	return from
 }
 
 // selectRows returns the indexes of the rows within lim, in lim's order: per shard the longest
@@ -194,7 +203,7 @@ func (b *buffer) selectRows(lim limit) []int {
 		if stopped[r.shard] {
 			continue
 		}
-		if !lim.admits(r.at, false, r.src.load) || (lim.cut != nil && !lim.cut.after(r)) {
+		if !lim.admits(r.at, r.kind, &r.src.SourcePos) || (lim.cut != nil && !lim.cut.after(r)) {
 			if stopped == nil {
 				stopped = make(map[string]bool)
 			}
@@ -271,22 +280,43 @@ func (b *buffer) hold(ev *change.Event, at int64) {
 	b.started()
 }
 
-// due returns the first held event when lim admits it, else nil.
-func (b *buffer) due(lim limit) *held {
-	if len(b.held) > 0 {
-		h := &b.held[0]
-		if lim.admits(h.at, h.ctl, h.ev.Op == change.OpLoad) {
-			return h
+// due returns the index of the next held event to take under lim, or -1. Held events are taken
+// in their order, except that a data record the gates hold back holds back only the later held
+// events of its own shard and every later control record: a held event of another shard does
+// not wait for it (that coupling would let two processes wait for each other's records of one
+// millisecond). A control record also waits for the buffered rows that arrived before it and
+// that the gates hold back (lim.waitFrom).
+func (b *buffer) due(lim limit) int {
+	var blocked map[string]bool
+	for i := range b.held {
+		h := &b.held[i]
+		if h.at > lim.bound {
+			return -1 // held events are sorted by arrival: every later one is past the bound too
 		}
+		if h.ctl {
+			if len(blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at {
+				return -1
+			}
+			return i
+		}
+		if blocked[h.ev.Pos.Shard] {
+			continue
+		}
+		if pos := change.SourcePosOf(h.ev); lim.admits(h.at, gateKindOf(h.ev), &pos) {
+			return i
+		}
+		if blocked == nil {
+			blocked = make(map[string]bool, 2)
+		}
+		blocked[h.ev.Pos.Shard] = true
 	}
-	return nil
+	return -1
 }
 
-// pop removes and returns the first held event.
-func (b *buffer) pop() held {
-	h := b.held[0]
-	b.held[0] = held{}
-	b.held = b.held[1:]
+// pop removes and returns the held event at index i.
+func (b *buffer) pop(i int) held {
+	h := b.held[i]
+	b.held = slices.Delete(b.held, i, i+1)
 	if len(b.held) == 0 {
 		b.held = nil
 	}
@@ -341,7 +371,7 @@ func (w *writer) noteRisk(r *row) {
 func (b *buffer) within(lim limit) bool {
 	for i := range b.rows {
 		r := &b.rows[i]
-		if lim.admits(r.at, false, r.src.load) && (lim.cut == nil || lim.cut.after(r)) {
+		if lim.admits(r.at, r.kind, &r.src.SourcePos) && (lim.cut == nil || lim.cut.after(r)) {
 			return true
 		}
 	}

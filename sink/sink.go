@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
@@ -53,18 +54,26 @@ func WithCommitBound(bound func() time.Time) Option {
 type Bound struct {
 	// At is the commit bound (zero: nothing may commit).
 	At time.Time
-	// LoadGate (zero: none) is the earliest arrival of a full-load row another process holds
-	// uncommitted: CDC changes that arrived at or after it wait, because a load is older than
-	// any CDC change of its key.
-	LoadGate time.Time
-	// ControlGate (zero: none) is the same for control records: data records that arrived at or
-	// after it wait (a create-table goes before the data it defines).
-	ControlGate time.Time
+	// Gates are, per source table, the oldest record of each kind another process holds
+	// uncommitted (checkpoint.PendingTables.For; nil: none; read-only): a load row waits for
+	// its table's older control records (a create-table goes before the data it defines), a
+	// CDC change also for its table's older loads (a load is older than any CDC change of its
+	// key) and key changes (a key change deletes its old key, which a later change may bring
+	// back), and a key change also for its table's older CDC changes (the old key's older
+	// changes go first).
+	Gates checkpoint.PendingTables
 }
 
 // WithCommitBounds is WithCommitBound with the cross-process gates: bound returns one
 // consistent snapshot of the bound and the gates.
 func WithCommitBounds(bound func() Bound) Option { return func(s *Iceberg) { s.bound = bound } }
+
+// WithBoundsChanged lets a table writer whose buffer waits for the bound or the gates flush as
+// soon as they move instead of at its next flush interval: changed returns a channel that is
+// closed after the next computation (the consumer's BoundsChanged). Default: none.
+func WithBoundsChanged(changed func() <-chan struct{}) Option {
+	return func(s *Iceberg) { s.boundChanged = changed }
+}
 
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
 func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
@@ -79,7 +88,9 @@ type Iceberg struct {
 	mmetrics maintenance.Metrics
 	onCommit func(CommitInfo)
 	bound    func() Bound
-	shards   shardSeen
+	// boundChanged is WithBoundsChanged (nil: none).
+	boundChanged func() <-chan struct{}
+	shards       shardSeen
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -253,7 +264,7 @@ func (s *Iceberg) newWriter(src string) *writer {
 	set.tc = tc
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
 		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark,
-		bound: s.bound, shards: &s.shards}
+		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards}
 	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
@@ -52,6 +53,8 @@ type writerEnv struct {
 	dropMark bool
 	// bound is the commit bound provider (WithCommitBound); nil: no bound, everything may commit.
 	bound func() Bound
+	// boundChanged is WithBoundsChanged (nil: none).
+	boundChanged func() <-chan struct{}
 	// shards notes the shards the sink has seen (risk detection with ordering shard).
 	shards *shardSeen
 }
@@ -82,10 +85,12 @@ type writer struct {
 	// which the last flush committed nothing while rows stayed (no size-triggered flush until
 	// the bound moves), stuckSet whether it is set; fresh is when the last properties-only
 	// freshness commit was made.
-	lim      *limit
-	stuck    limitKey
-	stuckSet bool
-	fresh    time.Time
+	lim   *limit
+	stuck limitKey
+	// gatedLogged is when logGated last logged.
+	gatedLogged time.Time
+	stuckSet    bool
+	fresh       time.Time
 	// risk: the first shard this table's records came from, and which risks were reported
 	// (ordering shard only).
 	riskShard string
@@ -118,9 +123,21 @@ func (w *writer) run(ctx context.Context) error {
 		fresh = t.C
 	}
 	for {
+		// A buffer that the last flush could not commit (the bound or a gate holds it) is
+		// flushed again as soon as they move.
+		var moved <-chan struct{}
+		if w.stuckSet && w.env.boundChanged != nil {
+			moved = w.env.boundChanged()
+		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-moved:
+			if w.stuckSet && w.limitNow().gates() != w.stuck {
+				if err := w.flush(ctx); err != nil {
+					return err
+				}
+			}
 		case it, ok := <-w.in:
 			if !ok {
 				w.closing = true
@@ -183,22 +200,24 @@ func (w *writer) limitNow() limit {
 		lim.bound, lim.through = -1, t
 		if !t.IsZero() {
 			lim.bound, lim.through = t.UnixMilli(), t.UTC()
-			// What is complete: nothing gated waits at or before the time just before a gate.
-			for _, g := range [...]struct {
-				at  time.Time
-				dst *int64
-			}{{b.LoadGate, &lim.loadGate}, {b.ControlGate, &lim.ctlGate}} {
-				if g.at.IsZero() {
-					continue
-				}
-				*g.dst = g.at.UnixMilli()
-				if before := time.UnixMilli(*g.dst - 1).UTC(); before.Before(lim.through) {
-					lim.through = before
-				}
+			if len(b.Gates) > 0 {
+				g := b.Gates.For(w.src)
+				lim.loadGate, lim.ctlGate = msOrZero(g[checkpoint.KindLoad].At), msOrZero(g[checkpoint.KindControl].At)
+				ch := g[checkpoint.KindChange]
+				ch.Min(g[checkpoint.KindKeyChange]) // the change gate takes key changes too
+				lim.chGate, lim.chPos = msOrZero(ch.At), ch.Pos
 			}
 		}
 	}
 	return lim
+}
+
+// msOrZero is t in unix ms, 0 for the zero time.
+func msOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
 }
 
 // add takes one event in: guarded, a control record, or a data record of a table that does not
@@ -281,7 +300,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack = ev.Replay, at, sourcePos(ev), ev.Ack
+	r.replay, r.at, r.src, r.ack, r.kind = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev)
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)
 	}

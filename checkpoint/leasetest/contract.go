@@ -3,6 +3,7 @@ package leasetest
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 // Store is one worker's view of a lease table: the processor's LeaseStore plus the KCL's lease
@@ -260,7 +262,9 @@ func withoutLease(t *testing.T, tbl Table, shard string) {
 // Horizons are stored at millisecond precision; the test values are whole milliseconds.
 var (
 	h1 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_100).UTC(), PendingFrom: time.UnixMilli(1_764_000_000_050).UTC(),
-		PendingLoadFrom: time.UnixMilli(1_764_000_000_060).UTC(), PendingControlFrom: time.UnixMilli(1_764_000_000_070).UTC(),
+		Pending: checkpoint.PendingTables{"shop.a": {checkpoint.KindLoad: {At: time.UnixMilli(1_764_000_000_060).UTC()},
+			checkpoint.KindKeyChange: {At: time.UnixMilli(1_764_000_000_090).UTC(), Pos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7", TxRecord: "2"}}},
+			"shop.b": {checkpoint.KindControl: {At: time.UnixMilli(1_764_000_000_070).UTC()}}},
 		At: time.UnixMilli(1_764_000_001_000).UTC()}
 	h2 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_900).UTC(), At: time.UnixMilli(1_764_000_002_000).UTC()}
 )
@@ -282,10 +286,9 @@ func publishRefused(t *testing.T, s Store, shard string, epoch int64, want error
 func wantHorizon(t *testing.T, r checkpoint.LeaseRow, want checkpoint.Horizon, when string) {
 	t.Helper()
 	if !r.ReadHorizon.Equal(want.Read) || !r.PendingFrom.Equal(want.PendingFrom) || !r.HorizonAt.Equal(want.At) ||
-		!r.PendingLoadFrom.Equal(want.PendingLoadFrom) || !r.PendingControlFrom.Equal(want.PendingControlFrom) {
-		t.Fatalf("%s: row horizon (read %v, pending %v, load %v, control %v, at %v), want (read %v, pending %v, load %v, control %v, at %v)", when,
-			r.ReadHorizon, r.PendingFrom, r.PendingLoadFrom, r.PendingControlFrom, r.HorizonAt,
-			want.Read, want.PendingFrom, want.PendingLoadFrom, want.PendingControlFrom, want.At)
+		!reflect.DeepEqual(r.Pending, want.Pending) {
+		t.Fatalf("%s: row horizon (read %v, pending %v, tables %v, at %v), want %+v", when,
+			r.ReadHorizon, r.PendingFrom, r.Pending, r.HorizonAt, want)
 	}
 }
 

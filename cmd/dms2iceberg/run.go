@@ -91,12 +91,17 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	bound := func() sink.Bound {
 		if c := cons.Load(); c != nil {
 			b := c.CommitBounds()
-			return sink.Bound{At: b.Bound, LoadGate: b.LoadGate, ControlGate: b.ControlGate}
+			return sink.Bound{At: b.Bound, Gates: b.Gates}
 		}
 		return sink.Bound{}
 	}
 	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
-		sink.WithCommitBounds(bound)}
+		sink.WithCommitBounds(bound), sink.WithBoundsChanged(func() <-chan struct{} {
+			if c := cons.Load(); c != nil {
+				return c.BoundsChanged()
+			}
+			return nil
+		})}
 	if cfg.PostCommit.Enabled() {
 		hook := newPostCommitHook(cfg.PostCommit, log, metrics)
 		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))

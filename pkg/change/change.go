@@ -204,3 +204,32 @@ type DeadLetter struct {
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, dl DeadLetter) error
 }
+
+// MayChangeKey reports whether ev is an update whose before-image may name another row than its
+// after-image: a before-image column is absent from the after-image or has another value there.
+// With DMS's pk-only before-images (BeforeImageSettings ColumnFilter pk-only, the recommended
+// setting) that is exactly a primary-key change; with full before-images every update that
+// changes a column counts. The consumer uses it to publish key changes for the ordering guard's
+// cross-process gates before a table's key columns are known; an update without a before-image
+// is never a key change (the sink cannot tell one either).
+func MayChangeKey(ev *Event) bool {
+	if ev.Op != OpUpdate || len(ev.Before) == 0 {
+		return false
+	}
+	for _, b := range ev.Before {
+		found := false
+		for _, c := range ev.Columns {
+			if c.Name == b.Name {
+				if c.Value != b.Value {
+					return true
+				}
+				found = true
+				break
+			}
+		}
+		if !found {
+			return true
+		}
+	}
+	return false
+}

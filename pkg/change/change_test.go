@@ -1,0 +1,59 @@
+package change
+
+import "testing"
+
+func TestMayChangeKey(t *testing.T) {
+	t.Parallel()
+	num := func(s string) Value { return Value{Kind: KindNumber, Text: s} }
+	str := func(s string) Value { return Value{Kind: KindString, Text: s} }
+	after := []Column{{"id", num("1")}, {"name", str("x")}}
+	for _, c := range []struct {
+		name   string
+		op     Op
+		before []Column
+		want   bool
+	}{
+		{"pk-only before-image, same key", OpUpdate, []Column{{"id", num("1")}}, false},
+		{"pk-only before-image, other key", OpUpdate, []Column{{"id", num("2")}}, true},
+		{"empty before-image", OpUpdate, nil, false},
+		{"before-image column absent from the after-image", OpUpdate, []Column{{"tenant", num("7")}}, true},
+		{"full before-image, a changed column", OpUpdate, []Column{{"id", num("1")}, {"name", str("y")}}, true},
+		{"full before-image, nothing changed", OpUpdate, []Column{{"id", num("1")}, {"name", str("x")}}, false},
+		{"same text, other kind", OpUpdate, []Column{{"id", str("1")}}, true},
+		{"not an update", OpDelete, []Column{{"id", num("2")}}, false},
+	} {
+		ev := &Event{Op: c.op, Columns: after, Before: c.before}
+		if got := MayChangeKey(ev); got != c.want {
+			t.Errorf("%s: MayChangeKey = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestNatCompare(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		a, b string
+		want int
+	}{
+		{"9", "10", -1}, {"mysql-bin.000024:9812:0", "mysql-bin.000024:10001:0", -1},
+		{"mysql-bin.000025:1", "mysql-bin.000024:99", 1}, {"007", "7", 0}, {"a", "ab", -1}, {"00000002/7C007178", "00000002/7C007178", 0},
+		{"00000002/03523E78.2.00000002/03523E78", "00000002/0352A2F7.4.00000002/0352A2F7", -1}, // PostgreSQL LSNs are hex
+		{"0000002a:00000130:0004", "0000002B:00000010:0001", -1}, {"45655", "45727", -1},
+	} {
+		if got := NatCompare(c.a, c.b); got != c.want {
+			t.Errorf("NatCompare(%q, %q) = %d, want %d", c.a, c.b, got, c.want)
+		}
+	}
+}
+
+func TestSourcePosEncodeRoundTrip(t *testing.T) {
+	t.Parallel()
+	p := SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7|\"x", TxRecord: "3", Position: "mysql-bin.000024:9812:0"}
+	if got := DecodeSourcePos(p.Encode()); got != p {
+		t.Fatalf("round trip %+v, want %+v", got, p)
+	}
+	var z SourcePos
+	if z.Encode() != "" || DecodeSourcePos("") != z || DecodeSourcePos("not json") != z {
+		t.Fatal("the zero position does not encode as the empty string")
+	}
+}
