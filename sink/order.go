@@ -316,7 +316,12 @@ func (b *buffer) due(lim limit) int {
 // pop removes and returns the held event at index i.
 func (b *buffer) pop(i int) held {
 	h := b.held[i]
-	b.held = slices.Delete(b.held, i, i+1)
+	if i == 0 {
+		b.held[0] = held{}
+		b.held = b.held[1:] // the usual case, O(1)
+	} else {
+		b.held = slices.Delete(b.held, i, i+1)
+	}
 	if len(b.held) == 0 {
 		b.held = nil
 	}

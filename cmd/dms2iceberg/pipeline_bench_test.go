@@ -17,6 +17,10 @@ import (
 
 type benchAcker struct{ n atomic.Int64 }
 
+var benchShards = [...]string{"shardId-000000000000", "shardId-000000000001", "shardId-000000000002", "shardId-000000000003"}
+
+var arrival0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+
 func (a *benchAcker) Done(n int) { a.n.Add(int64(n)) }
 
 type nopDLQ struct{}
@@ -33,8 +37,19 @@ func cpuTime() time.Duration {
 // deletes and primary-key changes over four tables) through the decoder and the Iceberg sink
 // (SQLite catalog, local warehouse), as the shard processors do, without Kinesis. One op is the
 // whole workload; msgs/cpu-s is messages per CPU-second of the whole process, ns/msg the wall
-// time per message.
-func BenchmarkPipeline(b *testing.B) {
+// time per message. The records come from one shard with no arrival times and no commit bound
+// (the guard orders but holds nothing back); BenchmarkPipelineGuard measures the guard itself.
+func BenchmarkPipeline(b *testing.B) { benchPipeline(b, "arrival", 1, false) }
+
+// BenchmarkPipelineGuard is BenchmarkPipeline with the records spread over four shards with
+// arrival times, under the ordering guard with a commit bound (always past every record, as a
+// caught-up stream has it) and under ordering shard: the difference is the guard's CPU cost.
+func BenchmarkPipelineGuard(b *testing.B) {
+	b.Run("ordering=arrival", func(b *testing.B) { benchPipeline(b, "arrival", 4, true) })
+	b.Run("ordering=shard", func(b *testing.B) { benchPipeline(b, "shard", 4, false) })
+}
+
+func benchPipeline(b *testing.B, ordering string, shards int, bound bool) {
 	gen := workload.New(workload.Config{Seed: 1, LoadRows: 5000, Changes: 50000})
 	var msgs [][]byte
 	for m := range gen.Messages() {
@@ -46,6 +61,7 @@ func BenchmarkPipeline(b *testing.B) {
 		cfg := sink.DefaultConfig()
 		cfg.Catalog = sink.DefaultCatalogConfig(b.TempDir())
 		cfg.Stream = "bench"
+		cfg.Ordering = ordering
 		if err := demoTables(&cfg); err != nil {
 			b.Fatal(err)
 		}
@@ -53,7 +69,12 @@ func BenchmarkPipeline(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		s, err := sink.New(cfg, cat, nopDLQ{})
+		var opts []sink.Option
+		if bound {
+			far := time.Now().Add(24 * time.Hour)
+			opts = append(opts, sink.WithCommitBound(func() time.Time { return far }))
+		}
+		s, err := sink.New(cfg, cat, nopDLQ{}, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -69,7 +90,10 @@ func BenchmarkPipeline(b *testing.B) {
 			if err := dec.Decode(data, ev); err != nil {
 				b.Fatal(err)
 			}
-			ev.Pos = change.Position{Stream: "bench", Shard: "shardId-000000000000", Seq: strconv.Itoa(1_000_000 + i)}
+			ev.Pos = change.Position{Stream: "bench", Shard: benchShards[i%shards], Seq: strconv.Itoa(1_000_000 + i)}
+			if shards > 1 {
+				ev.Arrival = arrival0.Add(time.Duration(i/4) * time.Millisecond)
+			}
 			ev.Raw, ev.Ack = data, ack
 			if err := s.Submit(ctx, ev); err != nil {
 				b.Fatal(err)
