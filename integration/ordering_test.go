@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"math/big"
@@ -150,6 +151,8 @@ type orderingStream struct {
 	last map[string]string
 	// shards lists the shard ids in hash-key order.
 	shards []string
+	// written is when gen started: every record arrived after it.
+	written time.Time
 }
 
 // newOrderingStream creates a 4-shard stream and writes the case's workload to it with gen.
@@ -168,6 +171,7 @@ func newOrderingStream(t *testing.T, bin string, c orderingCase) *orderingStream
 		args = append(args, "--reload-table", c.reload)
 	}
 	start := time.Now()
+	s.written = start.Add(-time.Second) // the emulator's clock is this machine's; a second of slack
 	_, stderr, err := RunCLI(t, bin, args...)
 	if err != nil {
 		t.Fatalf("gen %s: %v\n%s", strings.Join(args[1:], " "), err, stderr)
@@ -314,6 +318,30 @@ func (s *orderingStream) runArrival(t *testing.T) {
 			s.c.name, report, summarizeDiffs(report))
 	}
 	t.Logf("verify:\n%s", report)
+	// A consistent cut at the stream's start names a snapshot of every table (each table's
+	// first commit is complete through a bound past its first record).
+	out, stderr, err := RunCLI(t, s.bin, "cut", "--config", r.config, "--at", s.written.UTC().Format(time.RFC3339Nano), "--json")
+	if err != nil {
+		t.Fatalf("cut: %v\n%s%s", err, out, stderr)
+	}
+	var cut struct {
+		Tables []struct {
+			Table    string `json:"table"`
+			Snapshot string `json:"snapshot_id"`
+			Complete bool   `json:"complete"`
+		} `json:"tables"`
+	}
+	if err := json.Unmarshal([]byte(out), &cut); err != nil {
+		t.Fatalf("cut --json: %v\n%s", err, out)
+	}
+	if len(cut.Tables) != 4 {
+		t.Fatalf("cut lists %d tables, want the 4 of the workload:\n%s", len(cut.Tables), out)
+	}
+	for _, tb := range cut.Tables {
+		if !tb.Complete || tb.Snapshot == "" {
+			t.Fatalf("cut: table %s has no snapshot complete through the stream's start:\n%s", tb.Table, out)
+		}
+	}
 }
 
 // runShard is the negative control: with shard ordering verify must report differences.

@@ -337,10 +337,7 @@ func completeThroughProp(props iceberg.Properties, through time.Time) (string, b
 
 // completeThrough reads tableprop.CompleteThrough; zero when absent or unreadable.
 func completeThrough(props iceberg.Properties) time.Time {
-	t, err := time.Parse(time.RFC3339Nano, props[tableprop.CompleteThrough])
-	if err != nil {
-		return time.Time{}
-	}
+	t, _ := tableprop.ParseCompleteThrough(props[tableprop.CompleteThrough])
 	return t
 }
 

@@ -32,8 +32,9 @@ Prints, for the service that the configuration describes:
   per shard: lease owner and expiry, checkpoint, committed watermark (the highest sequence
              number any table holds for the shard), and lag (age of the oldest record after
              the checkpoint; 0 when the checkpoint is at the end of the shard)
-  per table: last commit (current snapshot time), rows, data files, delete files, equality
-             deletes (from the snapshot summary), and its watermark per shard
+  per table: last commit (current snapshot time), complete-through (every change of the stream
+             that arrived at or before it is in the table), rows, data files, delete files,
+             equality deletes (from the snapshot summary), and its watermark per shard
 It reads the lease table (DynamoDB), the stream (Kinesis: ListShards and one GetRecords per
 shard) and the catalog; it writes nothing.
 
@@ -64,20 +65,11 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Reading must not create an embedded catalog where the service has not run yet.
-	if c := cfg.Sink.Catalog; c.Type == "sql" && strings.HasPrefix(c.URI, "file:") {
-		path, _, _ := strings.Cut(strings.TrimPrefix(c.URI, "file:"), "?")
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("catalog %s: %w (has the service run with this configuration?)", path, err)
-		}
-	}
-	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
+	cat, closeCat, err := openCatalogToRead(ctx, cfg.Sink.Catalog)
 	if err != nil {
 		return err
 	}
-	if c, ok := cat.(io.Closer); ok {
-		defer c.Close()
-	}
+	defer closeCat()
 	src := statusSources{
 		stream: cfg.Stream, leaseTable: cfg.Application,
 		kinesis: kinesis.NewFromConfig(awsCfg), dynamo: dynamodb.NewFromConfig(awsCfg),
@@ -101,6 +93,26 @@ func runStatus(ctx context.Context, args []string) error {
 		return errExplained
 	}
 	return nil
+}
+
+// openCatalogToRead opens the catalog for a command that only reads it: an embedded SQLite
+// catalog must exist already (reading must not create one where the service has not run yet).
+func openCatalogToRead(ctx context.Context, c sink.CatalogConfig) (catalog.Catalog, func(), error) {
+	if c.Type == "sql" && strings.HasPrefix(c.URI, "file:") {
+		path, _, _ := strings.Cut(strings.TrimPrefix(c.URI, "file:"), "?")
+		if _, err := os.Stat(path); err != nil {
+			return nil, nil, fmt.Errorf("catalog %s: %w (has the service run with this configuration?)", path, err)
+		}
+	}
+	cat, err := sink.OpenCatalog(ctx, c)
+	if err != nil {
+		return nil, nil, err
+	}
+	closeCat := func() {}
+	if cl, ok := cat.(io.Closer); ok {
+		closeCat = func() { _ = cl.Close() }
+	}
+	return cat, closeCat, nil
 }
 
 // statusReport is what `status` prints.
@@ -146,7 +158,10 @@ type tableStatus struct {
 	EqualityDeletes      int64             `json:"equality_deletes"`
 	PositionDeletes      int64             `json:"position_deletes"`
 	Watermarks           map[string]string `json:"watermarks,omitempty"`
-	Error                string            `json:"error,omitempty"`
+	// CompleteThrough is tableprop.CompleteThrough: the table holds every change of the stream
+	// that arrived at or before it (absent: never recorded, ordering shard).
+	CompleteThrough *time.Time `json:"complete_through,omitempty"`
+	Error           string     `json:"error,omitempty"`
 }
 
 type statusKinesis interface {
@@ -346,6 +361,29 @@ func isSeq(s string) bool {
 // readTables loads every table of the namespaces that holds watermarks of this stream or that
 // the configuration names.
 func (s statusSources) readTables(ctx context.Context) ([]tableStatus, error) {
+	tables, err := s.loadTables(ctx)
+	out := make([]tableStatus, 0, len(tables))
+	for _, t := range tables {
+		if t.err != nil {
+			out = append(out, tableStatus{Table: t.name, Error: t.err.Error()})
+			continue
+		}
+		out = append(out, tableStatusOf(t.name, t.tbl, s.stream))
+	}
+	return out, err
+}
+
+// loadedTable is a table of loadTables: loaded, or the error of loading it.
+type loadedTable struct {
+	name string
+	tbl  *table.Table
+	err  error
+}
+
+// loadTables loads the tables of the namespaces to list that this stream writes (they hold its
+// watermarks) or the configuration names, sorted by name. A table that cannot be loaded is
+// returned with its error; a namespace that cannot be listed is in the error.
+func (s statusSources) loadTables(ctx context.Context) ([]loadedTable, error) {
 	var nss []table.Identifier
 	if len(s.namespaces) > 0 {
 		for _, ns := range s.namespaces {
@@ -357,7 +395,7 @@ func (s statusSources) readTables(ctx context.Context) ([]tableStatus, error) {
 			return nil, fmt.Errorf("list namespaces: %w", err)
 		}
 	}
-	var out []tableStatus
+	var out []loadedTable
 	var errs []error
 	for _, ns := range nss {
 		for ident, err := range s.catalog.ListTables(ctx, ns) {
@@ -371,23 +409,25 @@ func (s statusSources) readTables(ctx context.Context) ([]tableStatus, error) {
 			name := strings.Join(ident, ".")
 			tbl, err := s.catalog.LoadTable(ctx, ident)
 			if err != nil {
-				out = append(out, tableStatus{Table: name, Error: err.Error()})
+				out = append(out, loadedTable{name: name, err: err})
 				continue
 			}
-			ts := tableStatusOf(name, tbl, s.stream)
-			if len(ts.Watermarks) == 0 && !s.targets[name] {
+			if len(tableprop.Watermarks(tbl.Properties(), s.stream)) == 0 && !s.targets[name] {
 				continue // not written from this stream
 			}
-			out = append(out, ts)
+			out = append(out, loadedTable{name: name, tbl: tbl})
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Table < out[j].Table })
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out, errors.Join(errs...)
 }
 
 // tableStatusOf reads a table's current snapshot summary and its watermarks.
 func tableStatusOf(name string, tbl *table.Table, stream string) tableStatus {
 	ts := tableStatus{Table: name, Watermarks: tableprop.Watermarks(tbl.Properties(), stream)}
+	if ct, ok := tableprop.ParseCompleteThrough(tbl.Properties()[tableprop.CompleteThrough]); ok {
+		ts.CompleteThrough = &ct
+	}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return ts
@@ -483,11 +523,15 @@ func (r statusReport) render(w io.Writer) {
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nTABLES (%d)\n", len(r.Tables))
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "TABLE\tLAST COMMIT\tAGE\tROWS\tDATA FILES\tDELETE FILES\tEQ DELETES\tSNAPSHOT")
+	fmt.Fprintln(tw, "TABLE\tLAST COMMIT\tAGE\tCOMPLETE THROUGH\tROWS\tDATA FILES\tDELETE FILES\tEQ DELETES\tSNAPSHOT")
 	for _, t := range r.Tables {
 		if t.Error != "" {
-			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t\n", t.Table, t.Error)
+			fmt.Fprintf(tw, "%s\terror: %s\t\t\t\t\t\t\t\n", t.Table, t.Error)
 			continue
+		}
+		through := "-"
+		if t.CompleteThrough != nil {
+			through = t.CompleteThrough.Format(tableprop.CompleteThroughLayout)
 		}
 		last, age := "never", "-"
 		if t.LastCommit != nil {
@@ -496,7 +540,7 @@ func (r statusReport) render(w io.Writer) {
 		if t.LastCommitAgeSeconds != nil {
 			age = fmtSeconds(*t.LastCommitAgeSeconds)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", t.Table, last, age, t.Rows, t.DataFiles, t.DeleteFiles, t.EqualityDeletes, t.SnapshotID)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", t.Table, last, age, through, t.Rows, t.DataFiles, t.DeleteFiles, t.EqualityDeletes, t.SnapshotID)
 	}
 	_ = tw.Flush()
 	for _, e := range r.Errors {

@@ -164,6 +164,7 @@ func statusCatalog(t *testing.T, dir string) catalog.Catalog {
 		tableprop.Watermark("s", "shard-0"):     seqN(2),
 		tableprop.Watermark("s", "shard-1"):     seqN(5),
 		tableprop.Watermark("other", "shard-0"): seqN(9), // another stream: ignored
+		tableprop.CompleteThrough:               "2026-05-01T11:59:30.000Z",
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +237,8 @@ func TestStatusCollectAndRender(t *testing.T) {
 		t.Errorf("items: %+v", items)
 	}
 	if orders.Rows != 3 || orders.DataFiles != 2 || orders.DeleteFiles != 0 || orders.SnapshotID == 0 || orders.LastCommit == nil ||
-		orders.LastCommitAgeSeconds == nil || len(orders.Watermarks) != 2 || orders.Watermarks["shard-1"] != seqN(5) {
+		orders.LastCommitAgeSeconds == nil || len(orders.Watermarks) != 2 || orders.Watermarks["shard-1"] != seqN(5) ||
+		orders.CompleteThrough == nil || !orders.CompleteThrough.Equal(now.Add(-30*time.Second)) {
 		t.Errorf("orders: %+v", orders)
 	}
 
@@ -251,7 +253,7 @@ func TestStatusCollectAndRender(t *testing.T) {
 		"shard-1  finished", "expired 1m0s ago",
 		"shard-2  open", "worker-b", "TRIM_HORIZON", "5s",
 		"shop.items", "never",
-		"shop.orders", strconv.FormatInt(orders.SnapshotID, 10),
+		"shop.orders", strconv.FormatInt(orders.SnapshotID, 10), "COMPLETE THROUGH", "2026-05-01T11:59:30.000Z",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("rendered status lacks %q:\n%s", want, text)

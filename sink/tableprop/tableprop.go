@@ -1,6 +1,9 @@
 package tableprop
 
-import "strings"
+import (
+	"strings"
+	"time"
+)
 
 // Table properties.
 const (
@@ -46,6 +49,19 @@ const (
 
 // CompleteThroughLayout is the time layout of CompleteThrough (always UTC).
 const CompleteThroughLayout = "2006-01-02T15:04:05.000Z07:00"
+
+// ParseCompleteThrough reads a CompleteThrough value (property or snapshot summary); false when
+// it is absent or unreadable.
+func ParseCompleteThrough(v string) (time.Time, bool) {
+	if v == "" {
+		return time.Time{}, false
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, false
+	}
+	return t.UTC(), true
+}
 
 // Values of Status.
 const (
