@@ -67,15 +67,11 @@ func runCut(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cat, closeCat, err := openCatalogToRead(ctx, cfg.Sink.Catalog)
+	src, closeCat, err := catalogSources(ctx, cfg, namespaces)
 	if err != nil {
 		return err
 	}
 	defer closeCat()
-	src := statusSources{stream: cfg.Stream, catalog: cat, namespaces: namespaces, targets: configuredTargets(cfg.Sink)}
-	if len(src.namespaces) == 0 {
-		src.namespaces = impliedNamespaces(cfg.Sink)
-	}
 	tables, err := src.loadTables(ctx)
 	rep := cutReport{At: at.UTC()}
 	if err != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -21,17 +20,7 @@ import (
 // not complete yet.
 func TestCutPicksTheFirstSnapshotCompleteThroughTheTime(t *testing.T) {
 	ctx := t.Context()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(t.TempDir()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, ok := cat.(interface{ Close() error }); ok {
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	if err := cat.CreateNamespace(ctx, table.Identifier{"shop"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	sc := iceberg.NewSchemaWithIdentifiers(0, []int{1}, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	cat, sc := shopCatalog(t, t.TempDir())
 	tbl, err := cat.CreateTable(ctx, table.Identifier{"shop", "orders"}, sc)
 	if err != nil {
 		t.Fatal(err)

@@ -65,20 +65,13 @@ func runStatus(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cat, closeCat, err := openCatalogToRead(ctx, cfg.Sink.Catalog)
+	src, closeCat, err := catalogSources(ctx, cfg, namespaces)
 	if err != nil {
 		return err
 	}
 	defer closeCat()
-	src := statusSources{
-		stream: cfg.Stream, leaseTable: cfg.Application,
-		kinesis: kinesis.NewFromConfig(awsCfg), dynamo: dynamodb.NewFromConfig(awsCfg),
-		catalog: cat, namespaces: namespaces, now: time.Now,
-	}
-	if len(src.namespaces) == 0 {
-		src.namespaces = impliedNamespaces(cfg.Sink)
-	}
-	src.targets = configuredTargets(cfg.Sink)
+	src.leaseTable, src.now = cfg.Application, time.Now
+	src.kinesis, src.dynamo = kinesis.NewFromConfig(awsCfg), dynamodb.NewFromConfig(awsCfg)
 	rep := src.collect(ctx)
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
@@ -93,6 +86,22 @@ func runStatus(ctx context.Context, args []string) error {
 		return errExplained
 	}
 	return nil
+}
+
+// catalogSources are the status sources of the catalog side for a reading command: the catalog
+// (openCatalogToRead), the stream, the namespaces to list (namespaces, else those the
+// configuration implies) and the configured targets. The caller closes the catalog with the
+// returned function.
+func catalogSources(ctx context.Context, cfg Config, namespaces []string) (statusSources, func(), error) {
+	cat, closeCat, err := openCatalogToRead(ctx, cfg.Sink.Catalog)
+	if err != nil {
+		return statusSources{}, nil, err
+	}
+	src := statusSources{stream: cfg.Stream, catalog: cat, namespaces: namespaces, targets: configuredTargets(cfg.Sink)}
+	if len(src.namespaces) == 0 {
+		src.namespaces = impliedNamespaces(cfg.Sink)
+	}
+	return src, closeCat, nil
 }
 
 // openCatalogToRead opens the catalog for a command that only reads it: an embedded SQLite

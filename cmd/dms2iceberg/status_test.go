@@ -122,17 +122,7 @@ func lease(shard, owner, cp string, timeout time.Time, epoch int) map[string]ddb
 func statusCatalog(t *testing.T, dir string) catalog.Catalog {
 	t.Helper()
 	ctx := t.Context()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c, ok := cat.(interface{ Close() error }); ok {
-		t.Cleanup(func() { _ = c.Close() })
-	}
-	if err := cat.CreateNamespace(ctx, table.Identifier{"shop"}, nil); err != nil {
-		t.Fatal(err)
-	}
-	sc := iceberg.NewSchemaWithIdentifiers(0, []int{1}, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+	cat, sc := shopCatalog(t, dir)
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 	appendRows := func(tbl *table.Table, ids ...int64) *table.Table {
@@ -180,6 +170,23 @@ func statusCatalog(t *testing.T, dir string) catalog.Catalog {
 		t.Fatal(err)
 	}
 	return cat
+}
+
+// shopCatalog opens an embedded catalog under dir with the namespace shop, closed at the end of
+// the test, and returns it with a one-column schema (id, the key).
+func shopCatalog(t *testing.T, dir string) (catalog.Catalog, *iceberg.Schema) {
+	t.Helper()
+	cat, err := sink.OpenCatalog(t.Context(), sink.DefaultCatalogConfig(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := cat.(interface{ Close() error }); ok {
+		t.Cleanup(func() { _ = c.Close() })
+	}
+	if err := cat.CreateNamespace(t.Context(), table.Identifier{"shop"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	return cat, iceberg.NewSchemaWithIdentifiers(0, []int{1}, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
 }
 
 func TestStatusCollectAndRender(t *testing.T) {
