@@ -61,23 +61,24 @@ const (
 	numKinds
 )
 
-// Tracked is one event of a delivery registered by BeginTracked: its source table
-// ("schema.table"), kind, arrival and DMS source position (which breaks ties of arrival).
+// Tracked is one event of a delivery registered by BeginTracked: its source schema and table,
+// kind, arrival and DMS source position (which breaks ties of arrival). The "schema.table" key
+// of PendingTables is built only when it is read, never per record.
 type Tracked struct {
-	Table string
-	Kind  Kind
-	At    time.Time
-	Pos   change.SourcePos
+	Schema, Table string
+	Kind          Kind
+	At            time.Time
+	Pos           change.SourcePos
 }
 
 // eventAck acknowledges one event of a delivery registered by BeginTracked.
 type eventAck struct {
-	d     *Delivery
-	table string
-	at    time.Time
-	pos   change.SourcePos
-	kind  Kind
-	done  atomic.Bool
+	d             *Delivery
+	schema, table string
+	at            time.Time
+	pos           change.SourcePos
+	kind          Kind
+	done          atomic.Bool
 }
 
 // Done acknowledges the event (n must be 1: one acknowledgement per event).
@@ -115,7 +116,7 @@ func (s *Shard) BeginTracked(last string, first time.Time, events []Tracked) *De
 	d := &Delivery{shard: s, last: last, first: first, evs: make([]eventAck, len(events))}
 	d.remaining.Store(int64(len(events)))
 	for i, e := range events {
-		d.evs[i] = eventAck{d: d, table: e.Table, at: e.At, pos: e.Pos, kind: e.Kind}
+		d.evs[i] = eventAck{d: d, schema: e.Schema, table: e.Table, at: e.At, pos: e.Pos, kind: e.Kind}
 	}
 	return s.register(d, len(events))
 }
@@ -222,6 +223,7 @@ func (s *Shard) PendingTables() PendingTables {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var p PendingTables
+	names := map[[2]string]string{} // "schema.table", built once per table
 	for _, d := range s.pending {
 		if len(d.evs) == 0 || d.remaining.Load() <= 0 {
 			continue
@@ -234,9 +236,14 @@ func (s *Shard) PendingTables() PendingTables {
 			if p == nil {
 				p = make(PendingTables)
 			}
-			g := p[e.table]
+			name, ok := names[[2]string{e.schema, e.table}]
+			if !ok {
+				name = e.schema + "." + e.table
+				names[[2]string{e.schema, e.table}] = name
+			}
+			g := p[name]
 			g[e.kind].Min(Gate{At: e.at, Pos: e.pos})
-			p[e.table] = g
+			p[name] = g
 		}
 	}
 	return p

@@ -183,9 +183,9 @@ func TestPendingTablesFollowTheUnacknowledgedEvents(t *testing.T) {
 	t.Parallel()
 	at := func(ms int64) time.Time { return time.UnixMilli(ms) }
 	s := NewShard("shardId-0", "")
-	d1 := s.BeginTracked("10", at(100), []Tracked{{Table: "s.a", Kind: KindChange, At: at(100)}, {Table: "s.a", Kind: KindLoad, At: at(110)},
-		{Table: "s.b", Kind: KindControl, At: at(105)}, {Table: "s.a", Kind: KindLoad, At: at(120)}})
-	d2 := s.BeginTracked("20", at(200), []Tracked{{Table: "s.b", Kind: KindLoad, At: at(200)}, {Table: "s.a", Kind: KindKeyChange, At: at(210)}})
+	d1 := s.BeginTracked("10", at(100), []Tracked{{Schema: "s", Table: "a", Kind: KindChange, At: at(100)}, {Schema: "s", Table: "a", Kind: KindLoad, At: at(110)},
+		{Schema: "s", Table: "b", Kind: KindControl, At: at(105)}, {Schema: "s", Table: "a", Kind: KindLoad, At: at(120)}})
+	d2 := s.BeginTracked("20", at(200), []Tracked{{Schema: "s", Table: "b", Kind: KindLoad, At: at(200)}, {Schema: "s", Table: "a", Kind: KindKeyChange, At: at(210)}})
 	want := func(table string, k Kind, ms int64, when string) {
 		t.Helper()
 		g := s.PendingTables()[table][k]
@@ -217,7 +217,7 @@ func TestPendingTablesFollowTheUnacknowledgedEvents(t *testing.T) {
 	if got := s.Committed(); got != "10" {
 		t.Fatalf("committed %q after the first delivery, want 10", got)
 	}
-	d3 := s.BeginTracked("30", at(300), []Tracked{{Table: "s.b", Kind: KindControl, At: at(300)}})
+	d3 := s.BeginTracked("30", at(300), []Tracked{{Schema: "s", Table: "b", Kind: KindControl, At: at(300)}})
 	want("s.b", KindControl, 300, "a later control record")
 	s.Abandon(d2)
 	want("s.a", KindKeyChange, -1, "after abandoning")
@@ -242,7 +242,7 @@ func TestPendingTablesBreakTiesBySourcePosition(t *testing.T) {
 	s := NewShard("shardId-0", "")
 	later := change.SourcePos{CommitTS: "2025-06-01T00:00:02.000000Z"}
 	earlier := change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}
-	d := s.BeginTracked("10", at, []Tracked{{Table: "s.a", Kind: KindChange, At: at, Pos: later}, {Table: "s.a", Kind: KindChange, At: at, Pos: earlier}})
+	d := s.BeginTracked("10", at, []Tracked{{Schema: "s", Table: "a", Kind: KindChange, At: at, Pos: later}, {Schema: "s", Table: "a", Kind: KindChange, At: at, Pos: earlier}})
 	if g := s.PendingTables()["s.a"][KindChange]; !g.At.Equal(at) || g.Pos != earlier {
 		t.Fatalf("oldest %+v, want %v %+v", g, at, earlier)
 	}

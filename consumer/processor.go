@@ -142,7 +142,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
-		p.tracked = append(p.tracked, checkpoint.Tracked{Table: ev.Schema + "." + ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
+		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
 	}
 	d := p.track.BeginTracked(aws.ToString(last.SequenceNumber), first, p.tracked)
 	if !p.handOn(d, events) {
