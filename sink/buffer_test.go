@@ -436,6 +436,24 @@ func TestBufferHeld(t *testing.T) {
 	if h := d.pop(2); h.ev.Pos.Shard != "b" || len(d.held) != 2 {
 		t.Fatalf("popped %+v, %d left", h.ev.Pos, len(d.held))
 	}
+	// A flush's walk resumes after the held-back events and takes the rest of the other shard in
+	// order, never a held-back shard's event, and stops at a control record behind them.
+	e := newBuffer()
+	e.hold(ev(change.OpInsert, "a", "1"), 100)
+	e.hold(ev(change.OpLoad, "b", "1"), 110)
+	e.hold(ev(change.OpInsert, "a", "2"), 120)
+	e.hold(ev(change.OpLoad, "b", "2"), 130)
+	e.hold(ev(change.OpControl, "c", "1"), 140)
+	var sc dueScan
+	var took []string
+	gated := limit{bound: 1000, loadGate: 90}
+	for i := e.dueFrom(gated, &sc); i >= 0; i = e.dueFrom(gated, &sc) {
+		h := e.pop(i)
+		took = append(took, h.ev.Pos.Shard+"/"+h.ev.Pos.Seq)
+	}
+	if want := []string{"b/1", "b/2"}; !slices.Equal(took, want) || len(e.held) != 3 {
+		t.Fatalf("walk took %v (%d left), want %v and shard a's two records and the control record left", took, len(e.held), want)
+	}
 	for range 4 {
 		b.pop(0)
 	}

@@ -79,7 +79,8 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	// What the gates hold back stays held back for the whole flush (its limit is fixed), and a
 	// held data record that becomes due is admitted, so this is computed once.
 	lim.waitFrom = w.buf.gatedFrom(lim)
-	for i := w.buf.due(lim); i >= 0; i = w.buf.due(lim) {
+	var sc dueScan
+	for i := w.buf.dueFrom(lim, &sc); i >= 0; i = w.buf.dueFrom(lim, &sc) {
 		hd := w.buf.pop(i)
 		lim.cut = &hd
 		if hd.ctl {

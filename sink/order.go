@@ -287,28 +287,43 @@ func (b *buffer) hold(ev *change.Event, at int64) {
 // millisecond). A control record also waits for the buffered rows that arrived before it and
 // that the gates hold back (lim.waitFrom).
 func (b *buffer) due(lim limit) int {
-	var blocked map[string]bool
-	for i := range b.held {
+	var sc dueScan
+	return b.dueFrom(lim, &sc)
+}
+
+// dueScan carries a flush's walk over the held events from one due event to the next: within
+// a flush the limit is fixed, so what was held back stays held back, and the walk resumes where
+// it stopped instead of re-judging every held-back event before it (quadratic in them).
+type dueScan struct {
+	next    int             // the index to judge next (the due event, once popped, is gone)
+	blocked map[string]bool // shards whose held events wait behind a held-back one
+}
+
+// dueFrom is due for a walk that pops every event it returns before asking again.
+func (b *buffer) dueFrom(lim limit, sc *dueScan) int {
+	for i := sc.next; i < len(b.held); i++ {
 		h := &b.held[i]
 		if h.at > lim.bound {
 			return -1 // held events are sorted by arrival: every later one is past the bound too
 		}
 		if h.ctl {
-			if len(blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at {
+			if len(sc.blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at {
 				return -1
 			}
+			sc.next = i
 			return i
 		}
-		if blocked[h.ev.Pos.Shard] {
+		if sc.blocked[h.ev.Pos.Shard] {
 			continue
 		}
 		if pos := change.SourcePosOf(h.ev); lim.admits(h.at, gateKindOf(h.ev), &pos) {
+			sc.next = i
 			return i
 		}
-		if blocked == nil {
-			blocked = make(map[string]bool, 2)
+		if sc.blocked == nil {
+			sc.blocked = make(map[string]bool, 2)
 		}
-		blocked[h.ev.Pos.Shard] = true
+		sc.blocked[h.ev.Pos.Shard] = true
 	}
 	return -1
 }
