@@ -2,7 +2,8 @@
 // for every delivery (one KCL ProcessRecords call) of a shard, how many of its events are not yet
 // finished, and the highest sequence number below which everything is committed. Only that
 // number may ever be written as the shard's Kinesis checkpoint (invariant 1). The Tracker also
-// knows the arrival of the oldest unfinished delivery (Oldest).
+// knows the arrival of the oldest unfinished delivery (Oldest) and, for deliveries registered
+// by BeginTracked, per source table and Kind the oldest unacknowledged event (PendingTables).
 //
 // It also owns the lease table and the persisted names:
 //
@@ -12,10 +13,12 @@
 //   - dynamo.go: Leases, the DynamoDB store (the KCL's checkpointer, made safe);
 //   - memleases.go: MemLeaseTable and MemLeases, the in-memory store for tests, with the same
 //     rules (leasetest holds the contract both keep);
-//   - the horizon attributes of a lease row (AttrReadHorizon, AttrPendingFrom, AttrHorizonAt):
-//     how far each shard's owner has handed records on, by Kinesis arrival time, and the oldest
-//     record it has not yet committed; every worker reads them all (Rows) to compute the
-//     stream-wide watermark (package consumer);
+//   - the horizon attributes of a lease row (AttrReadHorizon, AttrPendingFrom,
+//     AttrPendingTables, AttrHorizonAt): how far each shard's owner has handed records on, by
+//     Kinesis arrival time, the oldest record it has not yet committed, and per table and kind
+//     the oldest it has not committed (gates.go: the ordering guard's cross-process gates);
+//     every worker reads them all (Rows) to compute the stream-wide watermark and the gates
+//     (package consumer);
 //   - watermark.go: the per-shard watermark properties the sink writes into every Iceberg
 //     commit.
 //

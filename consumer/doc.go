@@ -13,9 +13,10 @@
 // what it hands on (change.Event.Arrival) and its reads at the tip; one goroutine per Consumer
 // (horizon.go, started and waited for by Run, outliving the worker's shutdown so the sink keeps
 // committing while processors drain) publishes each owned shard's read horizon on its lease row,
-// scans the lease table, and computes the stream watermark W and the commit bound
-// (watermark.go, a pure function of that snapshot). Consumer.Watermark and Consumer.CommitBound
-// read them through atomics, from any goroutine. A processor pauses inside ProcessRecords (read-
+// scans the lease table, and computes the stream watermark W, the commit bound and the
+// per-table cross-process gates (watermark.go, a pure function of that snapshot).
+// Consumer.Watermark, Consumer.CommitBound and Consumer.CommitBounds read them through atomics,
+// from any goroutine; Consumer.BoundsChanged wakes the writers a gate held back. A processor pauses inside ProcessRecords (read-
 // ahead alignment) while it is too far ahead of W, waking on every recomputation.
 //
 // Consumer.Run starts the worker and returns only after the worker has shut down (bounded by
