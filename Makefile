@@ -97,6 +97,12 @@ demo: ## run the service on the embedded default with demo traffic until Ctrl-C 
 clean: ## remove build output and local demo data (bin/, .data/); .emu/ stays (rm -rf .emu to reinstall)
 	rm -rf bin .data dist coverage.out
 
+.PHONY: bench-freshness
+bench-freshness: ## freshness p50/p99 through the emulators (PutRecords -> visible snapshot), ordering arrival vs shard, 1 and 2 workers (~8 min); BENCH_RATE (200), BENCH_CHANGES (12000)
+	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
+	  echo "bench-freshness: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
+	$(EMU_ENV) && DMS2ICEBERG_RACE=0 go test -tags integration -run '^$$' -bench '^BenchmarkFreshness$$' -benchtime=1x -timeout 60m -v ./integration/
+
 .PHONY: bench-maintenance
 bench-maintenance: ## CDC + background maintenance benchmark: 1M rows, 1,000 commits (~12 min); resize with BENCH_ROWS, BENCH_COMMITS, BENCH_KEYS, BENCH_FLUSH_INTERVAL; report also in BENCH_OUT
 	DMS2ICEBERG_BENCH_MAINTENANCE=1 BENCH_OUT=$${BENCH_OUT:-$(CURDIR)/bench-maintenance.md} \

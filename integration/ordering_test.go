@@ -198,7 +198,7 @@ type ordRun struct {
 
 // newRun writes the configuration of one mode: no per-table configuration, sinkExtra merged
 // into the sink section.
-func (s *orderingStream) newRun(t *testing.T, mode string, sinkExtra map[string]any) *ordRun {
+func (s *orderingStream) newRun(t testing.TB, mode string, sinkExtra map[string]any) *ordRun {
 	t.Helper()
 	r := &ordRun{s: s, app: UniqueName("dms2iceberg-ord-" + mode), dataDir: t.TempDir()}
 	t.Cleanup(func() { DeleteTable(t, r.app) })
@@ -425,7 +425,7 @@ type ordLease struct{ owner, checkpoint string }
 
 // ordLeases returns the lease table's rows by shard (a copy of the pipeline helpers, without a
 // pipeline).
-func ordLeases(t *testing.T, app string) map[string]ordLease {
+func ordLeases(t testing.TB, app string) map[string]ordLease {
 	t.Helper()
 	out, err := DynamoDB(t).Scan(t.Context(), &dynamodb.ScanInput{TableName: aws.String(app), ConsistentRead: aws.Bool(true)})
 	if err != nil {
@@ -476,7 +476,7 @@ func ordHoldLease(t *testing.T, app, shard string, until time.Time) {
 
 // ordLastSequences returns the last record's sequence number of every shard that has records,
 // and the shard ids in hash-key order.
-func ordLastSequences(t *testing.T, stream string) (map[string]string, []string) {
+func ordLastSequences(t testing.TB, stream string) (map[string]string, []string) {
 	t.Helper()
 	kc := Kinesis(t)
 	ctx := t.Context()

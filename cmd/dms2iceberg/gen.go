@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -57,6 +58,8 @@ type genOptions struct {
 	schema       bool
 	bad          int
 	partial      bool
+	// sentLog is where gen writes one line per accepted record (see gensent.go); "": nowhere.
+	sentLog string
 	// DMS partitioning, a lagging shard and a mid-stream reload (issues 11 and 16).
 	layout        workload.Layout
 	lagShard      int
@@ -106,8 +109,15 @@ func runGen(ctx context.Context, args []string) error {
 		return err
 	}
 	s := &sender{api: client, stream: o.stream, rate: o.rate, out: os.Stderr, total: total}
+	closeLog, err := s.openSentLog(o.sentLog)
+	if err != nil {
+		return err
+	}
 	err = s.send(ctx, src)
 	s.summary()
+	if cerr := closeLog(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return fmt.Errorf("stream %s: %w", o.stream, err)
 	}
@@ -132,6 +142,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.BoolVar(&o.timestampTZ, "timestamptz", false, "render DATETIME columns as timestamptz in the expected state (must match sink.timestamptz)")
 	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
 	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
+	fs.StringVar(&o.sentLog, "sent-log", "", "write one line per accepted record to this file: table, shard id, sequence number, send time (Unix µs), tab-separated (for freshness measurements)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
 	addGenDMSFlags(fs.FlagSet, &o)
 	if err := fs.parse(args); err != nil {
@@ -316,6 +327,8 @@ type sender struct {
 	now func() time.Time
 	// maxStalls bounds consecutive requests in which nothing succeeded. Default 40.
 	maxStalls int
+	// sentLog receives a line per accepted record when set (openSentLog).
+	sentLog *bufio.Writer
 
 	start    time.Time
 	taken    int // records pulled from the source
@@ -449,6 +462,7 @@ func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.
 		entries[i] = ktypes.PutRecordsRequestEntry{Data: m.Data, PartitionKey: aws.String(m.PartitionKey)}
 	}
 	s.requests++
+	sentAt := s.now()
 	// The SDK's own retries are off: a retried request whose first attempt was in fact
 	// written would duplicate records.
 	out, err := s.api.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(s.stream), Records: entries},
@@ -486,6 +500,7 @@ func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.
 			continue
 		}
 		s.sent++
+		s.logSent(m.Table, r, sentAt)
 		op := m.Op
 		if m.KeyChange {
 			op = "pk-change"

@@ -1,0 +1,249 @@
+//go:build integration
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// BenchmarkFreshness measures freshness through the emulator stack (issue 11, issue 15 item 5):
+// the time from a record's PutRecords call to the snapshot that makes its change visible, for
+// every record of a steady DMS-default workload (load by primary key, CDC by schema.table,
+// control records on the task's key, no per-table configuration) on a 4-shard stream read by 1
+// or 2 service processes, with the ordering guard on (sink.ordering: arrival, the default) and
+// off (shard), 1 s flush interval.
+//
+//	make bench-freshness   (BENCH_RATE records/s, default 200; BENCH_CHANGES, default 12000)
+//
+// How it measures: gen --sent-log records each accepted record's shard, sequence number and send
+// time (taken just before its PutRecords request, so at or before its arrival). Every commit
+// writes the highest sequence number per shard it covers into its snapshot summary; a record is
+// visible from the first snapshot of its table whose summary covers its sequence number on its
+// shard. The snapshot's timestamp is taken when the writer builds it, just before the catalog
+// commit, so the catalog's commit latency (a few ms on SQLite) is not included. Every run ends
+// with verify: a run whose tables differ from the expected state fails the benchmark (shard mode
+// is only timed: it may differ, that is what the guard prevents).
+func BenchmarkFreshness(b *testing.B) {
+	RequireEmulators(b)
+	bin := BuildBinary(b)
+	rate := envInt(b, "BENCH_RATE", 200)
+	changes := envInt(b, "BENCH_CHANGES", 12000)
+	for _, mode := range []string{"arrival", "shard"} {
+		for _, procs := range []int{1, 2} {
+			b.Run(fmt.Sprintf("ordering=%s/workers=%d", mode, procs), func(b *testing.B) {
+				for range b.N {
+					freshnessRun(b, bin, mode, procs, rate, changes)
+				}
+			})
+		}
+	}
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// freshnessRun is one measured run on its own stream, lease table and catalog.
+func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int) {
+	b.Helper()
+	c := orderingCase{name: "freshness", layout: "dms-default", lagShard: -1, lateShard: -1, processes: procs}
+	s := &orderingStream{c: c, bin: bin, stream: UniqueName("fresh-" + mode)}
+	s.expected = filepath.Join(b.TempDir(), "expected.json")
+	CreateStream(b, s.stream, 4)
+	r := s.newRun(b, mode, map[string]any{"ordering": mode})
+	var svcs []*Service
+	for i := 1; i <= procs; i++ {
+		svcs = append(svcs, startCommand(b, bin, []string{"run", "--config", r.config},
+			[]string{fmt.Sprintf("DMS2ICEBERG_WORKER_ID=w%d", i)}, "", ordLogTail))
+	}
+	// Measure the steady state: every shard leased (by every process, when there are two) first.
+	WaitFor(b, 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
+		owners := map[string]bool{}
+		held := 0
+		for _, l := range ordLeases(b, r.app) {
+			if l.owner != "" {
+				owners[l.owner] = true
+				held++
+			}
+		}
+		return held == 4 && len(owners) >= procs, nil
+	}, "every shard leased")
+	sent := filepath.Join(b.TempDir(), "sent.tsv")
+	args := []string{"gen", "--stream", s.stream, "--shards", "4", "--layout", "dms-default", "--load-rows", "100",
+		"--changes", strconv.Itoa(changes), "--seed", "7", "--rate", strconv.Itoa(rate), "--expected", s.expected, "--sent-log", sent}
+	b.ResetTimer()
+	start := time.Now()
+	if _, stderr, err := RunCLI(b, bin, args...); err != nil {
+		b.Fatalf("gen: %v\n%s", err, stderr)
+	}
+	genTime := time.Since(start)
+	s.last, _ = ordLastSequences(b, s.stream)
+	WaitFor(b, 5*time.Minute, time.Second, func() (bool, error) {
+		for _, svc := range svcs {
+			if svc.Exited() {
+				return false, fmt.Errorf("service exited early:\n%s", tailFile(svc.LogPath, 8<<10))
+			}
+		}
+		leases := ordLeases(b, r.app)
+		for shard, seq := range s.last {
+			if leases[shard].checkpoint != seq {
+				return false, nil
+			}
+		}
+		return true, nil
+	}, "every shard checkpointed at its last record")
+	b.StopTimer()
+	for _, svc := range svcs {
+		if err := svc.Stop(90 * time.Second); err != nil {
+			b.Errorf("graceful stop of pid %d: %v", svc.Pid(), err)
+		}
+	}
+	stdout, stderr, verr := RunCLI(b, bin, "verify", "--config", r.config, "--expected", s.expected, "--max-diffs", "3")
+	if verr != nil && mode == "arrival" {
+		b.Fatalf("verify: %v\n%s%s", verr, stdout, stderr)
+	}
+	lat, err := freshness(b.Context(), r.dataDir, s.stream, sent)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
+	b.ReportMetric(float64(p(0.50).Milliseconds()), "p50-ms")
+	b.ReportMetric(float64(p(0.99).Milliseconds()), "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms")
+	equal := "equal"
+	if verr != nil {
+		equal = "DIFFERS"
+	}
+	b.Logf("MEASURED: ordering=%s workers=%d: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s; verify: %s",
+		mode, procs, len(lat), float64(len(lat))/genTime.Seconds(), p(0.50).Round(time.Millisecond),
+		p(0.90).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), equal)
+}
+
+// visibleAt is one table's commits on one shard: the watermark each snapshot covers and when it
+// was built, in commit order.
+type visibleAt struct {
+	seq []*big.Int
+	at  []time.Time
+}
+
+// freshness returns, sorted, every sent record's time from its send to the first snapshot of its
+// table that covers it. A record no snapshot covers is an error (the run waited for every shard's
+// checkpoint, and a checkpoint never passes uncommitted data).
+func freshness(ctx context.Context, dataDir, stream, sentLog string) ([]time.Duration, error) {
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(dataDir))
+	if err != nil {
+		return nil, err
+	}
+	if cl, ok := cat.(interface{ Close() error }); ok {
+		defer func() { _ = cl.Close() }()
+	}
+	vis := map[string]map[string]*visibleAt{} // table -> shard
+	load := func(src string) (map[string]*visibleAt, error) {
+		if v, ok := vis[src]; ok {
+			return v, nil
+		}
+		schema, name, _ := strings.Cut(src, ".")
+		tbl, err := cat.LoadTable(ctx, table.Identifier{schema, name})
+		if errors.Is(err, catalog.ErrNoSuchTable) {
+			vis[src] = nil
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("load %s: %w", src, err)
+		}
+		snaps := slices.Clone(tbl.Metadata().Snapshots())
+		slices.SortFunc(snaps, func(a, b table.Snapshot) int { return int(a.SequenceNumber - b.SequenceNumber) })
+		out := map[string]*visibleAt{}
+		prefix := tableprop.Watermark(stream, "")
+		for _, sn := range snaps {
+			if sn.Summary == nil {
+				continue
+			}
+			for k, v := range sn.Summary.Properties {
+				shard, ok := strings.CutPrefix(k, prefix)
+				if !ok {
+					continue
+				}
+				n, ok := new(big.Int).SetString(v, 10)
+				if !ok {
+					return nil, fmt.Errorf("%s snapshot %d: %s=%q", src, sn.SnapshotID, k, v)
+				}
+				va := out[shard]
+				if va == nil {
+					va = &visibleAt{}
+					out[shard] = va
+				}
+				va.seq = append(va.seq, n)
+				va.at = append(va.at, time.UnixMilli(sn.TimestampMs))
+			}
+		}
+		vis[src] = out
+		return out, nil
+	}
+	f, err := os.Open(sentLog)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }()
+	var lat []time.Duration
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), "\t")
+		if len(fields) != 4 {
+			return nil, fmt.Errorf("sent log line %q", sc.Text())
+		}
+		sentUs, err := strconv.ParseInt(fields[3], 10, 64)
+		seq, ok := new(big.Int).SetString(fields[2], 10)
+		if err != nil || !ok {
+			return nil, fmt.Errorf("sent log line %q", sc.Text())
+		}
+		byShard, err := load(fields[0])
+		if err != nil {
+			return nil, err
+		}
+		va := byShard[fields[1]]
+		if va == nil {
+			// A record of a table that took no row (a create-table alone, a dead letter) has
+			// no commit of its own on that shard: it is not a change readers wait for.
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(va.seq, seq, func(a, b *big.Int) int { return a.Cmp(b) })
+		if i == len(va.seq) {
+			return nil, fmt.Errorf("%s record %s on %s: no snapshot covers it (last %s)", fields[0], fields[2], fields[1], va.seq[len(va.seq)-1])
+		}
+		lat = append(lat, va.at[i].Sub(time.UnixMicro(sentUs)))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(lat) == 0 {
+		return nil, errors.New("no record was covered by a snapshot")
+	}
+	slices.Sort(lat)
+	return lat, nil
+}
