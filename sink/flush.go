@@ -314,6 +314,13 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 			return nil, fmt.Errorf("stage watermarks: %w", err)
 		}
 	}
+	if w.st.tbl.Properties()[table.CommitNumRetriesKey] == "0" {
+		// Tables created by earlier versions carry commit.retry.num-retries=0, which also took
+		// Spark's and Glue's commit retries away; iceberg-go does not retry without it.
+		if err := txn.RemoveProperties([]string{table.CommitNumRetriesKey}); err != nil {
+			return nil, fmt.Errorf("stage removal of %s: %w", table.CommitNumRetriesKey, err)
+		}
+	}
 	tbl, err := txn.Commit(ctx)
 	if err != nil {
 		return nil, err

@@ -22,7 +22,6 @@ var tableProperties = iceberg.Properties{
 	"write.delete.isolation-level":               "snapshot",
 	"write.metadata.delete-after-commit.enabled": "true",
 	"write.metadata.previous-versions-max":       "20",
-	"commit.retry.num-retries":                   "0",
 	"write.parquet.compression-codec":            "zstd",
 	tableprop.CreatedBy:                          "dms2iceberg",
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/apache/iceberg-go/table"
@@ -89,7 +90,10 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 	head := tbl
 	failures := 0 // attempts that count against Retries
 	for attempt := 0; ; attempt++ {
-		committed, err := op.Stage(ctx, head, attempt)
+		committed, err := (*table.Table)(nil), ReplayGuard(head)
+		if err == nil {
+			committed, err = op.Stage(ctx, head, attempt)
+		}
 		if err == nil {
 			return Result{Table: committed, Attempts: attempt + 1}, nil
 		}
@@ -138,6 +142,26 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 			return Result{Attempts: attempt + 1}, err
 		}
 	}
+}
+
+// ReplayGuard refuses to commit on tbl (nil: not loaded yet) when its commit.retry.num-retries
+// property is above 0. iceberg-go v0.7.0 reads that property from the table it commits on and,
+// after a lost race, replays the staged updates on the newer table by itself: the watermark
+// properties and the maintenance lease would be written over another writer's without the
+// re-check that keeps ingestion exactly-once (design.md §2). Without the property iceberg-go
+// does not retry and Spark and Glue keep their own default (4 retries), so dms2iceberg neither
+// sets it nor accepts it; the error names the property so that an operator can remove it, and the
+// commit is tried again after the usual wait.
+func ReplayGuard(tbl *table.Table) error {
+	if tbl == nil {
+		return nil
+	}
+	v, ok := tbl.Properties()[table.CommitNumRetriesKey]
+	if n, err := strconv.ParseUint(v, 10, 64); !ok || err == nil && n == 0 {
+		return nil
+	}
+	return fmt.Errorf("table property %s=%q makes iceberg-go replay a commit that lost a race without dms2iceberg's exactly-once re-check: "+
+		"remove the property (Spark and Glue then retry 4 times by default) or set it to 0", table.CommitNumRetriesKey, v)
 }
 
 // Moved reports whether fresh is a later version of the table than old: another commit landed

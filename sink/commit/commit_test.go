@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -264,5 +265,54 @@ func TestRunSurvivesAFailedReload(t *testing.T) {
 	}
 	if len(reloadErrs) != 1 || reloadErrs[0] == nil {
 		t.Fatalf("Failed saw reload errors %v, want one", reloadErrs)
+	}
+}
+
+// A table whose commit.retry.num-retries asks iceberg-go to replay lost races is never staged
+// on: every attempt fails with an error naming the property (and waits as usual) until the
+// property is gone, then the commit goes ahead. Without the guard, iceberg-go would replay the
+// watermarks over another writer's.
+func TestRunRefusesATableThatMakesIcebergGoReplay(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		value  string
+		refuse bool
+	}{{"3", true}, {"x", true}, {"0", false}} {
+		cat := newFakeCatalog(t)
+		plain := cat.meta
+		sc := iceberg.NewSchema(0, iceberg.NestedField{ID: 1, Name: "id", Type: iceberg.PrimitiveTypes.Int64, Required: true})
+		meta, err := table.NewMetadata(sc, iceberg.UnpartitionedSpec, table.UnsortedSortOrder, "file:///tmp/t",
+			iceberg.Properties{table.CommitNumRetriesKey: c.value})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cat.meta = meta
+		var failures []error
+		stagedOn := ""
+		op := Op{
+			Name: "commit db.t",
+			Stage: func(_ context.Context, tbl *table.Table, _ int) (*table.Table, error) {
+				stagedOn = tbl.Properties()[table.CommitNumRetriesKey]
+				return tbl, nil
+			},
+			Failed: func(attempt int, err, _ error) {
+				failures = append(failures, err)
+				if attempt == 0 { // the head is reloaded before Failed: attempt 1 still sees it
+					cat.meta = plain // an operator removed the property
+					cat.advance()
+				}
+			},
+		}
+		res, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 5}, op)
+		if err != nil {
+			t.Fatalf("%s: %v", c.value, err)
+		}
+		switch {
+		case c.refuse && (len(failures) != 2 || !strings.Contains(failures[0].Error(), table.CommitNumRetriesKey) || stagedOn != "" || res.Attempts != 3):
+			t.Fatalf("num-retries=%s: failures %v, staged on a table with %q, %d attempts; want 2 refusals naming the property, then a commit without it",
+				c.value, failures, stagedOn, res.Attempts)
+		case !c.refuse && (len(failures) != 0 || res.Attempts != 1):
+			t.Fatalf("num-retries=0: failures %v, %d attempts; want one attempt", failures, res.Attempts)
+		}
 	}
 }
