@@ -1,6 +1,8 @@
 package sink
 
 import (
+	"slices"
+
 	"github.com/apache/iceberg-go"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
@@ -33,6 +35,19 @@ func (r tableRules) Rule(name string) string {
 		return dms.RuleMask
 	}
 	return ""
+}
+
+func (r tableRules) Create(def *change.TableDef, ev *change.Event) ([]dms.ColumnState, string, error) {
+	sc, source, err := buildSchema(def, r.st, ev)
+	if err != nil {
+		return nil, "", err
+	}
+	out := make([]dms.ColumnState, 0, len(sc.Fields()))
+	for _, f := range sc.Fields() {
+		out = append(out, dms.ColumnState{Name: f.Name, Type: f.Type, Required: f.Required,
+			Key: slices.Contains(sc.IdentifierFieldIDs, f.ID)})
+	}
+	return out, source, nil
 }
 
 // key is the table's primary key: the configured one, else defKey (the table-def's).

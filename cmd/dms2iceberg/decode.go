@@ -24,8 +24,10 @@ the table-def with the Iceberg type of each column and the schema changes the se
 make. Once a control record has announced a table, its later data records are shown typed: each
 column's Iceberg type and the exact value the service would store, or why it cannot be stored.
 With --config the sink's own column rules apply as the service applies them (one code path):
-sink.tables (exclude_columns, hash_columns, mask_columns, primary_key, timestamptz settings) and
-sink.time_type; each such column carries its rule (excluded, hashed, masked).
+sink.tables (exclude_columns, hash_columns, mask_columns, primary_key, columns, timestamptz
+settings) and sink.time_type; each such column carries its rule (excluded, hashed, masked), and
+data of a table no earlier control record announced is typed as the sink creates the table
+(configured columns, else inferred from the record).
 Undecodable messages print as {"error": ...} with the reason the service would dead-letter
 them. A summary goes to stderr; the exit status is 1 when a message did not decode (or, with
 --strict, when a value does not convert).

@@ -66,7 +66,7 @@ func TestDecodeAppliesTheSinksColumnRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Sink.Catalog = sink.DefaultCatalogConfig(filepath.Join(dir, "wh"))
-	stored := sinkTable(t, cfg.Sink, decodeRulesMessages, table.Identifier{"shop", "users"})
+	stored := sinkTable(t, cfg.Sink, decodeRulesMessages, table.Identifier{"shop", "users"}, "id")
 
 	def := recs[0].Control.TableDef
 	if strings.Join(def.PrimaryKey, ",") != "code" {
@@ -81,10 +81,71 @@ func TestDecodeAppliesTheSinksColumnRules(t *testing.T) {
 	if strings.Join(stored.key, ",") != "code" {
 		t.Errorf("the sink's key %v", stored.key)
 	}
-	for _, r := range recs[1:] {
-		row := stored.rows[r.Columns[0].Text] // by id
+	sameAsStored(t, recs[1:], stored)
+	if want := map[string]string{"email": dms.RuleMask, "code": dms.RuleHash, "secret": dms.RuleExclude, "id": "", "at": "", "note": ""}; len(recs[1].Columns) != len(want) {
+		t.Errorf("columns %+v", recs[1].Columns)
+	} else {
+		for _, f := range recs[1].Columns {
+			if f.Rule != want[f.Name] {
+				t.Errorf("column %s: rule %q, want %q", f.Name, f.Rule, want[f.Name])
+			}
+		}
+	}
+}
+
+// decode --config without a table-def types the values as the sink creates the table: from
+// the configured columns and primary_key, with a column the configuration does not declare
+// added as the sink adds it (inferred, here masked).
+func TestDecodeTypesLikeTheSinksConfiguredTable(t *testing.T) {
+	const msgs = `{"data":{"sku":"X-1","qty":3,"price":"12.5","note":"n1"},"metadata":{"record-type":"data","operation":"insert","schema-name":"shop","table-name":"items"}}
+{"data":{"sku":"X-2","qty":-1,"price":7,"note":null},"metadata":{"record-type":"data","operation":"insert","schema-name":"shop","table-name":"items"}}
+`
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(`stream: s
+sink:
+  tables:
+    shop.items:
+      primary_key: [sku]
+      mask_columns: [note]
+      columns:
+        - {name: sku, type: STRING, length: 10, nullable: false}
+        - {name: qty, type: INT2}
+        - {name: price, type: NUMERIC, precision: 8, scale: 2}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var recs []dms.Record
+	for line := range strings.SplitSeq(runDecodeWith(t, msgs, "--config", cfgPath), "\n") {
+		var r dms.Record
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("%v: %s", err, line)
+		}
+		recs = append(recs, r)
+	}
+	cfg, err := loadConfig(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sink.Catalog = sink.DefaultCatalogConfig(filepath.Join(dir, "wh"))
+	stored := sinkTable(t, cfg.Sink, msgs, table.Identifier{"shop", "items"}, "sku")
+	if len(recs) != 2 || stored.types["price"] != "decimal(8, 2)" || strings.Join(stored.key, ",") != "sku" {
+		t.Fatalf("decode printed %d records; the sink stored types %v key %v", len(recs), stored.types, stored.key)
+	}
+	sameAsStored(t, recs, stored)
+	if f := recs[0].Columns[0]; !f.Key {
+		t.Errorf("sku is not shown as the key: %+v", f)
+	}
+}
+
+// sameAsStored fails unless every column of the data records recs shows the type and value the
+// sink stored in the row of the same key (the first column), or is excluded and not stored.
+func sameAsStored(t *testing.T, recs []dms.Record, stored storedTable) {
+	t.Helper()
+	for _, r := range recs {
+		row := stored.rows[r.Columns[0].Text]
 		if row == nil {
-			t.Fatalf("the sink stored no row with id %s: %v", r.Columns[0].Text, stored.rows)
+			t.Fatalf("the sink stored no row with key %s: %v", r.Columns[0].Text, stored.rows)
 		}
 		for _, f := range r.Columns {
 			got, ok := "", f.Rule != dms.RuleExclude
@@ -93,17 +154,8 @@ func TestDecodeAppliesTheSinksColumnRules(t *testing.T) {
 			}
 			want, has := row[f.Name]
 			if ok != has || got != want || (ok && f.Type != stored.types[f.Name]) {
-				t.Errorf("record %d column %s: decode shows %q (type %q, rule %q), the sink stored %q (type %q, present %v)",
-					r.N, f.Name, got, f.Type, f.Rule, want, stored.types[f.Name], has)
-			}
-		}
-	}
-	if want := map[string]string{"email": dms.RuleMask, "code": dms.RuleHash, "secret": dms.RuleExclude, "id": "", "at": "", "note": ""}; len(recs[1].Columns) != len(want) {
-		t.Errorf("columns %+v", recs[1].Columns)
-	} else {
-		for _, f := range recs[1].Columns {
-			if f.Rule != want[f.Name] {
-				t.Errorf("column %s: rule %q, want %q", f.Name, f.Rule, want[f.Name])
+				t.Errorf("record %d column %s: decode shows %q (type %q, rule %q, error %q), the sink stored %q (type %q, present %v)",
+					r.N, f.Name, got, f.Type, f.Rule, f.Error, want, stored.types[f.Name], has)
 			}
 		}
 	}
@@ -149,7 +201,7 @@ func runDecodeWith(t *testing.T, in string, args ...string) string {
 }
 
 // storedTable is a table as the sink wrote it: column types, key, and every row's rendered
-// values by column name, keyed by the id column.
+// values by column name, keyed by the rendered value of one column.
 type storedTable struct {
 	types map[string]string
 	key   []string
@@ -157,7 +209,7 @@ type storedTable struct {
 }
 
 // sinkTable runs msgs through the decoder and the sink with cfg and reads the table back.
-func sinkTable(t *testing.T, cfg sink.Config, msgs string, ident table.Identifier) storedTable {
+func sinkTable(t *testing.T, cfg sink.Config, msgs string, ident table.Identifier, keyCol string) storedTable {
 	t.Helper()
 	ctx := context.Background()
 	cat, err := sink.OpenCatalog(ctx, cfg.Catalog)
@@ -227,7 +279,7 @@ func sinkTable(t *testing.T, cfg sink.Config, msgs string, ident table.Identifie
 				v, _ := dms.RenderArrow(rec.Column(ci), i, f.Type)
 				row[f.Name] = v
 			}
-			st.rows[row["id"]] = row
+			st.rows[row[keyCol]] = row
 		}
 		rec.Release()
 	}

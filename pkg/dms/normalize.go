@@ -226,13 +226,18 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 			st := n.tables[src]
 			if st == nil {
 				st = &simTable{}
-				keys := td.PrimaryKey
 				if rules != nil {
-					keys = rules.Key(keys)
-				}
-				for _, d := range desired {
-					key := slices.Contains(keys, d.Name)
-					st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
+					cols, _, err := rules.Create(td, nil)
+					if err != nil {
+						rec.Control.Changes = []string{"the sink cannot create the table: " + err.Error() + " (it pauses the table and dead-letters its records)"}
+						break
+					}
+					st.cols = cols
+				} else {
+					for _, d := range desired {
+						key := slices.Contains(td.PrimaryKey, d.Name)
+						st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
+					}
 				}
 				st.setDomains(td)
 				n.tables[src] = st
@@ -251,10 +256,21 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 	}
 	rec.Op = ev.Op.String()
 	st := n.tables[src]
-	if st == nil {
+	rules := n.rulesFor(src)
+	switch {
+	case st == nil && rules != nil:
+		// The sink creates the table from configured columns, else from this record's values.
+		cols, source, err := rules.Create(nil, ev)
+		if err != nil {
+			rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input and the sink cannot create the table ("+err.Error()+"): values are shown untyped")
+			break
+		}
+		st = &simTable{cols: cols}
+		n.tables[src] = st
+		rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input: typed as the sink creates the table (schema from "+source+"); a table that exists keeps its own types")
+	case st == nil:
 		rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input: values are shown untyped")
 	}
-	rules := n.rulesFor(src)
 	rec.Columns = n.fields(ev.Columns, st, rules, &rec, ev.Op == change.OpDelete, "")
 	rec.Before = n.fields(ev.Before, st, rules, &rec, false, "before-image ")
 	if st == nil {

@@ -23,6 +23,11 @@ type TableRules interface {
 	Desired(def *change.TableDef) []DesiredColumn
 	// Key is the primary key: the configured one, else the table-def's (defKey).
 	Key(defKey []string) []string
+	// Create is the schema the sink gives a new table: from the table-def def when there is
+	// one, else from configured columns, else inferred from the event ev; source says which
+	// (table-def, configuration, inferred). An error is a table the sink cannot create (it
+	// pauses the table and dead-letters its records).
+	Create(def *change.TableDef, ev *change.Event) (cols []ColumnState, source string, err error)
 	// InferType types a column first seen in data.
 	InferType(c change.Column) iceberg.Type
 	// Rule names the rule of a column (RuleExclude, RuleHash, RuleMask), "" for none.
