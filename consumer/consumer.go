@@ -78,6 +78,20 @@ func WithLogger(l *zap.Logger) Option { return func(c *Consumer) { c.log = l.Nam
 // WithMetrics sets the metrics receiver.
 func WithMetrics(m Metrics) Option { return func(c *Consumer) { c.metrics = m } }
 
+// ShutdownSlack is how long past the shutdown deadline Run still waits for the KCL worker to
+// stop: the shard processors' drains end at the deadline, then they may still write their last
+// checkpoint and release their leases. A process that stops gracefully exits within
+// shutdown_timeout plus this slack (docs/deploy.md: terminationGracePeriodSeconds).
+const ShutdownSlack = 5 * time.Second
+
+// WithShutdownDeadline makes the graceful stop end by the process's shutdown deadline: deadline
+// is called once Run's context ends (and returns the same instant every time; cmd starts it at
+// the first signal, so that the consumer, the sink and the post-commit hook share one deadline).
+// Default: ShutdownTimeout from the moment Run's context ends.
+func WithShutdownDeadline(deadline func() time.Time) Option {
+	return func(c *Consumer) { c.deadline = deadline }
+}
+
 // WithKCLMonitoring plugs a KCL MonitoringService into the worker (lease events, lag, timings).
 func WithKCLMonitoring(m kclmetrics.MonitoringService) Option {
 	return func(c *Consumer) { c.kclMon = m }
@@ -102,10 +116,15 @@ type Consumer struct {
 	wm    watermarkState
 	clock func() time.Time
 
-	mu    sync.Mutex
-	fatal error
-	fail  context.CancelCauseFunc
-	gen   map[string]*processor // newest processor per shard
+	// deadline is the shutdown deadline's source (WithShutdownDeadline); stopBy the deadline of
+	// the graceful stop under way (zero while running).
+	deadline func() time.Time
+
+	mu     sync.Mutex
+	fatal  error
+	fail   context.CancelCauseFunc
+	gen    map[string]*processor // newest processor per shard
+	stopBy time.Time
 }
 
 // New returns a consumer of a valid cfg (start from DefaultConfig). awsCfg supplies credentials and endpoints (AWS_ENDPOINT_URL_KINESIS,
@@ -180,7 +199,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.log.Info("consuming", zap.String("stream", c.cfg.Stream), zap.String("worker", c.cfg.WorkerID))
 	<-runCtx.Done()
 
-	c.log.Info("shutting down: flushing, committing and checkpointing")
+	stopBy := c.beginStop()
+	c.log.Info("shutting down: flushing, committing and checkpointing", zap.Time("deadline", stopBy))
 	done := make(chan struct{})
 	go func() { // the KCL's Shutdown can hang (blocked parent waits); it is bounded below
 		defer close(done)
@@ -189,12 +209,37 @@ func (c *Consumer) Run(ctx context.Context) error {
 	select {
 	case <-done:
 		c.log.Info("worker stopped")
-	case <-time.After(c.cfg.ShutdownTimeout + 5*time.Second):
+	case <-time.After(time.Until(stopBy) + ShutdownSlack):
 		c.log.Error("worker did not stop within the shutdown timeout; leases will expire")
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.fatal
+}
+
+// beginStop fixes the deadline of the graceful stop, which every processor's shutdown shares.
+func (c *Consumer) beginStop() time.Time {
+	d := time.Now().Add(c.cfg.ShutdownTimeout)
+	if c.deadline != nil {
+		d = c.deadline()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stopBy = d
+	return d
+}
+
+// shutdownContext bounds one processor's shutdown (drain, checkpoint, SHARD_END): by the
+// graceful stop's deadline once the consumer is stopping, else (a lease lost, a shard ended
+// while running) by ShutdownTimeout from now.
+func (c *Consumer) shutdownContext() (context.Context, context.CancelFunc) {
+	d := time.Now().Add(c.cfg.ShutdownTimeout)
+	c.mu.Lock()
+	if !c.stopBy.IsZero() && c.stopBy.Before(d) {
+		d = c.stopBy
+	}
+	c.mu.Unlock()
+	return context.WithDeadline(context.Background(), d)
 }
 
 // stop records a fatal error and starts shutdown.

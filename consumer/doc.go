@@ -19,6 +19,8 @@
 // from any goroutine; Consumer.BoundsChanged wakes the writers a gate held back. A processor pauses inside ProcessRecords (read-
 // ahead alignment) while it is too far ahead of W, waking on every recomputation.
 //
-// Consumer.Run starts the worker and returns only after the worker has shut down (bounded by
-// Config.ShutdownTimeout, because the KCL's own shutdown can hang).
+// Consumer.Run starts the worker and returns only after the worker has shut down, at the latest
+// ShutdownSlack past the stop's deadline (because the KCL's own shutdown can hang). The deadline
+// is Config.ShutdownTimeout from the stop, or the process's (WithShutdownDeadline); every
+// processor's shutdown during the stop drains by it.
 package consumer

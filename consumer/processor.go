@@ -331,7 +331,7 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 	reason := aws.ToString(kcl.ShutdownReasonMessage(in.ShutdownReason))
 	defer p.hz.closed.Store(true) // the horizon loop publishes nothing for it any more
 	fault.Hit(fault.DuringShutdown)
-	ctx, cancel := context.WithTimeout(context.Background(), p.c.cfg.ShutdownTimeout)
+	ctx, cancel := p.c.shutdownContext()
 	defer cancel()
 	p.finalHorizon() // reading has stopped; the drain needs the bound to pass the last records
 	if err := p.drain(ctx); err != nil {

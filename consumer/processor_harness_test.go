@@ -42,6 +42,8 @@ type fakeSink struct {
 	flushErr error // Flush fails with it
 	onFlush  func()
 	flushes  int
+	// deadlines holds the deadline of every Flush's context (zero: none).
+	deadlines []time.Time
 	// submitted receives the sequence number of every event handed over.
 	submitted chan string
 }
@@ -92,9 +94,11 @@ func (s *fakeSink) ack(t *testing.T, seqs ...string) {
 }
 
 // Flush commits (acknowledges) everything held, unless flushErr is set.
-func (s *fakeSink) Flush(context.Context) error {
+func (s *fakeSink) Flush(ctx context.Context) error {
 	s.mu.Lock()
 	s.flushes++
+	dl, _ := ctx.Deadline()
+	s.deadlines = append(s.deadlines, dl)
 	hook, err := s.onFlush, s.flushErr
 	s.mu.Unlock()
 	if hook != nil {

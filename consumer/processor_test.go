@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 	"testing"
+	"time"
 
 	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
@@ -199,6 +200,38 @@ func TestProcessorDrainsAtShutdown(t *testing.T) {
 		t.Fatal("the shutdown did not flush the sink")
 	}
 	e.wantCheckpoint(shard, "103", "after the drained shutdown")
+}
+
+// A graceful stop has one deadline: a processor's drain during it ends by the consumer's stop
+// deadline (WithShutdownDeadline), not ShutdownTimeout after the KCL got round to it; a
+// processor shut down while the consumer runs (a lost lease) keeps ShutdownTimeout.
+func TestProcessorShutdownSharesTheStopDeadline(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	e.sink.flushErr = errors.New("commit refused") // the drain gives up after the first flush
+	p := e.start(shard, "")
+	deliver(p, "101")
+	p.Shutdown(&kcl.ShutdownInput{ShutdownReason: kcl.REQUESTED})
+	stopBy := time.Now().Add(time.Second) // well before ShutdownTimeout (a minute)
+	WithShutdownDeadline(func() time.Time { return stopBy })(e.c)
+	if got := e.c.beginStop(); !got.Equal(stopBy) {
+		t.Fatalf("beginStop = %v, want the injected deadline %v", got, stopBy)
+	}
+	p = e.initialize(shard, "")
+	deliver(p, "102")
+	p.Shutdown(&kcl.ShutdownInput{ShutdownReason: kcl.REQUESTED})
+	e.sink.mu.Lock()
+	dls := slices.Clone(e.sink.deadlines)
+	e.sink.mu.Unlock()
+	if len(dls) != 2 {
+		t.Fatalf("flushes with deadlines %v, want one per shutdown", dls)
+	}
+	if !dls[0].After(stopBy) {
+		t.Errorf("shutdown while running: drain deadline %v, want ShutdownTimeout from then (after %v)", dls[0], stopBy)
+	}
+	if !dls[1].Equal(stopBy) {
+		t.Errorf("shutdown during the graceful stop: drain deadline %v, want the stop deadline %v", dls[1], stopBy)
+	}
 }
 
 // SHARD_END is written only after everything read from the shard is committed and

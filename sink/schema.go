@@ -194,9 +194,7 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 	default:
 		return nil, "", fmt.Errorf("no table-def, no configured columns and no values to infer a schema from")
 	}
-	if len(tc.PrimaryKey) > 0 {
-		key = tc.PrimaryKey
-	}
+	key = st.key(key)
 	fields := make([]iceberg.NestedField, len(cols))
 	var keyIDs []int
 	for i, c := range cols {

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
 const decodeUsage = `usage: dms2iceberg decode [flags] < messages
@@ -22,6 +23,11 @@ metadata, every column with its JSON kind and text, the before-image, and for co
 the table-def with the Iceberg type of each column and the schema changes the service would
 make. Once a control record has announced a table, its later data records are shown typed: each
 column's Iceberg type and the exact value the service would store, or why it cannot be stored.
+With --config the sink's own column rules apply as the service applies them (one code path):
+sink.tables (exclude_columns, hash_columns, mask_columns, primary_key, columns, timestamptz
+settings) and sink.time_type; each such column carries its rule (excluded, hashed, masked), and
+data of a table no earlier control record announced is typed as the sink creates the table
+(configured columns, else inferred from the record).
 Undecodable messages print as {"error": ...} with the reason the service would dead-letter
 them. A summary goes to stderr; the exit status is 1 when a message did not decode (or, with
 --strict, when a value does not convert).
@@ -30,7 +36,7 @@ flags:
 `
 
 func runDecode(ctx context.Context, args []string) error {
-	fs := newFlags("decode", decodeUsage).withConfig("service configuration file: take the dms section (before-image field, BI_ columns) and sink.timestamptz from it")
+	fs := newFlags("decode", decodeUsage).withConfig("service configuration file: take the dms section (before-image field, BI_ columns) and the sink's column rules (sink.tables, sink.timestamptz, sink.time_type) from it")
 	fs.positional = true // refused below, with the reason
 	field := fs.String("before-image-field", "", "BeforeImageSettings.FieldName (default before-image)")
 	bi := fs.Bool("bi", false, "recognise add-before-image-columns columns (<prefix><column><suffix>)")
@@ -48,12 +54,17 @@ func runDecode(ctx context.Context, args []string) error {
 	}
 	cfg := dms.DefaultConfig()
 	opts := dms.TypeOptions{}
+	var sinkCfg *sink.Config // the column rules; nil without --config
 	if fs.hasConfig() {
 		sc, err := fs.config()
 		if err != nil {
 			return err
 		}
-		cfg, opts.TimestampTZ = sc.DMS, sc.Sink.TimestampTZ
+		if err := sc.Sink.ValidateTables(); err != nil { // as the service refuses it (a hash key is missing, ...)
+			return fmt.Errorf("invalid configuration: %w", err)
+		}
+		cfg, opts.TimestampTZ, opts.IcebergTime = sc.DMS, sc.Sink.TimestampTZ, sc.Sink.TimeType == "time"
+		sinkCfg = &sc.Sink
 	}
 	fs.Visit(func(f *flag.Flag) {
 		switch f.Name {
@@ -67,12 +78,19 @@ func runDecode(ctx context.Context, args []string) error {
 			cfg.BISuffix = *biSuffix
 		case "timestamptz":
 			opts.TimestampTZ = *tz
+			if sinkCfg != nil {
+				sinkCfg.TimestampTZ = *tz
+			}
 		}
 	})
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	st, err := decodeStream(ctx, os.Stdin, os.Stdout, cfg, opts, *pretty)
+	n := dms.NewNormalizer(cfg, opts)
+	if sinkCfg != nil {
+		n.SetRules(sinkCfg.Rules)
+	}
+	st, err := decodeStream(ctx, os.Stdin, os.Stdout, n, *pretty)
 	fmt.Fprintf(os.Stderr, "decode: %d messages, %d undecodable, %d with values that do not convert, %d with warnings\n",
 		st.messages, st.errors, st.convertErrors, st.warnings)
 	if err != nil {
@@ -86,8 +104,9 @@ func runDecode(ctx context.Context, args []string) error {
 
 type decodeStats struct{ messages, errors, convertErrors, warnings int }
 
-// decodeStream normalises every message of r and writes one JSON document per message to w.
-func decodeStream(ctx context.Context, r io.Reader, w io.Writer, cfg dms.Config, opts dms.TypeOptions, pretty bool) (decodeStats, error) {
+// decodeStream normalises every message of r with n and writes one JSON document per message
+// to w.
+func decodeStream(ctx context.Context, r io.Reader, w io.Writer, n *dms.Normalizer, pretty bool) (decodeStats, error) {
 	var st decodeStats
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
@@ -95,7 +114,6 @@ func decodeStream(ctx context.Context, r io.Reader, w io.Writer, cfg dms.Config,
 	if pretty {
 		enc.SetIndent("", "  ")
 	}
-	n := dms.NewNormalizer(cfg, opts)
 	sc := dms.NewScanner(r)
 	for sc.Scan() {
 		if err := ctx.Err(); err != nil {

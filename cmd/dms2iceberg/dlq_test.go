@@ -178,7 +178,7 @@ func TestDecodeStream(t *testing.T) {
 not json
 `
 	var out bytes.Buffer
-	st, err := decodeStream(context.Background(), strings.NewReader(in), &out, dms.DefaultConfig(), dms.TypeOptions{}, false)
+	st, err := decodeStream(context.Background(), strings.NewReader(in), &out, dms.NewNormalizer(dms.DefaultConfig(), dms.TypeOptions{}), false)
 	if err != nil {
 		t.Fatal(err)
 	}

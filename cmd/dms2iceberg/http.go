@@ -63,6 +63,9 @@ type opsServer struct {
 	ln  net.Listener
 	srv *http.Server
 	log *zap.Logger
+	// shutdownBy, when set, is the latest time Run may take to close connections (serve: the
+	// shutdown deadline plus consumer.ShutdownSlack).
+	shutdownBy func() time.Time
 }
 
 // listenOps binds addr. The server starts serving in Run.
@@ -104,8 +107,8 @@ func opsHandler(g prometheus.Gatherer, h *health) http.Handler {
 	return mux
 }
 
-// Run serves until ctx ends, then shuts the server down within 5 seconds. A server that fails
-// is logged, not fatal: ingestion goes on without /metrics.
+// Run serves until ctx ends, then shuts the server down within 5 seconds (or by shutdownBy,
+// if earlier). A server that fails is logged, not fatal: ingestion goes on without /metrics.
 func (s *opsServer) Run(ctx context.Context) error {
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(s.ln) }()
@@ -116,7 +119,11 @@ func (s *opsServer) Run(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	by := time.Now().Add(5 * time.Second)
+	if s.shutdownBy != nil && s.shutdownBy().Before(by) {
+		by = s.shutdownBy()
+	}
+	shutCtx, cancel := context.WithDeadline(context.Background(), by)
 	defer cancel()
 	if err := s.srv.Shutdown(shutCtx); err != nil {
 		_ = s.srv.Close()

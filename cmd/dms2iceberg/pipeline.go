@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -27,8 +28,8 @@ type pipelineIntake interface {
 type companion struct {
 	run func(ctx context.Context) error
 	// drain, when set, closes the companion's intake once the pipeline has stopped; its context
-	// then ends shutdownTimeout later, so that it can finish what is queued. Without drain the
-	// context ends as soon as the pipeline has stopped.
+	// then ends at the shutdown deadline, so that it can finish what is queued in the time the
+	// stages left. Without drain the context ends as soon as the pipeline has stopped.
 	drain func()
 }
 
@@ -37,10 +38,16 @@ type companion struct {
 //  1. Intake stops when ctx ends (a signal) or the sink fails: the consumer stops reading and
 //     every shard processor flushes, waits for its commits and writes its last checkpoint. The
 //     sink keeps running meanwhile: its context does not end with ctx.
-//  2. Once the consumer has returned, the sink commits what is left and its writers exit,
-//     within shutdownTimeout; past it, the sink's context is cancelled.
+//  2. Once the consumer has returned, the sink commits what is left and its writers exit by
+//     the shutdown deadline; past it, the sink's context is cancelled.
 //
 // Then the companions stop. The first signal calls onStopping; every stage failure onFailed.
+//
+// One deadline bounds the whole stop: shutdownTimeout from its start (the signal, a failed
+// sink, or a consumer that returned by itself; deadline). The consumer's processors drain by it
+// (consumer.WithShutdownDeadline), the sink's Close gets what is left of it, and a draining
+// companion's context ends at it. Only the consumer's worker wait (consumer.ShutdownSlack) and
+// the ops server's connection close run past it, by at most consumer.ShutdownSlack.
 type pipeline struct {
 	sink            pipelineSink
 	intake          pipelineIntake
@@ -48,6 +55,16 @@ type pipeline struct {
 	shutdownTimeout time.Duration
 	onStopping      func()
 	onFailed        func(error)
+
+	stopOnce sync.Once
+	stopBy   time.Time
+}
+
+// deadline is the shutdown deadline: shutdownTimeout from the first call, which the start of
+// the stop makes. Every stage of the stop shares it.
+func (p *pipeline) deadline() time.Time {
+	p.stopOnce.Do(func() { p.stopBy = time.Now().Add(p.shutdownTimeout) })
+	return p.stopBy
 }
 
 // run starts the stages and the companions and returns when all have stopped, with the first
@@ -66,7 +83,12 @@ func (p *pipeline) run(ctx context.Context) error {
 				return
 			}
 			c.drain()
-			time.AfterFunc(p.shutdownTimeout, cancel)
+			left := time.Until(p.deadline())
+			if left <= 0 {
+				cancel()
+				return
+			}
+			time.AfterFunc(left, cancel)
 		})
 		g.Go(func() error { return c.run(cctx) })
 	}
@@ -85,12 +107,16 @@ func (p *pipeline) run(ctx context.Context) error {
 func (p *pipeline) runStages(ctx context.Context) error {
 	sinkCtx, abortSink := context.WithCancel(context.WithoutCancel(ctx))
 	defer abortSink()
-	intakeCtx, stopIntake := context.WithCancel(ctx)
+	// Intake ends only through stop, which starts the shutdown deadline first: by the time the
+	// consumer sees its context end, the deadline is fixed.
+	intakeCtx, stopIntake := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopIntake()
+	stop := func() { p.deadline(); stopIntake() }
+	defer context.AfterFunc(ctx, stop)()
 	var g errgroup.Group
 	g.Go(func() error {
 		err := p.sink.Run(sinkCtx)
-		stopIntake() // a failed writer stops intake
+		stop() // a failed writer stops intake
 		if err != nil && !errors.Is(err, context.Canceled) {
 			p.onFailed(err)
 			return fmt.Errorf("sink: %w", err)
@@ -109,9 +135,9 @@ func (p *pipeline) runStages(ctx context.Context) error {
 	return g.Wait()
 }
 
-// closeSink lets the sink commit what is left within the shutdown timeout, then aborts it.
+// closeSink lets the sink commit what is left by the shutdown deadline, then aborts it.
 func (p *pipeline) closeSink(abortSink context.CancelFunc) {
-	closeCtx, cancel := context.WithTimeout(context.Background(), p.shutdownTimeout)
+	closeCtx, cancel := context.WithDeadline(context.Background(), p.deadline())
 	defer cancel()
 	_ = p.sink.Close(closeCtx)
 	if closeCtx.Err() != nil {

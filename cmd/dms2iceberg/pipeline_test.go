@@ -30,6 +30,7 @@ type fakeSink struct {
 	closed   chan struct{} // closed by Close
 	runCtx   chan context.Context
 	closeMux sync.Once
+	onClose  func(ctx context.Context) // called by Close first, when set
 }
 
 func newFakeSink(log *stageLog) *fakeSink {
@@ -54,6 +55,9 @@ func (s *fakeSink) Run(ctx context.Context) error {
 
 func (s *fakeSink) Close(ctx context.Context) error {
 	s.log.add("sink close")
+	if s.onClose != nil {
+		s.onClose(ctx)
+	}
 	if s.slow {
 		<-ctx.Done()
 		return ctx.Err()
@@ -88,23 +92,22 @@ func testPipeline(log *stageLog, snk *fakeSink, in *fakeIntake) (*pipeline, *hea
 
 // A signal stops intake first (the sink still runs while processors drain), then the sink
 // commits what is left; the companions stop after the pipeline, the draining one only once it
-// has finished its queue.
+// has finished its queue (at the latest at the shutdown deadline).
 func TestPipelineTwoPhaseStop(t *testing.T) {
 	t.Parallel()
 	log := &stageLog{}
 	snk := newFakeSink(log)
 	p, hc := testPipeline(log, snk, &fakeIntake{log: log, sink: snk})
-	drained := make(chan time.Time, 1)
 	p.companions = []companion{
 		{run: func(ctx context.Context) error { <-ctx.Done(); log.add("ops stopped"); return nil }},
 		{run: func(ctx context.Context) error {
-			<-ctx.Done() // the hook's context ends shutdownTimeout after drain
-			if time.Since(<-drained) < 40*time.Millisecond {
-				log.add("hook cancelled before the shutdown timeout")
+			<-ctx.Done() // the hook's context ends at the shutdown deadline
+			if time.Now().Before(p.deadline()) {
+				log.add("hook cancelled before the shutdown deadline")
 			}
 			log.add("hook stopped")
 			return nil
-		}, drain: func() { log.add("hook drain"); drained <- time.Now() }},
+		}, drain: func() { log.add("hook drain") }},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -120,7 +123,7 @@ func TestPipelineTwoPhaseStop(t *testing.T) {
 		t.Fatalf("events %q, want in order %q", ev, order)
 	}
 	if !slices.Contains(ev, "stopping") || indexes(ev, []string{"sink stopped after close", "ops stopped"}) == nil ||
-		slices.Contains(ev, "sink context ended before the drain") || slices.Contains(ev, "hook cancelled before the shutdown timeout") {
+		slices.Contains(ev, "sink context ended before the drain") || slices.Contains(ev, "hook cancelled before the shutdown deadline") {
 		t.Fatalf("events %q", ev)
 	}
 	if hc.Ready() == nil {
@@ -198,4 +201,60 @@ func indexes(ev, want []string) []int {
 		from += i + 1
 	}
 	return out
+}
+
+// slowIntake drains for the whole shutdown timeout after it saw the stop (a consumer whose
+// processors use their full budget), noting when it saw it.
+type slowIntake struct {
+	timeout time.Duration
+	seen    time.Time
+}
+
+func (c *slowIntake) Run(ctx context.Context) error {
+	<-ctx.Done()
+	c.seen = time.Now()
+	time.Sleep(c.timeout)
+	return nil
+}
+
+// One deadline bounds the whole stop: with every stage slow (the intake drains for the full
+// timeout, the sink's Close and the draining hook would each wait for their whole context),
+// the sink's Close gets only what is left of shutdownTimeout from the start of the stop (here
+// nothing), and the hook, whose deadline has passed when the pipeline stops, is cancelled at
+// once instead of shutdownTimeout later. The old code gave each stage the full timeout in turn
+// (intake + 5 s, Close, hook: up to three times shutdown_timeout).
+func TestPipelineStagesShareOneShutdownDeadline(t *testing.T) {
+	t.Parallel()
+	log := &stageLog{}
+	snk := newFakeSink(log)
+	snk.slow = true
+	const timeout = 100 * time.Millisecond
+	in := &slowIntake{timeout: timeout}
+	p := &pipeline{sink: snk, intake: in, shutdownTimeout: timeout, onStopping: func() {}, onFailed: func(error) {}}
+	var closeDeadline time.Time
+	snk.onClose = func(ctx context.Context) { closeDeadline, _ = ctx.Deadline() }
+	hookCtx := make(chan context.Context, 1)
+	hookCancelledFirst := make(chan bool, 1)
+	p.companions = []companion{
+		{run: func(ctx context.Context) error { hookCtx <- ctx; <-ctx.Done(); return nil }, drain: func() {}},
+		{run: func(ctx context.Context) error {
+			<-ctx.Done() // the ops server stops after the hook's stop has run
+			hookCancelledFirst <- (<-hookCtx).Err() != nil
+			return nil
+		}},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := p.run(ctx); err != nil {
+		t.Fatalf("run = %v", err)
+	}
+	if closeDeadline.IsZero() || closeDeadline.After(in.seen.Add(timeout)) {
+		t.Errorf("sink Close deadline %v, want at most shutdownTimeout after the intake saw the stop (%v)", closeDeadline, in.seen.Add(timeout))
+	}
+	if !<-hookCancelledFirst {
+		t.Error("the draining hook's context still ran after the shutdown deadline had passed")
+	}
+	if ev := log.get(); indexes(ev, []string{"sink close", "sink aborted"}) == nil {
+		t.Fatalf("events %q", ev)
+	}
 }

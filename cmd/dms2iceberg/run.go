@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"go.uber.org/zap"
@@ -17,7 +18,8 @@ const runUsage = `usage: dms2iceberg run [--config FILE]
 
 Consumes the Kinesis stream and merges the DMS changes into Iceberg tables until SIGINT or
 SIGTERM; then it stops reading, commits what is buffered and writes the last checkpoints within
-shutdown_timeout (a second signal exits at once). The configuration is the YAML file over the
+shutdown_timeout, one deadline for every stage (the process exits at most 5 s after it; a
+second signal exits at once). The configuration is the YAML file over the
 defaults, with the environment overrides DMS2ICEBERG_STREAM, DMS2ICEBERG_DATA_DIR and
 DMS2ICEBERG_WORKER_ID. Every AWS client uses one region: region in the file, else the AWS SDK's
 chain (AWS_REGION, AWS_DEFAULT_REGION, the profile's region, EC2 instance metadata).
@@ -47,10 +49,10 @@ func runService(ctx context.Context, args []string) error {
 	return serve(ctx, cfg, log)
 }
 
-// serve wires the service and runs it as a pipeline (see pipeline for the two-phase stop):
-// the sink and the consumer, with the operations surface (/metrics, /healthz, /readyz on
-// http_addr) and the post-commit hook's worker beside them; both stop after the pipeline (the
-// hook first runs what is queued, within shutdown_timeout).
+// serve wires the service and runs it as a pipeline (see pipeline for the two-phase stop and
+// its one deadline): the sink and the consumer, with the operations surface (/metrics,
+// /healthz, /readyz on http_addr) and the post-commit hook's worker beside them; both stop
+// after the pipeline (the hook first runs what is queued, until the shutdown deadline).
 func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer routeLibraryLogs(log)()
 	metrics := newPromMetrics()
@@ -66,6 +68,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 			log.Error("cannot serve /metrics on the default http_addr; running without it (set http_addr, or \"\" to disable)",
 				zap.String("http_addr", cfg.HTTPAddr), zap.Error(err))
 		default:
+			ops.shutdownBy = func() time.Time { return p.deadline().Add(consumer.ShutdownSlack) }
 			p.companions = append(p.companions, companion{run: ops.Run})
 		}
 	}
@@ -112,6 +115,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	c, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+		consumer.WithShutdownDeadline(p.deadline),
 		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
 		return err

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"slices"
 
+	"github.com/apache/iceberg-go"
 	"github.com/valyala/fastjson"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
@@ -84,6 +85,9 @@ type Field struct {
 	Type  string  `json:"type,omitempty"`
 	Value *string `json:"value,omitempty"`
 	Error string  `json:"error,omitempty"`
+	// Rule is the column's configured rule (TableRules): excluded (not stored: no type, no
+	// value), hashed or masked (Value is the stored hash or mask).
+	Rule string `json:"rule,omitempty"`
 }
 
 // CtlInfo describes a control record.
@@ -111,6 +115,8 @@ type ColInfo struct {
 	Nullable  bool   `json:"nullable"`
 	Iceberg   string `json:"iceberg"`
 	Error     string `json:"error,omitempty"`
+	// Rule is the column's configured rule, as in Field; an excluded column has no Iceberg type.
+	Rule string `json:"rule,omitempty"`
 }
 
 // Normalizer decodes messages and keeps the table-defs of the control records it has seen, so
@@ -119,6 +125,7 @@ type Normalizer struct {
 	dec    *Decoder
 	opts   TypeOptions
 	tables map[string]*simTable
+	rules  func(src string) TableRules
 	p      fastjson.Parser
 	n      int
 }
@@ -204,8 +211,9 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 			rec.Warnings = append(rec.Warnings, "unknown control operation "+rec.Op+": the sink logs and ignores it")
 		}
 		td := ev.Control.TableDef
+		rules := n.rulesFor(src)
 		if td != nil {
-			rec.Control.TableDef = n.describe(td)
+			rec.Control.TableDef = n.describe(td, rules)
 		}
 		switch {
 		case !known || ev.Table == "":
@@ -214,13 +222,22 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 		case td == nil:
 			rec.Control.Changes = []string{"no table-def: nothing to apply (columns are added when they appear in data)"}
 		default:
-			desired := n.desired(td)
+			desired := n.desired(td, rules)
 			st := n.tables[src]
 			if st == nil {
 				st = &simTable{}
-				for _, d := range desired {
-					key := slices.Contains(td.PrimaryKey, d.Name)
-					st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
+				if rules != nil {
+					cols, _, err := rules.Create(td, nil)
+					if err != nil {
+						rec.Control.Changes = []string{"the sink cannot create the table: " + err.Error() + " (it pauses the table and dead-letters its records)"}
+						break
+					}
+					st.cols = cols
+				} else {
+					for _, d := range desired {
+						key := slices.Contains(td.PrimaryKey, d.Name)
+						st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
+					}
 				}
 				st.setDomains(td)
 				n.tables[src] = st
@@ -239,11 +256,23 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 	}
 	rec.Op = ev.Op.String()
 	st := n.tables[src]
-	if st == nil {
+	rules := n.rulesFor(src)
+	switch {
+	case st == nil && rules != nil:
+		// The sink creates the table from configured columns, else from this record's values.
+		cols, source, err := rules.Create(nil, ev)
+		if err != nil {
+			rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input and the sink cannot create the table ("+err.Error()+"): values are shown untyped")
+			break
+		}
+		st = &simTable{cols: cols}
+		n.tables[src] = st
+		rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input: typed as the sink creates the table (schema from "+source+"); a table that exists keeps its own types")
+	case st == nil:
 		rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input: values are shown untyped")
 	}
-	rec.Columns = n.fields(ev.Columns, st, &rec, ev.Op == change.OpDelete, "")
-	rec.Before = n.fields(ev.Before, st, &rec, false, "before-image ")
+	rec.Columns = n.fields(ev.Columns, st, rules, &rec, ev.Op == change.OpDelete, "")
+	rec.Before = n.fields(ev.Before, st, rules, &rec, false, "before-image ")
 	if st == nil {
 		return rec
 	}
@@ -317,7 +346,10 @@ func (n *Normalizer) hasBeforeImage(msg []byte) bool {
 	return bv != nil && bv.Type() == fastjson.TypeObject
 }
 
-func (n *Normalizer) desired(td *change.TableDef) []DesiredColumn {
+func (n *Normalizer) desired(td *change.TableDef, rules TableRules) []DesiredColumn {
+	if rules != nil {
+		return rules.Desired(td)
+	}
 	v := DetectVocabulary(td.Columns)
 	out := make([]DesiredColumn, len(td.Columns))
 	for i, c := range td.Columns {
@@ -327,20 +359,32 @@ func (n *Normalizer) desired(td *change.TableDef) []DesiredColumn {
 	return out
 }
 
-func (n *Normalizer) fields(cols []change.Column, st *simTable, rec *Record, keyOnly bool, what string) []Field {
+func (n *Normalizer) fields(cols []change.Column, st *simTable, rules TableRules, rec *Record, keyOnly bool, what string) []Field {
 	if len(cols) == 0 {
 		return nil
 	}
 	out := make([]Field, len(cols))
 	for i, c := range cols {
 		f := Field{Name: c.Name, Kind: kindNames[c.Value.Kind], Text: c.Value.Text}
+		v := c.Value
+		if rules != nil {
+			if f.Rule = rules.Rule(c.Name); f.Rule == RuleExclude {
+				out[i] = f // never stored, never added to the table
+				continue
+			}
+			v, _ = rules.Value(c.Name, v)
+		}
 		if st != nil {
 			cs, ok := st.column(c.Name)
 			t := cs.Type
 			f.Key = cs.Key
 			if !ok && what == "" && !keyOnly {
 				// The sink adds a column that appears in data as optional, typed from the value.
-				t = InferType(c.Value)
+				if rules != nil {
+					t = rules.InferType(c)
+				} else {
+					t = InferType(c.Value)
+				}
 				st.cols = append(st.cols, ColumnState{Name: c.Name, Type: t})
 				rec.Warnings = append(rec.Warnings, "column "+c.Name+" is not in the table: the sink adds it as optional column of type "+t.String())
 				ok = true
@@ -353,7 +397,7 @@ func (n *Normalizer) fields(cols []change.Column, st *simTable, rec *Record, key
 				f.Type = t.String()
 			default:
 				f.Type = t.String()
-				d, err := ConvertIn(t, st.dom[c.Name], c.Value)
+				d, err := ConvertIn(t, st.dom[c.Name], v)
 				switch {
 				case err != nil:
 					f.Error = err.Error()
@@ -368,18 +412,33 @@ func (n *Normalizer) fields(cols []change.Column, st *simTable, rec *Record, key
 	return out
 }
 
-func (n *Normalizer) describe(td *change.TableDef) *DefInfo {
+func (n *Normalizer) describe(td *change.TableDef, rules TableRules) *DefInfo {
 	v := DetectVocabulary(td.Columns)
 	info := &DefInfo{Vocabulary: v.String(), PrimaryKey: td.PrimaryKey, Columns: make([]ColInfo, 0, len(td.Columns))}
+	var stored map[string]iceberg.Type
+	if rules != nil {
+		info.PrimaryKey = rules.Key(td.PrimaryKey)
+		stored = map[string]iceberg.Type{}
+		for _, d := range rules.Desired(td) {
+			stored[d.Name] = d.Type
+		}
+	}
 	if info.PrimaryKey == nil {
 		info.PrimaryKey = []string{}
 	}
 	for _, c := range td.Columns {
 		t, err := IcebergType(c, v, n.opts)
 		ci := ColInfo{Name: c.Name, Type: c.Type, Length: c.Length, Precision: c.Precision, Scale: c.Scale,
-			Nullable: c.Nullable, Iceberg: t.String()}
+			Nullable: c.Nullable}
 		if err != nil {
 			ci.Error = err.Error()
+		}
+		if rules != nil {
+			ci.Rule = rules.Rule(c.Name)
+			t = stored[c.Name] // nil for an excluded column
+		}
+		if t != nil {
+			ci.Iceberg = t.String()
 		}
 		info.Columns = append(info.Columns, ci)
 	}
