@@ -133,6 +133,7 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	}
 	props := maps.Clone(tableProperties)
 	maps.Copy(props, dictionaryProps(schema))
+	props[tableprop.Source] = w.src
 	if def != nil && w.defTS != "" {
 		controlTSProp(props, nil, w.defTS)
 	}
@@ -160,9 +161,12 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	return tbl, nil
 }
 
-// opened runs after the table was loaded or created: it picks up a dropped mark and applies a
-// configured primary key to a table that has none.
+// opened runs after the table was loaded or created: it checks the table's owner (owner.go),
+// picks up a dropped mark and applies a configured primary key to a table that has none.
 func (w *writer) opened(ctx context.Context) error {
+	if err := w.own(ctx); err != nil || w.refused != "" {
+		return err
+	}
 	if w.st.published().Since.IsZero() {
 		w.setStatus(tableprop.StatusActive, "")
 	}
@@ -244,6 +248,9 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		if _, err := w.load(ctx); err != nil {
 			return err
 		}
+	}
+	if w.refused != "" {
+		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
 	}
 	if !ev.Replay && w.st.covers(ev.Pos.Shard, ev.Pos.Seq) {
 		w.env.metrics.Skipped(w.name, 1)
@@ -456,6 +463,12 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		}
 		if err := w.use(tbl); err != nil {
 			return err
+		}
+		if err := w.own(ctx); err != nil {
+			return err
+		}
+		if w.refused != "" {
+			return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
 		}
 	}
 	if err := w.commitRows(ctx); err != nil {

@@ -102,7 +102,7 @@ func (c Config) validateTables() error {
 			return err
 		}
 	}
-	return nil
+	return c.validateTargets()
 }
 
 func (t TableConfig) validate(name string, hashKey []byte) error {
