@@ -170,6 +170,16 @@ func (w *writer) opened(ctx context.Context) error {
 	if w.st.published().Since.IsZero() {
 		w.setStatus(tableprop.StatusActive, "")
 	}
+	if l := w.st.lay; l.keyed() {
+		key := make([]string, len(l.keyIdx))
+		for i, k := range l.keyIdx {
+			key[i] = l.names[k]
+		}
+		if err := w.set.keyRule(key, "the table's identifier fields"); err != nil {
+			w.pause(err.Error()) // its records are dead-lettered until the configuration is fixed
+			return nil
+		}
+	}
 	props := w.st.tbl.Properties()
 	if props[tableprop.Status] == tableprop.StatusDropped && w.env.dropMark {
 		w.setStatus(tableprop.StatusDropped, "marked dropped at "+props[tableprop.DroppedAt])
@@ -514,6 +524,10 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		if !slices.Equal(have, keys) {
 			w.log.Warn("primary key differs from the table's identifier fields; keeping the table's", zap.Strings("table", have), zap.Strings("from", keys), zap.String("source", from))
 		}
+		return nil
+	}
+	if err := w.set.keyRule(keys, from); err != nil {
+		w.pause(err.Error())
 		return nil
 	}
 	states := l.columnStates()

@@ -305,7 +305,9 @@ func (c Config) Target(src string) table.Identifier {
 
 // settings is the resolved configuration of one table writer.
 type settings struct {
-	tc            TableConfig
+	tc TableConfig
+	// tcKey is the sink.tables key tc came from ("" when none matched), for error messages.
+	tcKey         string
 	flushInterval time.Duration
 	flushRows     int
 	flushBytes    int64
@@ -324,8 +326,8 @@ type settings struct {
 }
 
 func (c Config) settingsFor(src string) *settings {
-	tc, _ := c.TableConfigFor(src)
-	st := &settings{tc: tc, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
+	tc, key := c.TableConfigFor(src)
+	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
 		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval}
@@ -420,6 +422,28 @@ func (st *settings) value(name string, v change.Value) (change.Value, bool) {
 		return change.Value{Kind: change.KindString, Text: maskText}, true
 	}
 	return v, true
+}
+
+// keyRule applies the rules of a configured primary key (TableConfig.validate) to a key from
+// elsewhere (from: the table-def, the table): no key column may be excluded (it would not be
+// written) or masked (every key would be "****", merging all rows into one). Hashing a key
+// column is allowed: the HMAC of distinct values is distinct, so the key stays unique.
+func (st *settings) keyRule(key []string, from string) error {
+	for _, l := range []struct {
+		name string
+		cols []string
+		why  string
+	}{
+		{"exclude_columns", st.tc.ExcludeColumns, "an excluded column is not written"},
+		{"mask_columns", st.tc.MaskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
+	} {
+		for i, c := range l.cols {
+			if slices.Contains(key, c) {
+				return fmt.Errorf("primary key column %q (from %s) is in sink.tables[%s].%s[%d]: %s", c, from, st.tcKey, l.name, i, l.why)
+			}
+		}
+	}
+	return nil
 }
 
 // partitionSpec builds the configured spec against a new table's schema.
