@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -145,6 +146,59 @@ func TestUnownedTableIsClaimed(t *testing.T) {
 		t.Fatalf("%s = %q, want crm.log", tableprop.Source, got)
 	}
 	if got := classes(h.dlq.dls); len(got) != 1 || got[0] != ClassTargetTaken {
+		t.Fatalf("dead letters %v", got)
+	}
+}
+
+// With the ordering guard both writers hold their first record until the table exists and then
+// race to create it: whichever wins owns it, the other's record is dead-lettered, never written
+// nor covered.
+func TestGuardedSourcesRaceForOneTarget(t *testing.T) {
+	t.Parallel()
+	fb := &fakeBound{}
+	fb.ms.Store(1 << 40)
+	h := guardHarness(t, OrderingArrival, fb, withTables(crmIntoShop))
+	for _, src := range []string{"shop", "crm"} {
+		seq := map[string]int{"shop": 10, "crm": 5}[src]
+		h.event(&change.Event{Schema: src, Table: "log", Op: change.OpInsert, Columns: []change.Column{col("msg", "'"+src+"'")},
+			Arrival: time.UnixMilli(int64(1000 + seq)), Meta: change.Metadata{RecordType: "data", Operation: "insert"},
+			Pos: change.Position{Shard: "s0", Seq: fmt.Sprint(seq)}})
+	}
+	h.flush()
+	h.close()
+	rows, tbl := scanRows(t, h.cat, "log")
+	owner := tbl.Properties()[tableprop.Source]
+	loser := map[string]string{"shop.log": "crm.log", "crm.log": "shop.log"}[owner]
+	if loser == "" || len(rows) != 1 || rows[0] != "msg="+strings.TrimSuffix(owner, ".log") {
+		t.Fatalf("owner %q, rows %v", owner, rows)
+	}
+	if len(h.dlq.dls) != 1 || h.dlq.dls[0].Table != loser || h.dlq.dls[0].Class != ClassTargetTaken {
+		t.Fatalf("dead letters %+v, want the one record of %s", h.dlq.dls, loser)
+	}
+	if got := h.ack.n.Load(); got != 2 {
+		t.Fatalf("acknowledged %d, want 2", got)
+	}
+}
+
+// A drop-table of a source that does not own the table never marks the owner's table dropped.
+func TestDropOfAnotherSourceIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	mark := withConfig(func(c *Config) { c.DropTable = DropTableMark })
+	a := newHarness(t, dir, withTables(crmIntoShop), withMaintenance(nil), mark)
+	a.srcData("s0", 5, "crm", "log", []change.Column{col("msg", "'crm'")})
+	a.flush()
+	a.close()
+	b := newHarness(t, dir, withTables(crmIntoShop), withMaintenance(nil), mark)
+	b.event(&change.Event{Schema: "shop", Table: "log", Op: change.OpControl, Control: &change.Control{Op: "drop-table"},
+		Meta: change.Metadata{RecordType: "control", Operation: "drop-table"}, Pos: change.Position{Shard: "s0", Seq: "6"}})
+	b.flush()
+	b.close()
+	tbl := loadTable(t, b, "shop", "log")
+	if st := tbl.Properties()[tableprop.Status]; st == tableprop.StatusDropped {
+		t.Fatal("the other source's drop-table marked the owner's table dropped")
+	}
+	if got := classes(b.dlq.dls); len(got) != 1 || got[0] != ClassTargetTaken {
 		t.Fatalf("dead letters %v", got)
 	}
 }
