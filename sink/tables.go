@@ -424,28 +424,6 @@ func (st *settings) value(name string, v change.Value) (change.Value, bool) {
 	return v, true
 }
 
-// keyRule applies the rules of a configured primary key (TableConfig.validate) to a key from
-// elsewhere (from: the table-def, the table): no key column may be excluded (it would not be
-// written) or masked (every key would be "****", merging all rows into one). Hashing a key
-// column is allowed: the HMAC of distinct values is distinct, so the key stays unique.
-func (st *settings) keyRule(key []string, from string) error {
-	for _, l := range []struct {
-		name string
-		cols []string
-		why  string
-	}{
-		{"exclude_columns", st.tc.ExcludeColumns, "an excluded column is not written"},
-		{"mask_columns", st.tc.MaskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
-	} {
-		for i, c := range l.cols {
-			if slices.Contains(key, c) {
-				return fmt.Errorf("primary key column %q (from %s) is in sink.tables[%s].%s[%d]: %s", c, from, st.tcKey, l.name, i, l.why)
-			}
-		}
-	}
-	return nil
-}
-
 // partitionSpec builds the configured spec against a new table's schema.
 func (st *settings) partitionSpec(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
 	if len(st.tc.Partition) == 0 {

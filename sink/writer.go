@@ -26,6 +26,7 @@ import (
 //	flush.go         the commit path: files, row delta and watermarks through commit.Run
 //	partial.go       partial update images completed from the table (absent_columns keep)
 //	evolve.go        control records: opening and creating the table, schema changes, drop, key
+//	key.go           the primary key: which columns may be key columns, giving a keyless table its key
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
 //	owner.go         one source per target table: the owner property, claiming, refusing
 //
