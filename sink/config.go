@@ -97,14 +97,15 @@ type TableConfig struct {
 	// unpartitioned.
 	Partition []PartitionField `yaml:"partition"`
 	// ExcludeColumns are never written (not even created in the target table). Not allowed on
-	// key or partition columns. Default none.
+	// key or partition columns (a key from the table-def pauses the table). Default none.
 	ExcludeColumns []string `yaml:"exclude_columns"`
 	// HashColumns are stored as the hex HMAC-SHA256 (keyed with Config.HashKey) of the value
 	// text DMS sends, in a string column: equal values still join and group, the value is not
 	// readable. Allowed on key columns (the key stays unique). Default none.
 	HashColumns []string `yaml:"hash_columns"`
 	// MaskColumns are stored as the constant "****" (NULL stays NULL) in a string column. Not
-	// allowed on key columns. Default none.
+	// allowed on key columns: every key would be "****". A configured key is refused by
+	// Validate; a key from the table-def or the table pauses the table. Default none.
 	MaskColumns []string `yaml:"mask_columns"`
 	// TimestampTZ overrides sink.timestamptz for this table's DATETIME/TIMESTAMP columns.
 	// Default: sink.timestamptz.

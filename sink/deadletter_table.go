@@ -42,6 +42,7 @@ const (
 	ClassIncompatible = "incompatible_schema" // a control record asks for a change Iceberg cannot make
 	ClassPaused       = "table_paused"        // the table cannot be written (see its status)
 	ClassDropped      = "table_dropped"       // the table was dropped at the source (drop_table: mark)
+	ClassTargetTaken  = "target_taken"        // another source owns the target table (dms2iceberg.source)
 )
 
 func classOf(dl change.DeadLetter) string {

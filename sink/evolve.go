@@ -133,6 +133,7 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	}
 	props := maps.Clone(tableProperties)
 	maps.Copy(props, dictionaryProps(schema))
+	props[tableprop.Source] = w.src
 	if def != nil && w.defTS != "" {
 		controlTSProp(props, nil, w.defTS)
 	}
@@ -160,11 +161,24 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	return tbl, nil
 }
 
-// opened runs after the table was loaded or created: it picks up a dropped mark and applies a
-// configured primary key to a table that has none.
+// opened runs after the table was loaded or created: it checks the table's owner (owner.go),
+// picks up a dropped mark and applies a configured primary key to a table that has none.
 func (w *writer) opened(ctx context.Context) error {
+	if err := w.own(ctx); err != nil || w.refused != "" {
+		return err
+	}
 	if w.st.published().Since.IsZero() {
 		w.setStatus(tableprop.StatusActive, "")
+	}
+	if l := w.st.lay; l.keyed() {
+		key := make([]string, len(l.keyIdx))
+		for i, k := range l.keyIdx {
+			key[i] = l.names[k]
+		}
+		if err := w.set.keyRule(key, "the table's identifier fields"); err != nil {
+			w.pause(err.Error()) // its records are dead-lettered until the configuration is fixed
+			return nil
+		}
 	}
 	props := w.st.tbl.Properties()
 	if props[tableprop.Status] == tableprop.StatusDropped && w.env.dropMark {
@@ -244,6 +258,9 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		if _, err := w.load(ctx); err != nil {
 			return err
 		}
+	}
+	if w.refused != "" {
+		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
 	}
 	if !ev.Replay && w.st.covers(ev.Pos.Shard, ev.Pos.Seq) {
 		w.env.metrics.Skipped(w.name, 1)
@@ -457,6 +474,12 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		if err := w.use(tbl); err != nil {
 			return err
 		}
+		if err := w.own(ctx); err != nil {
+			return err
+		}
+		if w.refused != "" {
+			return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
+		}
 	}
 	if err := w.commitRows(ctx); err != nil {
 		return err
@@ -483,67 +506,5 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 	}
 	w.setStatus(tableprop.StatusDropped, "dropped at the source at "+at)
 	ack(ev)
-	return nil
-}
-
-// ensureKey gives a table without identifier fields the primary key keys (from configuration
-// or a create-table table-def): its columns become required identifier fields, so updates and
-// deletes apply from then on (earlier ones were dead-lettered and can be replayed). A table that
-// already has a key keeps it; a key naming missing, dropped or floating-point columns is not
-// applied (logged).
-func (w *writer) ensureKey(ctx context.Context, keys []string, from string) error {
-	l := w.st.lay
-	if l.keyed() {
-		have := make([]string, len(l.keyIdx))
-		for i, k := range l.keyIdx {
-			have[i] = l.names[k]
-		}
-		if !slices.Equal(have, keys) {
-			w.log.Warn("primary key differs from the table's identifier fields; keeping the table's", zap.Strings("table", have), zap.Strings("from", keys), zap.String("source", from))
-		}
-		return nil
-	}
-	states := l.columnStates()
-	for _, k := range keys {
-		i, ok := l.byName[k]
-		if !ok || states[i].Dropped {
-			w.log.Warn("primary key not applied: the table has no such column", zap.String("column", k), zap.String("source", from))
-			return nil
-		}
-		if err := keyType(l.schema.Fields()[i]); err != nil {
-			w.log.Warn("primary key not applied", zap.Error(err), zap.String("source", from))
-			return nil
-		}
-	}
-	if err := w.commitRows(ctx); err != nil {
-		return err
-	}
-	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-		txn := w.st.tbl.NewTransaction()
-		us := txn.UpdateSchema(true, true)
-		paths := make([][]string, len(keys))
-		for i, k := range keys {
-			us.UpdateColumn([]string{k}, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true, Val: true}})
-			paths[i] = []string{k}
-		}
-		us.SetIdentifierField(paths)
-		if err := us.Commit(); err != nil {
-			return nil, err
-		}
-		tbl, err := txn.Commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, w.adopt(tbl)
-	}
-	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "set primary key of " + w.name, Stage: stage,
-		Reloaded: w.reloadedUse(func() bool { return w.st.lay.keyed() }),
-	})
-	if err != nil || res.Table == nil {
-		return err
-	}
-	w.log.Info("table now has a primary key", zap.Strings("key", keys), zap.String("source", from))
-	w.env.metrics.SchemaChanged(w.name, "set_primary_key", 1)
 	return nil
 }

@@ -152,8 +152,9 @@ type columnSource struct {
 
 // buildSchema chooses the schema of a new table: from the DMS table-def when one was seen, else
 // from configuration, else inferred from the first event's values. The primary key comes from
-// configuration when set there, else from the table-def. Excluded columns are left out; hashed
-// and masked columns are strings.
+// configuration when set there, else from the table-def; no key column may be excluded or
+// masked (settings.keyRule). Excluded columns are left out; hashed and masked columns are
+// strings.
 func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg.Schema, string, error) {
 	var cols []columnSource
 	var key []string
@@ -194,7 +195,14 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 	default:
 		return nil, "", fmt.Errorf("no table-def, no configured columns and no values to infer a schema from")
 	}
+	keyFrom := "the " + source
+	if len(tc.PrimaryKey) > 0 {
+		keyFrom = "sink.tables primary_key"
+	}
 	key = st.key(key)
+	if err := st.keyRule(key, keyFrom); err != nil {
+		return nil, "", err
+	}
 	fields := make([]iceberg.NestedField, len(cols))
 	var keyIDs []int
 	for i, c := range cols {

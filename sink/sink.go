@@ -259,9 +259,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 
 // newWriter builds the writer of source table src with the sink's collaborators.
 func (s *Iceberg) newWriter(src string) *writer {
-	tc, _ := s.cfg.TableConfigFor(src)
 	set := s.cfg.settingsFor(src)
-	set.tc = tc
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
 		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark,
 		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards}

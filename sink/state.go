@@ -22,6 +22,11 @@ type TableStatus struct {
 	Since          time.Time
 }
 
+// StatusRefused is the TableStatus.Status of a writer whose target table another source owns
+// (tableprop.Source): its records are dead-lettered (class target_taken). It is never persisted:
+// the table itself stays active under its owner.
+const StatusRefused = "refused"
+
 // targetTable is what a writer knows of its table: the table as last loaded or committed, its
 // layout (schema and watermarks) and the writer's state. Only the writer's goroutine touches it,
 // except the published status (pub), which TableStatuses reads under pubMu.

@@ -102,7 +102,7 @@ func (c Config) validateTables() error {
 			return err
 		}
 	}
-	return nil
+	return c.validateTargets()
 }
 
 func (t TableConfig) validate(name string, hashKey []byte) error {
@@ -305,7 +305,9 @@ func (c Config) Target(src string) table.Identifier {
 
 // settings is the resolved configuration of one table writer.
 type settings struct {
-	tc            TableConfig
+	tc TableConfig
+	// tcKey is the sink.tables key tc came from ("" when none matched), for error messages.
+	tcKey         string
 	flushInterval time.Duration
 	flushRows     int
 	flushBytes    int64
@@ -324,8 +326,8 @@ type settings struct {
 }
 
 func (c Config) settingsFor(src string) *settings {
-	tc, _ := c.TableConfigFor(src)
-	st := &settings{tc: tc, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
+	tc, key := c.TableConfigFor(src)
+	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
 		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval}

@@ -80,6 +80,26 @@ func TestTableConfigValidation(t *testing.T) {
 			c.Tables = map[string]TableConfig{"s.t": {Ordering: OrderingShard}}
 		}, ""},
 		{"freshness_interval", func(c *Config) { c.FreshnessInterval = -time.Second }, "sink.freshness_interval: must not be negative"},
+		{"two entries one target", func(c *Config) {
+			c.Tables = map[string]TableConfig{"crm.log": {Namespace: "shop"}, "shop.log": {PrimaryKey: []string{"id"}}}
+		}, "sink.tables[shop.log]: sources crm.log and shop.log both write the target table shop.log"},
+		{"one target case-folded", func(c *Config) {
+			c.Tables = map[string]TableConfig{"a.x": {Name: "Orders"}, "a.y": {Name: "orders"}}
+		}, "sink.tables[a.y]: sources a.x and a.y both write the target table a.orders"},
+		{"sink.namespace folds two entries", func(c *Config) {
+			c.Namespace = "lake"
+			c.Tables = map[string]TableConfig{"crm.log": {}, "shop.log": {}}
+		}, "both write the target table lake.log"},
+		{"entry onto an included table", func(c *Config) {
+			c.Include = []string{"shop.log", "crm.*"}
+			c.Tables = map[string]TableConfig{"crm.log": {Namespace: "shop"}}
+		}, "sink.include[0]: sources crm.log and shop.log both write the target table shop.log"},
+		{"entry onto a disabled table", func(c *Config) {
+			c.Tables = map[string]TableConfig{"crm.log": {Namespace: "shop"}, "shop.log": {Enabled: &f}}
+		}, ""},
+		{"entry onto the dead-letter table", func(c *Config) {
+			c.Tables = map[string]TableConfig{"crm.log": {Namespace: "dms2iceberg", Name: "dead_letters"}}
+		}, "sink.tables[crm.log]: the target table dms2iceberg.dead_letters is the dead-letter table"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

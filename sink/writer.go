@@ -26,7 +26,9 @@ import (
 //	flush.go         the commit path: files, row delta and watermarks through commit.Run
 //	partial.go       partial update images completed from the table (absent_columns keep)
 //	evolve.go        control records: opening and creating the table, schema changes, drop, key
+//	key.go           the primary key: which columns may be key columns, giving a keyless table its key
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
+//	owner.go         one source per target table: the owner property, claiming, refusing
 //
 // Calls go down that list (intake → control records → commit path → state and buffer), never
 // back up.
@@ -76,6 +78,9 @@ type writer struct {
 	defTS string
 	// dl counts dead letters handed to an AsyncDeadLetterer and not yet durable.
 	dl dlWait
+	// refused is why the writer dead-letters every record of its source: another source owns the
+	// target table (owner.go); "" when it does not.
+	refused string
 	// closing is set once the queue is closed: the final flush of a graceful stop.
 	closing bool
 	seen    []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
@@ -260,6 +265,9 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 // the buffer (or acknowledged when the table already holds it). wasHeld: it comes from the held
 // events (its own sequence number is then in the buffer's range).
 func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld bool) error {
+	if w.refused != "" {
+		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
+	}
 	if ev.Op == change.OpControl {
 		return w.applyControl(ctx, ev)
 	}
@@ -267,6 +275,10 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 		if err := w.open(ctx, ev); err != nil {
 			return err
 		}
+	}
+	if w.refused != "" {
+		// Checked before the watermarks: they are the owner's, not this source's.
+		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
 	}
 	shard, seq := ev.Pos.Shard, ev.Pos.Seq
 	if w.st.loaded() && !ev.Replay {

@@ -193,7 +193,7 @@ type DeadLetter struct {
 	Raw    []byte
 	// Class is a short machine-readable cause, used as a metric label and a column of the
 	// dead-letter table: decode, convert, keyless_change, incompatible_schema, table_paused,
-	// table_dropped, control. Empty means decode when Table is empty (the consumer's undecodable
+	// table_dropped, target_taken, control. Empty means decode when Table is empty (the consumer's undecodable
 	// records), else convert.
 	Class string
 	// Op is the DMS operation of the record when known (insert, create-table, ...).

@@ -15,6 +15,13 @@ const (
 
 	// CreatedBy marks a table this service created; its value is "dms2iceberg".
 	CreatedBy = "dms2iceberg.created-by"
+	// Source is the DMS source table ("schema.table", as DMS spells it) that owns the table: the
+	// only source whose records are written to it. It is set when the table is created, or by a
+	// properties-only commit when a table without it is first opened. The watermarks are per
+	// stream and shard only, so two sources writing one table would cover each other's records;
+	// a record of another source resolving to this table is dead-lettered instead. Changing it
+	// hands the table to another source (after the old one has stopped writing).
+	Source = "dms2iceberg.source"
 
 	// Status is the table's state: StatusActive, StatusPaused or StatusDropped.
 	Status = "dms2iceberg.status"

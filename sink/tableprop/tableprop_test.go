@@ -21,6 +21,9 @@ func TestWatermarks(t *testing.T) {
 
 func TestCompleteThroughName(t *testing.T) {
 	t.Parallel()
+	if Source != "dms2iceberg.source" {
+		t.Fatalf("a persisted name changed: %q", Source)
+	}
 	if CompleteThrough != "dms2iceberg.complete-through" || CompleteThroughLayout != "2006-01-02T15:04:05.000Z07:00" {
 		t.Fatalf("a persisted name or format changed: %q %q", CompleteThrough, CompleteThroughLayout)
 	}

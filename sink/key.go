@@ -1,0 +1,104 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+)
+
+// The primary key's rules: which columns may be key columns whatever the key comes from
+// (configuration, a table-def, the table), and giving a keyless table its key.
+
+// keyRule applies the rules of a configured primary key (TableConfig.validate) to a key from
+// elsewhere (from: the table-def, the table): no key column may be excluded (it would not be
+// written) or masked (every key would be "****", merging all rows into one). Hashing a key
+// column is allowed: the HMAC of distinct values is distinct, so the key stays unique.
+func (st *settings) keyRule(key []string, from string) error {
+	for _, l := range []struct {
+		name string
+		cols []string
+		why  string
+	}{
+		{"exclude_columns", st.tc.ExcludeColumns, "an excluded column is not written"},
+		{"mask_columns", st.tc.MaskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
+	} {
+		for i, c := range l.cols {
+			if slices.Contains(key, c) {
+				return fmt.Errorf("primary key column %q (from %s) is in sink.tables[%s].%s[%d]: %s", c, from, st.tcKey, l.name, i, l.why)
+			}
+		}
+	}
+	return nil
+}
+
+// ensureKey gives a table without identifier fields the primary key keys (from configuration
+// or a create-table table-def): its columns become required identifier fields, so updates and
+// deletes apply from then on (earlier ones were dead-lettered and can be replayed). A table that
+// already has a key keeps it; a key naming missing, dropped or floating-point columns is not
+// applied (logged).
+func (w *writer) ensureKey(ctx context.Context, keys []string, from string) error {
+	l := w.st.lay
+	if l.keyed() {
+		have := make([]string, len(l.keyIdx))
+		for i, k := range l.keyIdx {
+			have[i] = l.names[k]
+		}
+		if !slices.Equal(have, keys) {
+			w.log.Warn("primary key differs from the table's identifier fields; keeping the table's", zap.Strings("table", have), zap.Strings("from", keys), zap.String("source", from))
+		}
+		return nil
+	}
+	if err := w.set.keyRule(keys, from); err != nil {
+		w.pause(err.Error())
+		return nil
+	}
+	states := l.columnStates()
+	for _, k := range keys {
+		i, ok := l.byName[k]
+		if !ok || states[i].Dropped {
+			w.log.Warn("primary key not applied: the table has no such column", zap.String("column", k), zap.String("source", from))
+			return nil
+		}
+		if err := keyType(l.schema.Fields()[i]); err != nil {
+			w.log.Warn("primary key not applied", zap.Error(err), zap.String("source", from))
+			return nil
+		}
+	}
+	if err := w.commitRows(ctx); err != nil {
+		return err
+	}
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		txn := w.st.tbl.NewTransaction()
+		us := txn.UpdateSchema(true, true)
+		paths := make([][]string, len(keys))
+		for i, k := range keys {
+			us.UpdateColumn([]string{k}, table.ColumnUpdate{Required: iceberg.Optional[bool]{Valid: true, Val: true}})
+			paths[i] = []string{k}
+		}
+		us.SetIdentifierField(paths)
+		if err := us.Commit(); err != nil {
+			return nil, err
+		}
+		tbl, err := txn.Commit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return tbl, w.adopt(tbl)
+	}
+	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "set primary key of " + w.name, Stage: stage,
+		Reloaded: w.reloadedUse(func() bool { return w.st.lay.keyed() }),
+	})
+	if err != nil || res.Table == nil {
+		return err
+	}
+	w.log.Info("table now has a primary key", zap.Strings("key", keys), zap.String("source", from))
+	w.env.metrics.SchemaChanged(w.name, "set_primary_key", 1)
+	return nil
+}

@@ -1,0 +1,113 @@
+package sink
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Issue 12 item 2: the rules of a configured key (never masked, never excluded; hashing is
+// fine) hold for a key that comes from the table-def. Before, a masked table-def key turned
+// every key into "****" and collapsed all rows into one.
+func TestTableDefKeyRules(t *testing.T) {
+	t.Parallel()
+	users := func(h *harness) {
+		h.ctl("s0", 1, "users", "create-table", "id*:INT4 name:STRING")
+		h.data("s0", 2, "users", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+		h.data("s0", 3, "users", change.OpInsert, []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+		h.flush()
+	}
+	for _, tc := range []struct {
+		name string
+		tc   TableConfig
+		path string
+	}{
+		{"mask", TableConfig{MaskColumns: []string{"name", "id"}}, "sink.tables[shop.users].mask_columns[1]"},
+		{"exclude", TableConfig{ExcludeColumns: []string{"id"}}, "sink.tables[shop.users].exclude_columns[0]"},
+		{"mask by glob", TableConfig{MaskColumns: []string{"id"}}, "sink.tables[shop.*].mask_columns[0]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			key := "shop.users"
+			if strings.Contains(tc.path, "*") {
+				key = "shop.*"
+			}
+			h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{key: tc.tc}), withMaintenance(nil))
+			users(h)
+			h.close()
+			if len(h.dlq.dls) != 2 {
+				t.Fatalf("%d dead letters, want the 2 rows: %+v", len(h.dlq.dls), h.dlq.dls)
+			}
+			for _, dl := range h.dlq.dls {
+				if dl.Class != ClassPaused || !strings.Contains(dl.Reason, tc.path) || !strings.Contains(dl.Reason, "table-def") {
+					t.Fatalf("dead letter %+v, want class %s naming %s", dl, ClassPaused, tc.path)
+				}
+			}
+			if got := h.ack.n.Load(); got != 3 {
+				t.Fatalf("acknowledged %d, want 3", got)
+			}
+		})
+	}
+}
+
+// Hashing a table-def key keeps the rows apart: the HMAC of distinct values is distinct.
+func TestHashedTableDefKeyKeepsRowsApart(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": {HashColumns: []string{"id"}}}),
+		withConfig(func(c *Config) { c.HashKey = []byte("k") }), withMaintenance(nil))
+	h.ctl("s0", 1, "users", "create-table", "id*:INT4 name:STRING")
+	h.data("s0", 2, "users", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.data("s0", 3, "users", change.OpInsert, []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	h.data("s0", 4, "users", change.OpUpdate, []change.Column{col("id", "2"), col("name", "'b2'")}, nil)
+	h.flush()
+	h.close()
+	rows, tbl := scanRows(t, h.cat, "users")
+	if len(rows) != 2 || len(tbl.Schema().IdentifierFieldIDs) != 1 || len(h.dlq.dls) != 0 {
+		t.Fatalf("rows %v, key %v, dead letters %+v", rows, tbl.Schema().IdentifierFieldIDs, h.dlq.dls)
+	}
+	names := map[string]bool{}
+	for _, r := range rows {
+		_, n, _ := strings.Cut(r, ",name=")
+		names[n] = true
+	}
+	if !names["a"] || !names["b2"] {
+		t.Fatalf("rows %v, want a and b2 under two hashed keys", rows)
+	}
+}
+
+// A table that already has a key (created before the mask was configured), or a keyless table
+// given its table-def key by a later create-table, pauses too: its key would be masked.
+func TestMaskOnAnExistingKeyPauses(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := newHarness(t, dir, withMaintenance(nil))
+	h.ctl("s0", 1, "users", "create-table", "id*:INT4 name:STRING")
+	h.data("s0", 2, "users", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.flush()
+	h.close()
+	masked := withTables(map[string]TableConfig{"shop.users": {MaskColumns: []string{"id"}}})
+	h2 := newHarness(t, dir, masked, withMaintenance(nil))
+	h2.data("s0", 3, "users", change.OpInsert, []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	h2.data("s0", 4, "users", change.OpInsert, []change.Column{col("id", "3"), col("name", "'c'")}, nil)
+	h2.flush()
+	h2.close()
+	rows, _ := scanRows(t, h2.cat, "users")
+	eq(t, rows, "id=1,name=a")
+	if got := classes(h2.dlq.dls); len(got) != 2 || got[0] != ClassPaused || !strings.Contains(h2.dlq.dls[0].Reason, "sink.tables[shop.users].mask_columns[0]") {
+		t.Fatalf("dead letters %+v", h2.dlq.dls)
+	}
+
+	// Keyless first (the table-def came without a key), then a create-table with the key.
+	h3 := newHarness(t, t.TempDir(), masked, withMaintenance(nil))
+	h3.ctl("s0", 1, "users", "create-table", "id:INT4 name:STRING")
+	h3.data("s0", 2, "users", change.OpInsert, []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h3.flush()
+	h3.ctl("s0", 3, "users", "create-table", "id*:INT4 name:STRING")
+	h3.data("s0", 4, "users", change.OpInsert, []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	h3.flush()
+	h3.close()
+	if got := classes(h3.dlq.dls); len(got) != 1 || got[0] != ClassPaused || !strings.Contains(h3.dlq.dls[0].Reason, "mask_columns[0]") {
+		t.Fatalf("dead letters %+v", h3.dlq.dls)
+	}
+}
