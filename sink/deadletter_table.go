@@ -42,6 +42,7 @@ const (
 	ClassIncompatible = "incompatible_schema" // a control record asks for a change Iceberg cannot make
 	ClassPaused       = "table_paused"        // the table cannot be written (see its status)
 	ClassDropped      = "table_dropped"       // the table was dropped at the source (drop_table: mark)
+	ClassUnsupported  = "unsupported_control" // a control record the sink does not apply (rename-table, a replayed truncate)
 )
 
 func classOf(dl change.DeadLetter) string {

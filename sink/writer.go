@@ -26,6 +26,7 @@ import (
 //	flush.go         the commit path: files, row delta and watermarks through commit.Run
 //	partial.go       partial update images completed from the table (absent_columns keep)
 //	evolve.go        control records: opening and creating the table, schema changes, drop, key
+//	truncate.go      control records on rows and names: truncate, rename-table
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
 //
 // Calls go down that list (intake → control records → commit path → state and buffer), never
