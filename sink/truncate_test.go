@@ -5,10 +5,13 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
@@ -222,4 +225,48 @@ func TestRenameTableIsDeadLettered(t *testing.T) {
 	if r := h.dlq.dls[0].Reason; !strings.Contains(r, "rename-table") || !strings.Contains(r, "sink.tables") {
 		t.Fatalf("reason %q does not name the manual step", r)
 	}
+}
+
+// gateBound is a commit bound with cross-process gates the test sets.
+type gateBound struct {
+	mu sync.Mutex
+	b  Bound
+}
+
+func (g *gateBound) get() Bound {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.b
+}
+
+func (g *gateBound) set(b Bound) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.b = b
+}
+
+// With several processes, a truncate waits for the older data another process holds
+// uncommitted (the change and load gates), as data waits for older control records; and while
+// it waits, the rows that arrived after it wait too, even those already buffered.
+func TestTruncateWaitsForOlderDataElsewhere(t *testing.T) {
+	t.Parallel()
+	gb := &gateBound{}
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
+		withOptions(WithCommitBounds(gb.get)))
+	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4")
+	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "1")}, nil)
+	h.flush()
+	var g checkpoint.TableGates
+	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	h.arrive("b", 1, 1300, "items", change.OpInsert, []change.Column{col("id", "2")}, nil) // buffered: arrived after the truncate
+	h.arriveCtl("c", 2, 1200, "items", "truncate", "")
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1") // the truncate waits for the change at 1100 elsewhere; b/1 waits for the truncate
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2")
 }
