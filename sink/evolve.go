@@ -136,6 +136,9 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	if def != nil && w.defTS != "" {
 		controlTSProp(props, nil, w.defTS)
 	}
+	for shard, seq := range w.truncWM {
+		props[tableprop.Watermark(w.env.stream, shard)] = seq
+	}
 	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
 	spec, err := w.set.partitionSpec(schema)
 	if err != nil {

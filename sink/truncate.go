@@ -25,14 +25,20 @@ import (
 // removes rows that came after it. Rows after it stay buffered and commit on top. Keyed and
 // keyless tables alike.
 //
-// A table that does not exist is left alone (nothing to remove, nothing created); a paused or
-// dropped table's truncate is dead-lettered like its data. A truncate replayed from the
+// A table that does not exist is left alone (nothing to remove, nothing created; its creation
+// records the truncate, truncatedBefore); a paused or dropped table's truncate is dead-lettered
+// like its data. A truncate replayed from the
 // dead-letter table (ev.Replay) is not applied: it has lost its place in the order and would
 // remove every row newer than it, so it is dead-lettered again (ClassUnsupported) for the
 // operator (a reload of the table at the source, or a manual delete, is the remedy).
 func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 	if ev.Replay {
 		return w.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("truncate of %s replayed from the dead-letter table is not applied: it would also remove every row written after it; delete the rows by hand or reload the table", w.src))
+	}
+	if !w.st.loaded() {
+		// Every row the table will hold comes after this truncate: the table records that
+		// when it is created (create), so a replay after a restart is skipped.
+		w.truncatedBefore(ev)
 	}
 	switch w.st.status {
 	case tableprop.StatusPaused:
@@ -93,6 +99,22 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 	}
 	ack(ev)
 	return nil
+}
+
+// truncatedBefore notes a truncate that came before the table existed: the table is created
+// with the truncate's shard watermark (truncWM), so a replayed truncate is covered like one
+// that was applied. Records of that shard before the truncate were taken in before it (a
+// shard's order is kept), so the watermark trims nothing that is not in the table yet.
+func (w *writer) truncatedBefore(ev *change.Event) {
+	if ev.Pos.Shard == "" {
+		return
+	}
+	if w.truncWM == nil {
+		w.truncWM = make(map[string]string)
+	}
+	if change.CompareSeq(ev.Pos.Seq, w.truncWM[ev.Pos.Shard]) > 0 {
+		w.truncWM[ev.Pos.Shard] = ev.Pos.Seq
+	}
 }
 
 // renameTable handles a rename-table: not applied. DMS documents neither whether its

@@ -270,3 +270,26 @@ func TestTruncateWaitsForOlderDataElsewhere(t *testing.T) {
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=2")
 }
+
+// A truncate that came before its table existed (DMS may truncate before a full load) is
+// recorded in the table when it is created, so a replay after a restart does not apply it to the
+// rows that came after it.
+func TestTruncateBeforeTheTableExistsIsNotReappliedOnReplay(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	run := func() *harness {
+		h := newHarness(t, dir, withMaintenance(nil))
+		h.ctl("c", 1, "items", "truncate", "")
+		h.data("a", 1, "items", change.OpLoad, []change.Column{col("id", "1")}, nil)
+		h.flush()
+		return h
+	}
+	h := run()
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1")
+	h.close()
+	h = run()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1")
+	h.close()
+}

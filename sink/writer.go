@@ -75,6 +75,9 @@ type writer struct {
 	// metadata.timestamp.
 	def   *change.TableDef
 	defTS string
+	// truncWM holds, per shard, the latest truncate that came before the table existed: the
+	// table is created with it as its watermark (truncate.go).
+	truncWM map[string]string
 	// dl counts dead letters handed to an AsyncDeadLetterer and not yet durable.
 	dl dlWait
 	// closing is set once the queue is closed: the final flush of a graceful stop.
