@@ -43,6 +43,7 @@ const (
 	ClassPaused       = "table_paused"        // the table cannot be written (see its status)
 	ClassDropped      = "table_dropped"       // the table was dropped at the source (drop_table: mark)
 	ClassTargetTaken  = "target_taken"        // another source owns the target table (dms2iceberg.source)
+	ClassUnsupported  = "unsupported_control" // a control record the sink does not apply (rename-table, a replayed truncate)
 )
 
 func classOf(dl change.DeadLetter) string {

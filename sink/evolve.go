@@ -137,6 +137,9 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	if def != nil && w.defTS != "" {
 		controlTSProp(props, nil, w.defTS)
 	}
+	for shard, seq := range w.truncWM {
+		props[tableprop.Watermark(w.env.stream, shard)] = seq
+	}
 	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
 	spec, err := w.set.partitionSpec(schema)
 	if err != nil {
@@ -234,7 +237,7 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 
 // applyControl applies a control record in order with the table's data. The rules:
 //
-//   - create-table, rename-table, add-column, drop-column, rename-column, column-type-change and
+//   - create-table, add-column, drop-column, rename-column, column-type-change and
 //     change-columns with a table-def: create the table from it if it does not exist, else
 //     reconcile the table with it (dms.PlanSchema: add optional columns, widen, rename on
 //     rename-column, keep dropped columns and stop requiring them). A create-table also lifts a
@@ -245,6 +248,8 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 //   - without a table-def: nothing to apply (columns are added when they appear in data).
 //   - drop-table: sink.drop_table ignore logs it; mark commits dms2iceberg.status=dropped and the
 //     writer dead-letters the table's records until a create-table.
+//   - truncate (dms.IsTruncate): one snapshot removes every row older than it (truncate.go).
+//   - rename-table: not applied, dead-lettered with the manual step (truncate.go).
 //   - anything else: logged and acknowledged.
 //
 // Before a schema change the rows that may commit before the record are committed (they were
@@ -267,6 +272,9 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		ack(ev)
 		return nil
 	}
+	if dms.IsTruncate(op) {
+		return w.truncate(ctx, ev) // ordered by position, not by the table-def's timestamp
+	}
 	if w.st.loaded() && staleControl(w.st.tbl.Properties(), ev.Meta.Timestamp) {
 		w.log.Info("control record older than the last one applied: skipped", zap.String("operation", op),
 			zap.String("timestamp", ev.Meta.Timestamp), zap.String("last", w.st.tbl.Properties()[tableprop.ControlTimestamp]))
@@ -275,9 +283,11 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		return nil
 	}
 	switch op {
-	case "create-table", "rename-table", "add-column", "drop-column", "rename-column", "column-type-change", "change-columns":
+	case "create-table", "add-column", "drop-column", "rename-column", "column-type-change", "change-columns":
 	case "drop-table":
 		return w.drop(ctx, ev)
+	case "rename-table":
+		return w.renameTable(ctx, ev)
 	default:
 		w.log.Info("control record not applied: unknown operation", zap.String("operation", op))
 		ack(ev)

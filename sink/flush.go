@@ -92,7 +92,9 @@ func (w *writer) flush(ctx context.Context) (err error) {
 			return err
 		}
 	}
-	lim.cut = nil
+	// A control record still held (past the bound, or waiting for the gates) is a barrier:
+	// the rows that arrived after it wait with it.
+	lim.cut = w.buf.firstCtl()
 	if err := w.commitRows(ctx); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
 // The ordering guard's vocabulary (ordering arrival, design.md §4): arrivals, source positions,
@@ -229,6 +230,31 @@ type held struct {
 	ctl bool
 }
 
+// truncate reports whether h is a truncate control record (dms.IsTruncate).
+func (h *held) truncate() bool {
+	return h.ctl && h.ev.Control != nil && dms.IsTruncate(h.ev.Control.Op)
+}
+
+// olderData reports whether another process holds uncommitted data of the table (a load row or
+// a CDC change, key changes included) that arrived before at. A truncate waits for it, as data
+// waits for older control records, so that it removes exactly the rows before it; strictly
+// older only (data of the same millisecond waits for the truncate), so the waits never cycle.
+func (l *limit) olderData(at int64) bool {
+	return l.loadGate != 0 && l.loadGate < at || l.chGate != 0 && l.chGate < at
+}
+
+// firstCtl returns the first held control record, or nil: while it waits, a commit takes only
+// the rows before it (the rows that arrived after it wait with it).
+func (b *buffer) firstCtl() *held {
+	for i := range b.held {
+		if b.held[i].ctl {
+			h := b.held[i]
+			return &h
+		}
+	}
+	return nil
+}
+
 // after reports whether row r precedes h, so that it may commit before h applies: it arrived
 // earlier, or at the same time on h's shard before it. At the same time on another shard the
 // held event goes first.
@@ -285,7 +311,8 @@ func (b *buffer) hold(ev *change.Event, at int64) {
 // events of its own shard and every later control record: a held event of another shard does
 // not wait for it (that coupling would let two processes wait for each other's records of one
 // millisecond). A control record also waits for the buffered rows that arrived before it and
-// that the gates hold back (lim.waitFrom).
+// that the gates hold back (lim.waitFrom), and a truncate for the strictly older data another
+// process holds (limit.olderData).
 func (b *buffer) due(lim limit) int {
 	var sc dueScan
 	return b.dueFrom(lim, &sc)
@@ -307,7 +334,7 @@ func (b *buffer) dueFrom(lim limit, sc *dueScan) int {
 			return -1 // held events are sorted by arrival: every later one is past the bound too
 		}
 		if h.ctl {
-			if len(sc.blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at {
+			if len(sc.blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at || h.truncate() && lim.olderData(h.at) {
 				return -1
 			}
 			sc.next = i

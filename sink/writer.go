@@ -27,6 +27,7 @@ import (
 //	partial.go       partial update images completed from the table (absent_columns keep)
 //	evolve.go        control records: opening and creating the table, schema changes, drop, key
 //	key.go           the primary key: which columns may be key columns, giving a keyless table its key
+//	truncate.go      control records on rows and names: truncate, rename-table
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
 //	owner.go         one source per target table: the owner property, claiming, refusing
 //
@@ -76,6 +77,9 @@ type writer struct {
 	// metadata.timestamp.
 	def   *change.TableDef
 	defTS string
+	// truncWM holds, per shard, the latest truncate that came before the table existed: the
+	// table is created with it as its watermark (truncate.go).
+	truncWM map[string]string
 	// dl counts dead letters handed to an AsyncDeadLetterer and not yet durable.
 	dl dlWait
 	// refused is why the writer dead-letters every record of its source: another source owns the

@@ -100,7 +100,7 @@ func dlqFlags(o *dlqOptions) *cmdFlags {
 	fs := newFlags("dlq", dlqUsage).withConfig("service configuration file")
 	f := &o.filter
 	fs.StringVar(&f.table, "table", "", "only dead letters of these source tables (\"schema.table\" glob)")
-	fs.StringVar(&f.class, "class", "", "only this error class (decode, convert, keyless_change, incompatible_schema, table_paused, table_dropped, target_taken)")
+	fs.StringVar(&f.class, "class", "", "only this error class (decode, convert, keyless_change, incompatible_schema, table_paused, table_dropped, target_taken, unsupported_control)")
 	fs.StringVar(&f.shard, "shard", "", "only this shard")
 	fs.StringVar(&f.seqFrom, "seq-from", "", "only sequence numbers from this one")
 	fs.StringVar(&f.seqTo, "seq-to", "", "only sequence numbers up to this one")

@@ -120,7 +120,8 @@ type TableDef struct {
 // Control holds the details of a control record.
 type Control struct {
 	// Op is the control operation as written: create-table, drop-table, rename-table, add-column,
-	// drop-column, rename-column, column-type-change, change-columns, or anything else DMS sends.
+	// drop-column, rename-column, column-type-change, change-columns, a truncate (also when DMS
+	// wrote it as a data record, see dms.IsTruncate), or anything else DMS sends.
 	Op string
 	// TableDef is present when the record carried control.table-def.
 	TableDef *TableDef
@@ -193,8 +194,8 @@ type DeadLetter struct {
 	Raw    []byte
 	// Class is a short machine-readable cause, used as a metric label and a column of the
 	// dead-letter table: decode, convert, keyless_change, incompatible_schema, table_paused,
-	// table_dropped, target_taken, control. Empty means decode when Table is empty (the consumer's undecodable
-	// records), else convert.
+	// table_dropped, target_taken, unsupported_control, control. Empty means decode when Table is
+	// empty (the consumer's undecodable records), else convert.
 	Class string
 	// Op is the DMS operation of the record when known (insert, create-table, ...).
 	Op string

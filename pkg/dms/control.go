@@ -2,6 +2,7 @@ package dms
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/valyala/fastjson"
 
@@ -29,6 +30,27 @@ func (d *Decoder) decodeControl(top *fastjson.Object, ev *change.Event) *DecodeE
 	}
 	ev.Op = change.OpControl
 	ev.Control = ctl
+	return nil
+}
+
+// IsTruncate reports whether a record's operation is a table truncate: DMS documents no name
+// for it on Kinesis (shared/dms-format.md §5), so "truncate" (as a data or a control operation),
+// "truncate-table" and the legacy guide's "TruncateTable" are accepted, in any case. The sink
+// applies it as one snapshot that removes every row older than it.
+func IsTruncate(op string) bool {
+	return strings.EqualFold(op, "truncate") || strings.EqualFold(op, "truncate-table") || strings.EqualFold(op, "TruncateTable")
+}
+
+// decodeTruncate makes a data record whose operation is a truncate the control record it is.
+func (d *Decoder) decodeTruncate(ev *change.Event) *DecodeError {
+	if d.seen&seenSchema == 0 {
+		return decodeErr(ErrMissingMetadata, -1, "metadata.schema-name is missing on a truncate record")
+	}
+	if d.seen&seenTable == 0 || ev.Table == "" {
+		return decodeErr(ErrMissingMetadata, -1, "metadata.table-name is missing or empty on a truncate record")
+	}
+	ev.Op = change.OpControl
+	ev.Control = &change.Control{Op: ev.Meta.Operation}
 	return nil
 }
 

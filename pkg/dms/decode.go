@@ -88,7 +88,9 @@ const (
 //     column: NaN and infinities are not JSON numbers; quoted, they are strings, which float
 //     and double columns convert (Convert).
 //   - Control records get Op OpControl and Control.Op set to metadata.operation as written
-//     (unknown control operations pass through). Control.TableDef is parsed from
+//     (unknown control operations pass through). A data record whose operation is a truncate
+//     (IsTruncate) is decoded as the control record it is: Op OpControl, Control.Op as
+//     written, its data (if any) ignored; it needs schema-name and a non-empty table-name. Control.TableDef is parsed from
 //     control.table-def when present: columns in JSON order, nullable defaulting to true,
 //     length/precision/scale from numbers or numeric strings, primary-key from an array of
 //     strings.
@@ -191,6 +193,9 @@ func (d *Decoder) decodeData(top *fastjson.Object, ev *change.Event, cols []chan
 	case "delete":
 		ev.Op = change.OpDelete
 	default:
+		if IsTruncate(ev.Meta.Operation) {
+			return d.decodeTruncate(ev)
+		}
 		return decodeErr(ErrUnknownOperation, -1, "data operation "+strconv.Quote(ev.Meta.Operation)+" is not load, insert, update or delete")
 	}
 	if d.seen&seenSchema == 0 {

@@ -69,6 +69,13 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("inconsistent control event: op %v control %+v", ev.Op, ev.Control)
 			}
 		case "data":
+			if IsTruncate(ev.Meta.Operation) {
+				// A truncate data record is the control record it is.
+				if ev.Op != change.OpControl || ev.Control == nil || ev.Control.Op != ev.Meta.Operation || ev.Columns != nil || ev.Table == "" {
+					t.Fatalf("inconsistent truncate event: op %v control %+v", ev.Op, ev.Control)
+				}
+				break
+			}
 			if ev.Op.String() != ev.Meta.Operation || ev.Control != nil || ev.Table == "" {
 				t.Fatalf("inconsistent data event: op %v operation %q", ev.Op, ev.Meta.Operation)
 			}

@@ -314,6 +314,17 @@ pk ["id"]
 		in:   `{"metadata":{"record-type":"control","operation":"change-columns","schema-name":"s","table-name":"t"}}`,
 		want: "s.t control\nmeta record-type=\"control\"\nmeta operation=\"change-columns\"\nmeta schema-name=\"s\"\nmeta table-name=\"t\"\ncontrol \"change-columns\"\n",
 	},
+	{
+		name: "truncate as a data record is a control record; its data is ignored",
+		in:   `{"data":{"id":1},"metadata":{"record-type":"data","operation":"truncate","schema-name":"s","table-name":"t","transaction-id":7}}`,
+		want: "s.t control\nmeta record-type=\"data\"\nmeta operation=\"truncate\"\nmeta schema-name=\"s\"\nmeta table-name=\"t\"\nmeta transaction-id=\"7\"\ncontrol \"truncate\"\n",
+	},
+	{
+		name: "truncate as a data record without data",
+		in:   `{"metadata":{"record-type":"data","operation":"TruncateTable","schema-name":"s","table-name":"t"}}`,
+		want: "s.t control\nmeta record-type=\"data\"\nmeta operation=\"TruncateTable\"\nmeta schema-name=\"s\"\nmeta table-name=\"t\"\ncontrol \"TruncateTable\"\n",
+	},
+	{name: "truncate data record without a table", in: `{"metadata":{"record-type":"data","operation":"truncate","schema-name":"s","table-name":""}}`, kind: ErrMissingMetadata, off: -1},
 
 	// Malformed input, one per ErrorKind (and then some).
 	{name: "empty input", in: ``, kind: ErrEmpty, off: 0},
@@ -574,6 +585,16 @@ func TestDecodeBigRecordGrowsArena(t *testing.T) {
 	}
 	if !json.Valid([]byte(ev.Columns[7].Value.Text)) {
 		t.Fatalf("invalid JSON %s", ev.Columns[7].Value.Text)
+	}
+}
+
+func TestIsTruncate(t *testing.T) {
+	t.Parallel()
+	for op, want := range map[string]bool{"truncate": true, "TRUNCATE": true, "truncate-table": true, "TruncateTable": true,
+		"drop-table": false, "truncated": false, "": false, "delete": false} {
+		if got := IsTruncate(op); got != want {
+			t.Errorf("IsTruncate(%q) = %t, want %t", op, got, want)
+		}
 	}
 }
 

@@ -34,6 +34,14 @@
 //     than the source type; a value below 0 or above 2^(8·width)−1 (UINT8: 2^64−1) is rejected
 //     ("outside the range of the source type UINT8 (0 to 18446744073709551615)"). Convert alone
 //     checks only the Iceberg type; callers that know the table-def use ConvertIn.
+//   - Operations (Decoder, IsTruncate): a data record's operation must be load, insert, update
+//     or delete (ErrUnknownOperation otherwise), except a truncate ("truncate", "truncate-table",
+//     "TruncateTable", any case; DMS documents no name for it), which is decoded as the control
+//     record it is whether DMS writes it as data or control: Op OpControl, Control.Op as written,
+//     no columns. The sink removes every row older than it in one snapshot. Control operations
+//     pass through as written; the sink applies create-table, the ALTERs, drop-table and
+//     truncate, dead-letters rename-table (which name it carries is undocumented) and logs the
+//     rest.
 //
 // The package is pure: it does no I/O, keeps no global mutable state, and never logs.
 //

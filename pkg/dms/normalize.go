@@ -203,9 +203,10 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 		rec.Op = ev.Control.Op
 		rec.Control = &CtlInfo{}
 		known := true
-		switch rec.Op {
-		case "create-table", "drop-table", "rename-table", "add-column", "drop-column", "rename-column",
-			"column-type-change", "change-columns":
+		switch {
+		case IsTruncate(rec.Op):
+		case slices.Contains([]string{"create-table", "drop-table", "rename-table", "add-column", "drop-column",
+			"rename-column", "column-type-change", "change-columns"}, rec.Op):
 		default:
 			known = false
 			rec.Warnings = append(rec.Warnings, "unknown control operation "+rec.Op+": the sink logs and ignores it")
@@ -217,6 +218,10 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 		}
 		switch {
 		case !known || ev.Table == "":
+		case IsTruncate(rec.Op):
+			rec.Control.Changes = []string{"truncate: one snapshot removes every row of the target table older than this record (rows after it stay)"}
+		case rec.Op == "rename-table":
+			rec.Control.Changes = []string{"rename-table is not applied: the sink dead-letters it (class unsupported_control); map the new source name to the target table with sink.tables.<schema.new>.name, or rename the Iceberg table"}
 		case rec.Op == "drop-table":
 			rec.Control.Changes = []string{"table dropped at the source: the target table is kept; with sink.drop_table mark it stops taking records (they are dead-lettered) until a create-table"}
 		case td == nil:

@@ -1,0 +1,159 @@
+package sink
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// Control records that act on the table's rows or name rather than its schema: truncate and
+// rename-table (applyControl routes them here).
+
+// truncate applies a truncate (dms.IsTruncate) at its place in the table's order: the rows that
+// may commit before it are committed first (with the ordering guard: the rows that arrived
+// before it; it is held like every control record), then one snapshot removes every data file
+// of the table and commits the record's shard watermark and what the table is complete
+// through, so a replay of the truncate is skipped by the watermark like any event and never
+// removes rows that came after it. Rows after it stay buffered and commit on top. Keyed and
+// keyless tables alike.
+//
+// A table that does not exist is left alone (nothing to remove, nothing created; its creation
+// records the truncate, truncatedBefore); a paused or dropped table's truncate is dead-lettered
+// like its data. A truncate replayed from the
+// dead-letter table (ev.Replay) is not applied: it has lost its place in the order and would
+// remove every row newer than it, so it is dead-lettered again (ClassUnsupported) for the
+// operator (a reload of the table at the source, or a manual delete, is the remedy).
+func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
+	if ev.Replay {
+		return w.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("truncate of %s replayed from the dead-letter table is not applied: it would also remove every row written after it; delete the rows by hand or reload the table", w.src))
+	}
+	if !w.st.loaded() {
+		// Every row the table will hold comes after this truncate: the table records that
+		// when it is created (create), so a replay after a restart is skipped.
+		w.truncatedBefore(ev)
+	}
+	switch w.st.status {
+	case tableprop.StatusPaused:
+		return w.deadLetter(ctx, ev, ClassPaused, fmt.Sprintf("table %s is paused: %s", w.name, w.st.reason))
+	case tableprop.StatusDropped:
+		return w.deadLetter(ctx, ev, ClassDropped, fmt.Sprintf("table %s was dropped at the source (%s) and sink.drop_table is mark: records are not written until a create-table", w.name, w.st.reason))
+	}
+	if !w.st.loaded() {
+		w.log.Info("truncate of a table that does not exist: nothing to remove")
+		ack(ev)
+		return nil
+	}
+	if err := w.commitRows(ctx); err != nil {
+		return err
+	}
+	removed := 0
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		props := iceberg.Properties{}
+		w.controlWatermark(props, ev)
+		w.throughProp(props)
+		txn := w.st.tbl.NewTransaction()
+		data, deletes, err := liveFiles(ctx, w.st.tbl)
+		if err != nil {
+			return nil, fmt.Errorf("list the files of %s: %w", w.name, err)
+		}
+		removed = len(data)
+		if len(data)+len(deletes) > 0 {
+			summary := maps.Clone(props)
+			summary[tableprop.SummaryRows], summary[tableprop.SummaryDeletes] = "0", "0"
+			// Data files and the delete files that applied to them go in the same snapshot.
+			if err := txn.ReplaceFiles(ctx, data, nil, deletes, summary); err != nil {
+				return nil, fmt.Errorf("stage truncate: %w", err)
+			}
+		}
+		if len(props) > 0 {
+			if err := txn.SetProperties(props); err != nil {
+				return nil, fmt.Errorf("stage watermark: %w", err)
+			}
+		}
+		tbl, err := txn.Commit(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return tbl, w.adopt(tbl)
+	}
+	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "truncate " + w.name, Stage: stage,
+		// The watermark of the truncate's shard tells whether an attempt whose outcome was
+		// unknown landed.
+		Reloaded: w.reloadedUse(func() bool { return w.st.covers(ev.Pos.Shard, ev.Pos.Seq) }),
+	})
+	if err != nil {
+		return err
+	}
+	if res.Table != nil {
+		w.log.Info("truncated table", zap.Int("data_files_removed", removed), zap.Int64("snapshot", snapshotID(w.st.tbl)))
+		w.env.metrics.SchemaChanged(w.name, "truncate", 1)
+	}
+	ack(ev)
+	return nil
+}
+
+// truncatedBefore notes a truncate that came before the table existed: the table is created
+// with the truncate's shard watermark (truncWM), so a replayed truncate is covered like one
+// that was applied. Records of that shard before the truncate were taken in before it (a
+// shard's order is kept), so the watermark trims nothing that is not in the table yet.
+func (w *writer) truncatedBefore(ev *change.Event) {
+	if ev.Pos.Shard == "" {
+		return
+	}
+	if w.truncWM == nil {
+		w.truncWM = make(map[string]string)
+	}
+	if change.CompareSeq(ev.Pos.Seq, w.truncWM[ev.Pos.Shard]) > 0 {
+		w.truncWM[ev.Pos.Shard] = ev.Pos.Seq
+	}
+}
+
+// renameTable handles a rename-table: not applied. DMS documents neither whether its
+// table-name is the old or the new name nor where the other name is (shared/dms-format.md §5),
+// so neither a catalog rename nor a name mapping can be derived from it. It is dead-lettered
+// (ClassUnsupported, counted by the dead-letter metrics) with the manual step, and the table is
+// left as it is: data under the new source name goes to the target table of that name (created
+// on first sight) until the operator maps it.
+func (w *writer) renameTable(ctx context.Context, ev *change.Event) error {
+	return w.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("rename-table of %s is not applied (DMS does not say which name the record carries): "+
+		"to keep the data in the existing target table, map the new source name to it (sink.tables[\"<schema>.<new name>\"].name / namespace) "+
+		"or rename the Iceberg table in the catalog to the new name's target, then restart", w.src))
+}
+
+// liveFiles lists the data files and the delete files of tbl's current snapshot.
+func liveFiles(ctx context.Context, tbl *table.Table) (data, deletes []iceberg.DataFile, err error) {
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return nil, nil, nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, nil, err
+			}
+			if df := e.DataFile(); df.ContentType() == iceberg.EntryContentData {
+				data = append(data, df)
+			} else {
+				deletes = append(deletes, df)
+			}
+		}
+	}
+	return data, deletes, nil
+}
