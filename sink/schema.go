@@ -13,6 +13,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -25,6 +26,7 @@ var tableProperties = iceberg.Properties{
 	"commit.retry.num-retries":                   "0",
 	"write.parquet.compression-codec":            "zstd",
 	tableprop.CreatedBy:                          "dms2iceberg",
+	tableprop.StateVersion:                       stateversion.CurrentText,
 }
 
 // dictionaryProps turns Parquet dictionary encoding off for the table and back on for the string
