@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+
 	"github.com/dms2iceberg/dms2iceberg/integration/iampolicy"
 )
 
@@ -70,6 +73,41 @@ func (r *callRecorder) proxy(t *testing.T, svc, upstream string) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// saw reports whether a call of action on a resource containing res was recorded.
+func (r *callRecorder) saw(action, res string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range r.calls {
+		for _, x := range c.resources {
+			if c.action == action && strings.Contains(x, res) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// tables names the tables ("db.table") the recorded calls created.
+func (r *callRecorder) tables() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range r.calls {
+		if c.action != "glue:CreateTable" {
+			continue
+		}
+		for _, x := range c.resources {
+			if _, t, ok := strings.Cut(x, ":table/"); ok && !seen[t] {
+				seen[t] = true
+				out = append(out, strings.Replace(t, "/", ".", 1))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // derive maps one HTTP request to the IAM actions and resources it needs.
@@ -171,7 +209,9 @@ func deriveS3(req *http.Request, body []byte) []awsCall {
 }
 
 // TestIAMPolicyCoversEveryCall runs the service end to end with the Glue catalog (moto) and the
-// warehouse on the S3 emulator, records every AWS call the service process makes, and checks
+// warehouse on the S3 emulator (with one undecodable record, so that the dead-letter table is
+// created and written), then `maintain` on its tables, records every AWS call both processes
+// make, and checks
 // that the policy shipped in docs/deploy/iam-policy.json allows each one on its resources, with
 // the placeholders replaced by this run's names. A call the policy does not grant fails the
 // test: it would be AccessDenied in production.
@@ -194,10 +234,23 @@ func TestIAMPolicyCoversEveryCall(t *testing.T) {
 		"AWS_ENDPOINT_URL_KINESIS=" + rec.proxy(t, "kinesis", os.Getenv("AWS_ENDPOINT_URL_KINESIS")),
 		"AWS_ENDPOINT_URL_DYNAMODB=" + rec.proxy(t, "dynamodb", os.Getenv("AWS_ENDPOINT_URL_DYNAMODB")),
 	}
+	// A record that is not DMS JSON: its dead letter creates and writes the dead-letter table in
+	// its own database (the permission most often forgotten).
+	if _, err := Kinesis(t).PutRecord(t.Context(), &kinesis.PutRecordInput{StreamName: aws.String(p.stream),
+		PartitionKey: aws.String("bad"), Data: []byte("not json")}); err != nil {
+		t.Fatal(err)
+	}
 	svc := StartService(t, q.bin, q.config, env...)
 	q.waitVerified(5*time.Minute, svc)
+	WaitFor(t, 2*time.Minute, time.Second, func() (bool, error) { return rec.saw("glue:CreateTable", "table/dms2iceberg/"), nil },
+		"the dead-letter table to be created")
 	if err := svc.Stop(90 * time.Second); err != nil {
 		t.Fatalf("graceful stop: %v", err)
+	}
+	// maintain (compaction, expiry, manifests, orphan listing) runs with the same role.
+	args := append([]string{"maintain", "--config", q.config}, rec.tables()...)
+	if out, stderr, err := RunCLIEnv(t, env, q.bin, args...); err != nil {
+		t.Fatalf("maintain: %v\n%s\n%s", err, out, stderr)
 	}
 
 	wh, _ := catalog["warehouse"].(string)
@@ -211,7 +264,7 @@ func TestIAMPolicyCoversEveryCall(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkCalls(t, policy, rec.calls, []string{"kinesis:GetRecords", "dynamodb:UpdateItem", "glue:UpdateTable", "s3:PutObject"})
+	checkCalls(t, policy, rec.calls, []string{"kinesis:GetRecords", "dynamodb:UpdateItem", "glue:UpdateTable", "s3:PutObject", "s3:ListBucket"})
 }
 
 // checkCalls fails t for every recorded call the policy does not allow, and when a call of
