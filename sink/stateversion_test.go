@@ -138,3 +138,62 @@ func TestStateVersionStampedAndUnstampedAccepted(t *testing.T) {
 		t.Fatalf("commit stamped %q, want %q", v, stateversion.CurrentText)
 	}
 }
+
+// The dead-letter table of a newer state version is refused too: the dead letter fails (so its
+// record is not acknowledged) and the sink stops; nothing is committed to it.
+func TestDeadLetterTableOfNewerStateVersionIsRefused(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Catalog = DefaultCatalogConfig(t.TempDir())
+	cfg.Stream = "st"
+	cfg.Maintenance.Enabled = false
+	cat, err := OpenCatalog(ctx, cfg.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() (*Iceberg, chan error) {
+		s, err := New(cfg, cat, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		return s, done
+	}
+	dl := change.DeadLetter{Stream: "st", Shard: "s0", Seq: "1", Reason: "bad", Raw: []byte("x")}
+	s, done := run()
+	if err := s.DeadLetters().DeadLetter(ctx, dl); err != nil {
+		t.Fatal(err)
+	}
+	ident := s.tdl.Ident()
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := cat.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := tbl.NewTransaction()
+	if err := txn.SetProperties(iceberg.Properties{tableprop.StateVersion: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = txn.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	s2, done2 := run()
+	dl.Seq = "2"
+	if err := s2.DeadLetters().DeadLetter(ctx, dl); !stateversion.IsRefused(err) {
+		t.Fatalf("dead letter into a table of state version 2 = %v, want a state-version refusal", err)
+	}
+	if err := <-done2; !stateversion.IsRefused(err) {
+		t.Fatalf("sink Run = %v, want a state-version refusal", err)
+	}
+	if after, err := cat.LoadTable(ctx, ident); err != nil || after.MetadataLocation() != tbl.MetadataLocation() {
+		t.Fatalf("a commit was made to a dead-letter table of a newer state version (%v)", err)
+	}
+}
