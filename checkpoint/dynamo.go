@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 )
 
 // Short names of the lease-table attributes in this file's expressions.
@@ -35,6 +37,8 @@ type DynamoDBAPI = chk.DynamoDBAPI
 //
 //   - lease acquisition and renewal are UpdateItems that never write the Checkpoint attribute,
 //     so a renewal can never roll a checkpoint back;
+//   - every acquisition and renewal stamps AttrStateVersion and refuses a row of a newer state
+//     version (OnStateRefused is told);
 //   - every acquisition (not renewal) increments LeaseEpoch and removes the horizon attributes;
 //   - the horizon attributes are written only by PublishHorizon, conditional on owner and epoch;
 //   - the KCL's checkpoint path (CheckpointSequence) is refused: checkpoints are written only
@@ -55,7 +59,13 @@ type Leases struct {
 
 	mu     sync.Mutex
 	epochs map[string]int64 // shard -> epoch of the lease this worker holds
+
+	onRefused func(shard string, err error)
 }
+
+// OnStateRefused sets f to be told of every GetLease refused because the row was written by a
+// newer state version (logs, metrics). Set it before the KCL worker starts.
+func (l *Leases) OnStateRefused(f func(shard string, err error)) { l.onRefused = f }
 
 // NewLeases returns the checkpointer for the lease table. duration is the lease duration.
 func NewLeases(kcl *chk.DynamoCheckpoint, ddb DynamoDBAPI, table, worker string, duration time.Duration) *Leases {
@@ -94,16 +104,20 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	now := l.now().UTC()
 	epoch, err := leaseEpoch(cur, newOwner, l.Epoch(shard.ID), now)
 	if err != nil {
+		if l.onRefused != nil && stateversion.IsRefused(err) {
+			l.onRefused(shard.ID, err)
+		}
 		return err
 	}
 	timeout := now.Add(l.duration)
-	names := map[string]string{"#o": attrOwner, "#t": attrTimeout, "#e": attrEpoch}
+	names := map[string]string{"#o": attrOwner, "#t": attrTimeout, "#e": attrEpoch, "#v": AttrStateVersion}
 	values := map[string]types.AttributeValue{
 		":new_owner":   &types.AttributeValueMemberS{Value: newOwner},
 		":new_timeout": &types.AttributeValueMemberS{Value: timeout.Format(time.RFC3339Nano)},
 		":new_epoch":   &types.AttributeValueMemberN{Value: strconv.FormatInt(epoch, 10)},
+		":version":     &types.AttributeValueMemberN{Value: stateversion.CurrentText},
 	}
-	update := "SET #o = :new_owner, #t = :new_timeout, #e = :new_epoch"
+	update := "SET #o = :new_owner, #t = :new_timeout, #e = :new_epoch, #v = :version"
 	if shard.ParentShardId != "" {
 		names["#p"] = attrParent
 		values[":parent"] = &types.AttributeValueMemberS{Value: shard.ParentShardId}
@@ -125,6 +139,9 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 			values[":old_timeout"] = &types.AttributeValueMemberS{Value: cur.LeaseTimeoutText}
 		}
 	}
+	// A newer binary that stamped the row since it was read makes the write fail; the next
+	// GetLease reads the stamp and refuses.
+	cond += " AND (attribute_not_exists(#v) OR #v <= :version)"
 	if cur.Epoch == 0 {
 		cond += " AND attribute_not_exists(#e)"
 	} else {

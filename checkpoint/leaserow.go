@@ -56,6 +56,10 @@ const (
 	// AttrHorizonAt (N, unix milliseconds) is ours: when the owner last published
 	// AttrReadHorizon and AttrPendingFrom (its own clock). It shows whether the owner is alive.
 	AttrHorizonAt = "HorizonAt"
+	// AttrStateVersion (N) is ours: the state version (pkg/stateversion) of the dms2iceberg that
+	// last took or renewed the lease. Absent: version 1 (rows from before the stamp). A row with
+	// a newer version is never taken, renewed or rewritten (GetLease refuses it).
+	AttrStateVersion = "StateVersion"
 )
 
 // ShardEnd is the checkpoint of a shard that was read to its end and fully committed.
@@ -86,6 +90,8 @@ type LeaseRow struct {
 	Pending PendingTables
 	// HorizonAt is AttrHorizonAt (zero when absent or malformed).
 	HorizonAt time.Time
+	// StateVersion is AttrStateVersion as stored ("" when absent: version 1).
+	StateVersion string
 	// Exists is false when there is no row at all.
 	Exists bool
 }
@@ -146,6 +152,9 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 		} else {
 			r.LeaseTimeout = ts
 		}
+	}
+	if v, ok := item[AttrStateVersion].(*types.AttributeValueMemberN); ok {
+		r.StateVersion = v.Value
 	}
 	if v, ok := item[AttrLeaseEpoch].(*types.AttributeValueMemberN); ok {
 		n, err := strconv.ParseInt(v.Value, 10, 64)

@@ -9,12 +9,15 @@ import (
 	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 )
 
 // The lease rules, shared by the DynamoDB store (Leases) and the in-memory one (MemLeases):
 //
 //   - acquisition and renewal (GetLease) never write the checkpoint, so a renewal can never roll
 //     a checkpoint back;
+//   - acquisition and renewal stamp the row with the state version (AttrStateVersion) and refuse a
+//     row stamped with a newer one;
 //   - every acquisition (not renewal) increments the epoch; a late renewal (the lease expired
 //     but nobody took it) is a renewal;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
@@ -67,8 +70,12 @@ var (
 // may go on. Bumping the epoch there fenced the shard's own processor after any pause longer
 // than the failover time, and the shard then never checkpointed again. Anything else is an
 // acquisition (epoch + 1): another owner's expired lease, a released one, or this worker's after
-// a restart (mine is 0 in a new process).
+// a restart (mine is 0 in a new process). A row written by a newer state version is refused
+// (a *stateversion.Error): it is neither taken nor renewed, so it is never rewritten.
 func leaseEpoch(cur LeaseRow, newOwner string, mine int64, now time.Time) (int64, error) {
+	if err := stateversion.Check("lease", cur.StateVersion); err != nil {
+		return 0, fmt.Errorf("lease of %s: %w", cur.Shard, err)
+	}
 	expired := !now.Before(cur.LeaseTimeout)
 	if cur.Owner != "" && cur.Owner != newOwner && !expired {
 		return 0, chk.ErrLeaseNotAcquired{}

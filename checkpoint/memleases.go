@@ -6,6 +6,8 @@ import (
 	"time"
 
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 )
 
 // MemLeaseTable is an in-memory lease table, for tests (like hashicorp/raft's InmemStore): the
@@ -92,7 +94,7 @@ func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 		cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = time.Time{}, time.Time{}, time.Time{}
 		cur.Pending = nil
 	}
-	cur.Exists, cur.Owner, cur.Epoch = true, newOwner, epoch
+	cur.Exists, cur.Owner, cur.Epoch, cur.StateVersion = true, newOwner, epoch, stateversion.CurrentText
 	cur.LeaseTimeout, cur.LeaseTimeoutText = timeout, timeout.Format(time.RFC3339Nano)
 	if shard.ParentShardId != "" {
 		cur.Parent = shard.ParentShardId
@@ -156,6 +158,17 @@ func (m *MemLeases) Rows(context.Context) ([]LeaseRow, error) {
 		rows = append(rows, r)
 	}
 	return rows, nil
+}
+
+// SetStateVersion writes v as the row's state version ("" removes it), as another binary would
+// have left it. Nothing else of the row changes.
+func (t *MemLeaseTable) SetStateVersion(shard, v string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if r, ok := t.rows[shard]; ok {
+		r.StateVersion = v
+		t.rows[shard] = r
+	}
 }
 
 // Delete removes the shard's row, as the KCL does for a shard gone from ListShards.

@@ -54,6 +54,9 @@ type Metrics interface {
 	HorizonPublishFailed(shard string)
 	// ReadAheadPaused reports how long a shard's processor paused for read-ahead alignment.
 	ReadAheadPaused(shard string, d time.Duration)
+	// LeaseStateRefused counts a lease not taken because its row was written by a newer state
+	// version of dms2iceberg.
+	LeaseStateRefused(shard string)
 }
 
 // NopMetrics is the default Metrics: it records nothing. Embed it to implement only some methods.
@@ -68,6 +71,7 @@ func (NopMetrics) WaitingForParents(string, bool)                           {}
 func (NopMetrics) StreamWatermark(time.Time, time.Duration, string, string) {}
 func (NopMetrics) HorizonPublishFailed(string)                              {}
 func (NopMetrics) ReadAheadPaused(string, time.Duration)                    {}
+func (NopMetrics) LeaseStateRefused(string)                                 {}
 
 // Option configures optional collaborators.
 type Option func(*Consumer)
@@ -177,6 +181,10 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return errors.New("consumer: refusing to start at LATEST")
 	}
 	leases := checkpoint.NewLeases(chk.NewDynamoCheckpoint(kcfg).WithDynamoDB(ddb), ddb, c.cfg.Application, c.cfg.WorkerID, c.cfg.Failover)
+	leases.OnStateRefused(func(shard string, err error) {
+		c.log.Error("not taking the lease: upgrade dms2iceberg", zap.String("shard", shard), zap.Error(err))
+		c.metrics.LeaseStateRefused(shard)
+	})
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)

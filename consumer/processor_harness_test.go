@@ -223,8 +223,9 @@ func (m *fakeMetrics) Checkpointed(_, seq string) {
 	m.checkpointed = append(m.checkpointed, seq)
 	m.mu.Unlock()
 }
-func (m *fakeMetrics) Fenced(string)      { m.mu.Lock(); m.fenced++; m.mu.Unlock() }
-func (m *fakeMetrics) TrimmedPast(string) { m.mu.Lock(); m.trimmed++; m.mu.Unlock() }
+func (m *fakeMetrics) Fenced(string)            { m.mu.Lock(); m.fenced++; m.mu.Unlock() }
+func (m *fakeMetrics) TrimmedPast(string)       { m.mu.Lock(); m.trimmed++; m.mu.Unlock() }
+func (m *fakeMetrics) LeaseStateRefused(string) {}
 func (m *fakeMetrics) WaitingForParents(_ string, waiting bool) {
 	m.waiting <- waiting
 }

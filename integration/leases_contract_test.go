@@ -35,6 +35,20 @@ func (d dynamoLeaseTable) Expire(t *testing.T, shard string) {
 	}
 }
 
+// SetStateVersion writes (or removes) the row's state-version stamp.
+func (d dynamoLeaseTable) SetStateVersion(t *testing.T, shard, v string) {
+	t.Helper()
+	in := &dynamodb.UpdateItemInput{TableName: aws.String(d.name), Key: checkpoint.LeaseKey(shard),
+		UpdateExpression: aws.String("REMOVE #v"), ExpressionAttributeNames: map[string]string{"#v": checkpoint.AttrStateVersion}}
+	if v != "" {
+		in.UpdateExpression = aws.String("SET #v = :v")
+		in.ExpressionAttributeValues = map[string]ddbtypes.AttributeValue{":v": &ddbtypes.AttributeValueMemberN{Value: v}}
+	}
+	if _, err := DynamoDB(t).UpdateItem(t.Context(), in); err != nil {
+		t.Fatalf("set the state version of %s: %v", shard, err)
+	}
+}
+
 // TestLeasesKeepTheLeaseContract runs the contract the in-memory store keeps in checkpoint's unit
 // tests against checkpoint.Leases over DynamoDB Local: the two stores must not drift apart.
 func TestLeasesKeepTheLeaseContract(t *testing.T) {

@@ -302,6 +302,9 @@ func (d *TableDeadLetters) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
+	if err := tableprop.CheckStateVersion(d.name, tbl.Properties()); err != nil {
+		return commit.Permanent(err)
+	}
 	d.tbl = tbl
 	return nil
 }
@@ -436,6 +439,9 @@ func (d *TableDeadLetters) write(ctx context.Context, rows []StoredDeadLetter) (
 	krec.Release()
 	if err != nil {
 		return nil, fmt.Errorf("write equality deletes: %w", err)
+	}
+	if err := stamp(txn, d.tbl); err != nil {
+		return nil, err
 	}
 	rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryDeadLetters: fmt.Sprint(len(rows))})
 	rd.AddRows(data...)

@@ -215,6 +215,9 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 		if err := us.Commit(); err != nil {
 			return nil, err
 		}
+		if err := stamp(txn, w.st.tbl); err != nil {
+			return nil, err
+		}
 		tbl, err := txn.Commit(ctx)
 		if err != nil {
 			return nil, err
@@ -382,7 +385,7 @@ func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.Sche
 			return nil, err
 		}
 	}
-	props := iceberg.Properties{}
+	props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
 	w.controlWatermark(props, ev)
 	if clearDrop {
 		props[tableprop.Status] = tableprop.StatusActive
@@ -496,7 +499,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 	}
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 		txn := w.st.tbl.NewTransaction()
-		props := iceberg.Properties{tableprop.Status: tableprop.StatusDropped, tableprop.DroppedAt: at}
+		props := tableprop.Stamp(iceberg.Properties{tableprop.Status: tableprop.StatusDropped, tableprop.DroppedAt: at}, w.st.tbl.Properties())
 		controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
 		w.controlWatermark(props, ev)
 		w.throughProp(props)

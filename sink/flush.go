@@ -16,6 +16,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -201,6 +202,9 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 // batch (the watermarks cover it).
 func (f *flushing) reloaded(tbl *table.Table) (bool, error) {
 	if err := f.w.use(tbl); err != nil {
+		if stateversion.IsRefused(err) {
+			return false, err
+		}
 		f.w.log.Warn("reload failed", zap.Error(err))
 		return false, nil
 	}
@@ -291,7 +295,7 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 // commitBatch stages the files, the advanced watermarks and what the batch is complete through
 // in one transaction on the current table, commits it and adopts the committed table.
 func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time) (*table.Table, error) {
-	props := iceberg.Properties{}
+	props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
 	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes))}
 	if v, ok := completeThroughProp(w.st.tbl.Properties(), through); ok {
 		props[tableprop.CompleteThrough] = v
@@ -373,7 +377,7 @@ func (w *writer) freshen(ctx context.Context) error {
 			return nil, nil
 		}
 		txn := w.st.tbl.NewTransaction()
-		if err := txn.SetProperties(iceberg.Properties{tableprop.CompleteThrough: v}); err != nil {
+		if err := txn.SetProperties(tableprop.Stamp(iceberg.Properties{tableprop.CompleteThrough: v}, w.st.tbl.Properties())); err != nil {
 			return nil, fmt.Errorf("stage %s: %w", tableprop.CompleteThrough, err)
 		}
 		tbl, err := txn.Commit(ctx)

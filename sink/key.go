@@ -85,6 +85,9 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 		if err := us.Commit(); err != nil {
 			return nil, err
 		}
+		if err := stamp(txn, w.st.tbl); err != nil {
+			return nil, err
+		}
 		tbl, err := txn.Commit(ctx)
 		if err != nil {
 			return nil, err

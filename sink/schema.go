@@ -13,6 +13,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -24,6 +25,7 @@ var tableProperties = iceberg.Properties{
 	"write.metadata.previous-versions-max":       "20",
 	"write.parquet.compression-codec":            "zstd",
 	tableprop.CreatedBy:                          "dms2iceberg",
+	tableprop.StateVersion:                       stateversion.CurrentText,
 }
 
 // dictionaryProps turns Parquet dictionary encoding off for the table and back on for the string

@@ -9,6 +9,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -56,8 +57,14 @@ func (t *targetTable) published() TableStatus {
 }
 
 // use adopts tbl, the newest table loaded or committed: the layout follows its schema and
-// watermarks, and buffered rows are re-laid when another worker changed the schema.
+// watermarks, and buffered rows are re-laid when another worker changed the schema. A table
+// whose state a newer state version of dms2iceberg wrote is refused (a permanent
+// *stateversion.Error): the writer stops without committing to it or acknowledging anything.
 func (w *writer) use(tbl *table.Table) error {
+	if err := tableprop.CheckStateVersion(w.name, tbl.Properties()); err != nil {
+		w.log.Error("refusing the table: upgrade dms2iceberg", zap.Error(err))
+		return commit.Permanent(err)
+	}
 	lay, err := newLayout(tbl, w.env.stream)
 	if err != nil {
 		return fmt.Errorf("table %s: %w", w.name, err)
@@ -94,6 +101,16 @@ func (w *writer) setStatus(status, reason string) {
 }
 
 func (w *writer) pause(reason string) { w.setStatus(tableprop.StatusPaused, reason) }
+
+// stamp stages the state version on txn, a transaction on base, unless base has it
+// (tableprop.Stamp).
+func stamp(txn *table.Transaction, base *table.Table) error {
+	props := tableprop.Stamp(map[string]string{}, base.Properties())
+	if len(props) == 0 {
+		return nil
+	}
+	return txn.SetProperties(props)
+}
 
 // snapshotID is the id of the table's current snapshot, 0 when it has none.
 func snapshotID(t *table.Table) int64 {

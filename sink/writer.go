@@ -13,6 +13,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -153,7 +154,11 @@ func (w *writer) run(ctx context.Context) error {
 				return w.flush(ctx)
 			}
 			if it.flush != nil {
-				it.flush <- w.flush(ctx)
+				err := w.flush(ctx)
+				it.flush <- err
+				if stateversion.IsRefused(err) {
+					return err // the table is refused for good: stop, like any other flush would
+				}
 				break
 			}
 			if err := w.add(ctx, it.ev); err != nil {

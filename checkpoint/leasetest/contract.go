@@ -13,6 +13,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 )
 
 // Store is one worker's view of a lease table: the processor's LeaseStore plus the KCL's lease
@@ -33,6 +34,9 @@ type Table interface {
 	// Expire ends the shard's current lease now, as if its owner had stalled past the lease
 	// duration, without changing anything else of the row.
 	Expire(t *testing.T, shard string)
+	// SetStateVersion writes v as the row's AttrStateVersion ("" removes it), as another
+	// dms2iceberg binary (or one from before the stamp) would have left it.
+	SetStateVersion(t *testing.T, shard, v string)
 }
 
 // Run runs the contract against the table newTable returns (called once).
@@ -57,6 +61,9 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 		{"ReacquisitionRemovesHorizon", horizonReacquisition},
 		{"NoHorizonAfterShardEnd", horizonAfterShardEnd},
 		{"HorizonWithoutLeaseIsFenced", horizonWithoutLease},
+		{"LeaseIsStampedWithStateVersion", stampedLease},
+		{"NewerStateVersionIsNotTaken", newerNotTaken},
+		{"UnstampedRowIsTaken", unstampedTaken},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -394,4 +401,50 @@ func horizonWithoutLease(t *testing.T, tbl Table, shard string) {
 	e := take(t, a, shard, "A")
 	publishRefused(t, b, shard, e, checkpoint.ErrFenced)
 	wantHorizon(t, row(t, a, shard), checkpoint.Horizon{}, "after B's refused publish")
+}
+
+func stampedLease(t *testing.T, tbl Table, shard string) {
+	a := tbl.Worker(t, "A")
+	take(t, a, shard, "A")
+	if r := row(t, a, shard); r.StateVersion != stateversion.CurrentText {
+		t.Fatalf("row after an acquisition stamped %q, want %q", r.StateVersion, stateversion.CurrentText)
+	}
+}
+
+// A row written by a newer state version is not taken (nor renewed) and not rewritten.
+func newerNotTaken(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	e := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, e, "100")
+	tbl.Expire(t, shard)
+	tbl.SetStateVersion(t, shard, "2")
+	before := row(t, a, shard)
+	err := b.GetLease(status(shard, "", ""), "B")
+	if !stateversion.IsRefused(err) {
+		t.Fatalf("B's GetLease of a row of state version 2 = %v, want a state-version refusal", err)
+	}
+	if err := a.GetLease(status(shard, "", ""), "A"); !stateversion.IsRefused(err) {
+		t.Fatalf("A's renewal of a row of state version 2 = %v, want a state-version refusal", err)
+	}
+	if r := row(t, a, shard); r.Owner != "A" || r.Epoch != e || r.Checkpoint != "100" || r.StateVersion != "2" ||
+		r.LeaseTimeoutText != before.LeaseTimeoutText || b.Epoch(shard) != 0 {
+		t.Fatalf("row after the refused attempts: %+v (B's epoch %d), want it unchanged", r, b.Epoch(shard))
+	}
+}
+
+// A row from before the stamp (no AttrStateVersion: version 1) is taken, and stamped.
+func unstampedTaken(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	e := take(t, a, shard, "A")
+	tbl.Expire(t, shard)
+	tbl.SetStateVersion(t, shard, "")
+	if r := row(t, a, shard); r.StateVersion != "" {
+		t.Fatalf("stamp not removed: %+v", r)
+	}
+	if got := take(t, b, shard, "B"); got != e+1 {
+		t.Fatalf("B's epoch %d, want %d", got, e+1)
+	}
+	if r := row(t, b, shard); r.Owner != "B" || r.StateVersion != stateversion.CurrentText {
+		t.Fatalf("row after B took an unstamped lease: %+v", r)
+	}
 }

@@ -28,17 +28,18 @@ type promMetrics struct {
 	holder string     // the shard shardHoldingW has a series for ("" for none)
 
 	// Per shard (consumer and KCL).
-	shardRecords     *prometheus.CounterVec
-	shardBytes       *prometheus.CounterVec
-	shardBehind      *prometheus.GaugeVec
-	shardCheckpoint  *prometheus.GaugeVec
-	shardCheckpoints *prometheus.CounterVec
-	shardUndecodable *prometheus.CounterVec
-	shardLease       *prometheus.GaugeVec
-	shardLeaseEvents *prometheus.CounterVec
-	shardFenced      *prometheus.CounterVec
-	shardTrimmedPast *prometheus.CounterVec
-	shardWaiting     *prometheus.GaugeVec
+	shardRecords      *prometheus.CounterVec
+	shardBytes        *prometheus.CounterVec
+	shardBehind       *prometheus.GaugeVec
+	shardCheckpoint   *prometheus.GaugeVec
+	shardCheckpoints  *prometheus.CounterVec
+	shardUndecodable  *prometheus.CounterVec
+	shardLease        *prometheus.GaugeVec
+	shardLeaseEvents  *prometheus.CounterVec
+	shardFenced       *prometheus.CounterVec
+	shardStateRefused *prometheus.CounterVec
+	shardTrimmedPast  *prometheus.CounterVec
+	shardWaiting      *prometheus.GaugeVec
 	// The ordering guard's stream watermark W (consumer/horizon.go).
 	streamWatermark     *prometheus.GaugeVec
 	streamWatermarkAge  *prometheus.GaugeVec
@@ -146,6 +147,7 @@ func newPromMetrics() *promMetrics {
 	m.streamWatermark = gauge("stream", "watermark_timestamp_seconds", "Unix time of the stream watermark W: every change that arrived in Kinesis before it has been read by some worker (0 while unknown).", nil)
 	m.streamWatermarkAge = gauge("stream", "watermark_age_seconds", "Now minus W: how stale the tables may be at most (0 while W is unknown; then stream_watermark_timestamp_seconds is 0 too).", nil)
 	m.shardHoldingW = gauge("shard", "holding_watermark", "1 for the shard whose read horizon is W, the one holding the stream back (at most one series).", shard)
+	m.shardStateRefused = counter("shard", "lease_state_refused_total", "Lease acquisitions or renewals refused because the shard's lease row was written by a newer state version of dms2iceberg (upgrade).", shard)
 	m.shardPublishFailed = counter("shard", "horizon_publish_failures_total", "Failed publishes of the shard's read horizon on its lease row (fenced or an error).", shard)
 	m.shardReadAheadPause = counter("shard", "read_ahead_paused_seconds_total", "Seconds the shard's processor paused because it was too far ahead of W (read-ahead alignment).", shard)
 	m.shardGetRecords = histogram("shard", "get_records_seconds", "Time from the start of a GetRecords call until its records reach the processor.", callBuckets, shard)
@@ -288,6 +290,10 @@ func (c consumerMetrics) StreamWatermark(w time.Time, age time.Duration, holder,
 
 func (c consumerMetrics) HorizonPublishFailed(shard string) {
 	c.m.shardPublishFailed.WithLabelValues(shard).Inc()
+}
+
+func (c consumerMetrics) LeaseStateRefused(shard string) {
+	c.m.shardStateRefused.WithLabelValues(shard).Inc()
 }
 
 func (c consumerMetrics) ReadAheadPaused(shard string, d time.Duration) {

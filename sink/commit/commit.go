@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // Loader loads the newest version of a table; catalog.Catalog satisfies it.
@@ -90,6 +93,12 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 	head := tbl
 	failures := 0 // attempts that count against Retries
 	for attempt := 0; ; attempt++ {
+		// A table written by a newer state version of dms2iceberg is never committed to.
+		if head != nil {
+			if err := tableprop.CheckStateVersion(strings.Join(ident, "."), head.Properties()); err != nil {
+				return Result{Attempts: attempt}, Permanent(fmt.Errorf("%s: %w", op.Name, err))
+			}
+		}
 		committed, err := (*table.Table)(nil), ReplayGuard(head)
 		if err == nil {
 			committed, err = op.Stage(ctx, head, attempt)

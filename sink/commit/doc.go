@@ -7,7 +7,9 @@
 // table.ErrCommitFailed), the wait before the next attempt, the closing deadline (a closing
 // committer keeps trying until its context ends, with shorter waits), and telling the caller of
 // every reloaded table so that it re-checks its watermarks and control staleness before it
-// stages again (Op.Reloaded). An error wrapped with Permanent ends the loop at once.
+// stages again (Op.Reloaded). An error wrapped with Permanent ends the loop at once, and so does a
+// table (given or reloaded) whose state a newer state version of dms2iceberg wrote
+// (tableprop.CheckStateVersion): nothing is staged on it.
 //
 // Concurrency: Run blocks until the commit landed, the caller said the reloaded table already
 // holds the change, the attempts ran out, or the context ended. It starts no goroutines; the

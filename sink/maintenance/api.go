@@ -9,6 +9,8 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // RunOptions tune an on-demand maintenance run (RunTable).
@@ -52,6 +54,9 @@ func RunTable(ctx context.Context, cat catalog.Catalog, ident table.Identifier, 
 	tbl, err := cat.LoadTable(ctx, ident)
 	if err != nil {
 		return Report{Table: name}, fmt.Errorf("load %s: %w", name, err)
+	}
+	if err := tableprop.CheckStateVersion(name, tbl.Properties()); err != nil {
+		return Report{Table: name}, err
 	}
 	if !m.lease(ctx, tbl) {
 		owner, until := ReadLease(tbl.Properties())

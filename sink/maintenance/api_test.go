@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -110,4 +111,35 @@ func TestOrphanCleanupOnlyRemovesOldUnreferencedFiles(t *testing.T) {
 		t.Fatal("last orphan cleanup not recorded")
 	}
 	h.close()
+}
+
+// A table written by a newer state version of dms2iceberg is not maintained: RunTable refuses it
+// (even with IgnoreLease) and commits nothing.
+func TestRunTableRefusesNewerStateVersion(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(50)
+	m.batch(1, 50)
+	ctx := context.Background()
+	tbl, err := h.cat.LoadTable(ctx, usersIdent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := tbl.NewTransaction()
+	if err := txn.SetProperties(map[string]string{tableprop.StateVersion: "2"}); err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = txn.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ignore := range []bool{false, true} {
+		_, err := maintenance.RunTable(ctx, h.cat, usersIdent, testConfig(), maintenance.RunOptions{IgnoreLease: ignore})
+		if !stateversion.IsRefused(err) {
+			t.Fatalf("RunTable (ignore lease %v) = %v, want a state-version refusal", ignore, err)
+		}
+	}
+	if after, err := h.cat.LoadTable(ctx, usersIdent); err != nil || after.MetadataLocation() != tbl.MetadataLocation() {
+		t.Fatalf("maintenance committed to a table of a newer state version (%v)", err)
+	}
 }

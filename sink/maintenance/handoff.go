@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // HandoffWait is how long a maintenance commit waits for the writer to commit (and run it right
@@ -73,12 +74,19 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 			return jobResult{err: err, sent: true} // retryable, like a lost commit
 		}
 	}
+	if err := tableprop.CheckStateVersion(m.name, head.Properties()); err != nil {
+		return jobResult{head: head, err: err} // not sent: permanent
+	}
 	txn := head.NewTransaction()
 	if err := job.stage(ctx, txn, head, job.attempt); err != nil {
 		return jobResult{head: head, err: err}
 	}
-	if len(job.props) > 0 {
-		if err := txn.SetProperties(job.props); err != nil {
+	props := maps.Clone(job.props)
+	if props == nil {
+		props = iceberg.Properties{}
+	}
+	if tableprop.Stamp(props, head.Properties()); len(props) > 0 {
+		if err := txn.SetProperties(props); err != nil {
 			return jobResult{head: head, err: fmt.Errorf("stage properties: %w", err)}
 		}
 	}

@@ -103,12 +103,12 @@ func (m *Maintainer) renewWhileRunning(ctx context.Context, stop <-chan struct{}
 			continue
 		}
 		tbl, err := m.cat.LoadTable(ctx, m.ident)
-		if err != nil {
+		if err != nil || tableprop.CheckStateVersion(m.name, tbl.Properties()) != nil {
 			continue
 		}
 		until := now.Add(m.cfg.LeaseDuration)
 		txn := tbl.NewTransaction()
-		if err := txn.SetProperties(m.leaseProps(until)); err != nil {
+		if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(until), tbl.Properties())); err != nil {
 			continue
 		}
 		if _, err := txn.Commit(ctx); err != nil {
@@ -136,13 +136,16 @@ func (m *Maintainer) acquire(ctx context.Context) (bool, error) {
 
 // acquireOn acquires or renews the lease, deciding on base as read at now.
 func (m *Maintainer) acquireOn(ctx context.Context, base *table.Table, now time.Time) (bool, error) {
+	if err := tableprop.CheckStateVersion(m.name, base.Properties()); err != nil {
+		return false, err
+	}
 	renewal := m.holds(now)
 	if !renewal && m.foreign(base.Properties(), now) {
 		return false, nil
 	}
 	until := now.Add(m.cfg.LeaseDuration)
 	txn := base.NewTransaction()
-	if err := txn.SetProperties(m.leaseProps(until)); err != nil {
+	if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(until), base.Properties())); err != nil {
 		return false, err
 	}
 	committed, err := txn.Commit(ctx)
@@ -201,11 +204,11 @@ func (m *Maintainer) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	tbl, err := m.cat.LoadTable(ctx, m.ident)
-	if err != nil {
+	if err != nil || tableprop.CheckStateVersion(m.name, tbl.Properties()) != nil {
 		return
 	}
 	txn := tbl.NewTransaction()
-	if err := txn.SetProperties(m.leaseProps(time.Now())); err != nil {
+	if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(time.Now()), tbl.Properties())); err != nil {
 		return
 	}
 	if _, err := txn.Commit(ctx); err != nil {

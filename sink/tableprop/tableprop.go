@@ -1,8 +1,11 @@
 package tableprop
 
 import (
+	"fmt"
 	"strings"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 )
 
 // Table properties.
@@ -12,6 +15,11 @@ const (
 	// These are the record of progress that makes replays harmless (design.md §2); the same
 	// values go into the summary of the commit that advanced them.
 	WatermarkPrefix = "dms2iceberg.wm."
+
+	// StateVersion is the version of the format of the table's dms2iceberg state
+	// (pkg/stateversion): stateversion.Current, set at creation and by every commit. A table
+	// without it is version 1; a writer refuses a table with a newer one (CheckStateVersion).
+	StateVersion = "dms2iceberg.state-version"
 
 	// CreatedBy marks a table this service created; its value is "dms2iceberg".
 	CreatedBy = "dms2iceberg.created-by"
@@ -68,6 +76,26 @@ func ParseCompleteThrough(v string) (time.Time, bool) {
 		return time.Time{}, false
 	}
 	return t.UTC(), true
+}
+
+// Stamp sets StateVersion in props (the properties a commit stages on a table whose properties
+// are base) unless base already has it, and returns props. Not rewriting a present stamp matters:
+// the catalogs apply a commit's property updates to the table's newest metadata, so a writer
+// whose view is stale would otherwise overwrite a newer stamp another binary just wrote.
+func Stamp(props, base map[string]string) map[string]string {
+	if base[StateVersion] != stateversion.CurrentText {
+		props[StateVersion] = stateversion.CurrentText
+	}
+	return props
+}
+
+// CheckStateVersion refuses the properties of table name (a *stateversion.Error) when they were
+// written by a newer state version of dms2iceberg.
+func CheckStateVersion(name string, props map[string]string) error {
+	if err := stateversion.Check("table", props[StateVersion]); err != nil {
+		return fmt.Errorf("table %s: %w", name, err)
+	}
+	return nil
 }
 
 // Values of Status.

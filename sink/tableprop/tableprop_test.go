@@ -28,3 +28,23 @@ func TestCompleteThroughName(t *testing.T) {
 		t.Fatalf("a persisted name or format changed: %q %q", CompleteThrough, CompleteThroughLayout)
 	}
 }
+
+func TestStateVersion(t *testing.T) {
+	t.Parallel()
+	if StateVersion != "dms2iceberg.state-version" {
+		t.Fatalf("a persisted name changed: %q", StateVersion)
+	}
+	if err := CheckStateVersion("shop.orders", map[string]string{}); err != nil {
+		t.Fatalf("an unstamped table (version 1) is refused: %v", err)
+	}
+	if err := CheckStateVersion("shop.orders", Stamp(map[string]string{}, nil)); err != nil {
+		t.Fatalf("a table of this version is refused: %v", err)
+	}
+	if p := Stamp(map[string]string{}, map[string]string{StateVersion: "1"}); len(p) != 0 {
+		t.Fatalf("Stamp rewrote a present stamp: %v", p)
+	}
+	err := CheckStateVersion("shop.orders", map[string]string{StateVersion: "2"})
+	if want := "table shop.orders: table state written by dms2iceberg state version 2, this binary understands up to 1: upgrade"; err == nil || err.Error() != want {
+		t.Fatalf("CheckStateVersion = %v, want %q", err, want)
+	}
+}
