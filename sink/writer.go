@@ -104,6 +104,8 @@ type writer struct {
 	// (ordering shard only).
 	riskShard string
 	risked    [2]bool
+	// gauge is the buffer's size for Buffers (gauges.go).
+	gauge bufferGauge
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
@@ -153,7 +155,9 @@ func (w *writer) run(ctx context.Context) error {
 				return w.flush(ctx)
 			}
 			if it.flush != nil {
-				it.flush <- w.flush(ctx)
+				err := w.flush(ctx)
+				w.publish() // before the reply: a caller of Flush sees what it left
+				it.flush <- err
 				break
 			}
 			if err := w.add(ctx, it.ev); err != nil {
@@ -182,6 +186,7 @@ func (w *writer) run(ctx context.Context) error {
 			timer.Reset(time.Until(w.buf.first.Add(w.set.flushInterval)))
 			armed = true
 		}
+		w.publish()
 	}
 }
 
@@ -316,7 +321,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack, r.kind = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev)
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)
 	}
