@@ -34,6 +34,9 @@ type row struct {
 	size int32
 	// kind is what the cross-process gates see of it (order.go).
 	kind gateKind
+	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
+	// that the newest compares as strings.
+	ts string
 }
 
 // buffer holds what a table writer has taken in and not yet committed.
@@ -188,6 +191,38 @@ func (b *buffer) rebuild() {
 	if b.pending() {
 		b.first = b.now()
 	}
+}
+
+// sourceTime is the source time of ev as DMS wrote it: the commit-timestamp when the record has
+// one, else metadata.timestamp. Both are ISO-8601 UTC with six fractional digits.
+func sourceTime(ev *change.Event) string {
+	if ev.Meta.CommitTimestamp != "" {
+		return ev.Meta.CommitTimestamp
+	}
+	return ev.Meta.Timestamp
+}
+
+// newestSource is the newest source time of the rows bt takes, replays aside
+// (CommitInfo.SourceNewest): one string comparison per row, one parse per commit; zero when
+// none has a readable one.
+func (b *buffer) newestSource(bt *batch) time.Time {
+	var newest string
+	for _, i := range bt.take {
+		// Only what starts like a date takes part: a garbled value never hides the others. A
+		// row re-applied from the dead letters (dms2iceberg dlq replay) is as old as its record.
+		r := &b.rows[i]
+		if ts := r.ts; !r.replay && ts > newest && len(ts) >= 20 && ts[0] >= '0' && ts[0] <= '9' {
+			newest = ts
+		}
+	}
+	if newest == "" {
+		return time.Time{}
+	}
+	t, err := time.Parse(time.RFC3339Nano, newest)
+	if err != nil {
+		return time.Time{}
+	}
+	return t
 }
 
 // ack acknowledges an event that waits for no commit: the table holds it already, it was

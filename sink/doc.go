@@ -28,7 +28,8 @@
 // Submit and Flush may be called from any number of goroutines; each table writer is the only
 // goroutine that touches its table's buffer and catalog state, and hands results back only
 // through change.Acker. Every intake queue is bounded (Config.QueueLength), so a slow commit
-// applies backpressure to the shard processors. With maintenance on, Run also owns one maintainer
+// applies backpressure to the shard processors; Buffers shows each queue's length and the size
+// of the buffer its writer last published (atomics: no lock is shared with the writer). With maintenance on, Run also owns one maintainer
 // goroutine per table, stopped when its writer finishes. It compacts on its own goroutine against
 // a snapshot; its commits are handed to the writer, which runs them right after one of its own
 // commits (maintainer.AfterCommit), so the two never race. Maintenance errors are logged and

@@ -66,6 +66,9 @@ func (w *writer) flush(ctx context.Context) (err error) {
 		var replies []chan error
 		replies, err = w.drainQueue(ctx)
 		defer func() {
+			if len(replies) > 0 {
+				w.publish() // before the replies: a caller of Flush sees what it left
+			}
 			for _, r := range replies {
 				r <- err
 			}
@@ -227,7 +230,7 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took 
 		info := CommitInfo{Table: w.name, Source: w.src, SnapshotID: snapshotID(w.st.tbl),
 			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts,
 			Took: took, Oldest: w.buf.first, Watermarks: maps.Clone(w.st.lay.watermark),
-			CompleteThrough: f.lim.completeThrough()}
+			CompleteThrough: f.lim.completeThrough(), SourceNewest: w.buf.newestSource(b)}
 		w.env.metrics.Committed(info)
 		w.env.onCommit(info)
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),

@@ -24,6 +24,12 @@ type CommitInfo struct {
 	// table holds every change that arrived at or before it. Zero when the commit had no bound
 	// (ordering shard, or no WithCommitBound).
 	CompleteThrough time.Time
+	// SourceNewest is the source time of the newest change the batch took: its DMS
+	// commit-timestamp (the source commit; IncludeTransactionDetails), else its
+	// metadata.timestamp (when DMS built the record: full-load rows, CDC without transaction
+	// details). Zero when no change of the batch carried a readable one. The commit time minus it
+	// is the table's end-to-end lag.
+	SourceNewest time.Time
 }
 
 // Metrics receives the measurements of the sink: commits, table state, schema changes, dead

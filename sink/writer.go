@@ -105,6 +105,8 @@ type writer struct {
 	// (ordering shard only).
 	riskShard string
 	risked    [2]bool
+	// gauge is the buffer's size for Buffers (gauges.go).
+	gauge bufferGauge
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
@@ -155,6 +157,7 @@ func (w *writer) run(ctx context.Context) error {
 			}
 			if it.flush != nil {
 				err := w.flush(ctx)
+				w.publish() // before the reply: a caller of Flush sees what it left
 				it.flush <- err
 				if stateversion.IsRefused(err) {
 					return err // the table is refused for good: stop, like any other flush would
@@ -187,6 +190,7 @@ func (w *writer) run(ctx context.Context) error {
 			timer.Reset(time.Until(w.buf.first.Add(w.set.flushInterval)))
 			armed = true
 		}
+		w.publish()
 	}
 }
 
@@ -321,7 +325,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack, r.kind = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev)
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)
 	}

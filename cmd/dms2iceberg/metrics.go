@@ -23,6 +23,8 @@ const metricsNamespace = "dms2iceberg"
 // share state. All methods are safe for concurrent use and never block.
 type promMetrics struct {
 	reg *prometheus.Registry
+	// registered are the collectors registered on reg (register), for the docs test.
+	registered []prometheus.Collector
 
 	mu     sync.Mutex // guards holder
 	holder string     // the shard shardHoldingW has a series for ("" for none)
@@ -61,8 +63,12 @@ type promMetrics struct {
 	tableCommitLatency  *prometheus.HistogramVec
 	tableAttempts       *prometheus.HistogramVec
 	tableFreshness      *prometheus.GaugeVec
+	tableLag            *prometheus.HistogramVec
+	tableLastLag        *prometheus.GaugeVec
 	tableLastCommit     *prometheus.GaugeVec
 	tableDeadLetters    *prometheus.CounterVec
+	// The sink's queues and buffers, read at scrape time (metrics_buffers.go).
+	buffers *bufferCollector
 
 	// Post-commit hook.
 	hookRuns     *prometheus.CounterVec
@@ -113,23 +119,33 @@ var commitBuckets = []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60
 // a full table queue (backpressure).
 var callBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
+// End-to-end lags run from about a second (DMS, Kinesis and a flush interval) to hours (a
+// backlog, a paused task).
+var lagBuckets = []float64{1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}
+
+// register registers cs on the registry and notes them for the docs test.
+func (m *promMetrics) register(cs ...prometheus.Collector) {
+	m.reg.MustRegister(cs...)
+	m.registered = append(m.registered, cs...)
+}
+
 func newPromMetrics() *promMetrics {
 	m := &promMetrics{reg: prometheus.NewRegistry(), now: time.Now}
 	m.stall = newStallWatch(func() time.Time { return m.now() })
 	shard, table := []string{"shard"}, []string{"table"}
 	counter := func(sub, name, help string, labels []string) *prometheus.CounterVec {
 		v := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help}, labels)
-		m.reg.MustRegister(v)
+		m.register(v)
 		return v
 	}
 	gauge := func(sub, name, help string, labels []string) *prometheus.GaugeVec {
 		v := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help}, labels)
-		m.reg.MustRegister(v)
+		m.register(v)
 		return v
 	}
 	histogram := func(sub, name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
 		v := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: metricsNamespace, Subsystem: sub, Name: name, Help: help, Buckets: buckets}, labels)
-		m.reg.MustRegister(v)
+		m.register(v)
 		return v
 	}
 
@@ -164,6 +180,10 @@ func newPromMetrics() *promMetrics {
 	m.tableCommitLatency = histogram("table", "commit_duration_seconds", "Time from the start of a flush to its successful commit, retries included.", commitBuckets, table)
 	m.tableAttempts = histogram("table", "commit_attempts", "Commit attempts per committed batch.", []float64{1, 2, 3, 5, 10, 20}, table)
 	m.tableFreshness = gauge("table", "freshness_seconds", "For the last commit: time from the arrival of its oldest change at the table writer until the commit.", table)
+	m.tableLag = histogram("table", "end_to_end_lag_seconds", "Per committed batch: commit time minus the source time of its newest change (DMS commit-timestamp, else metadata.timestamp).", lagBuckets, table)
+	m.tableLastLag = gauge("table", "last_end_to_end_lag_seconds", "For the last commit with a source time: commit time minus the source time of its newest change.", table)
+	m.buffers = newBufferCollector()
+	m.register(m.buffers)
 	m.tableLastCommit = gauge("table", "last_commit_timestamp_seconds", "Unix time of the table's last commit by this worker.", table)
 	m.tableDeadLetters = counter("table", "dead_letters_total", "Changes of the table sent to the dead-letter file (unconvertible, or updates and deletes of a keyless table).", table)
 
@@ -185,7 +205,7 @@ func newPromMetrics() *promMetrics {
 	m.sourceFiltered = counter("source", "filtered_total", "Records of source tables that are not replicated (include/exclude/enabled); one series (source tables are not bounded).", nil)
 	m.dlqCommits = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "commits_total", Help: "Commits of the dead-letter table."})
 	m.dlqRows = prometheus.NewCounter(prometheus.CounterOpts{Namespace: metricsNamespace, Subsystem: "dead_letters", Name: "rows_total", Help: "Rows committed to the dead-letter table."})
-	m.reg.MustRegister(m.dlqCommits, m.dlqRows)
+	m.register(m.dlqCommits, m.dlqRows)
 
 	m.hookRuns = counter("post_commit", "runs_total", "Post-commit hook runs by result (ok, error, timeout).", []string{"table", "result"})
 	m.hookDropped = counter("post_commit", "dropped_total", "Post-commit notifications dropped because the queue was full (a later snapshot of the table is still notified), or pending at shutdown.", table)
@@ -199,7 +219,7 @@ func newPromMetrics() *promMetrics {
 	bi, _ := debug.ReadBuildInfo()
 	v := buildVersion(bi)
 	m.buildInfo.WithLabelValues(v.Version, v.Revision, v.GoVersion).Set(1)
-	m.reg.MustRegister(m.hookDuration, m.hookQueue, m.ready,
+	m.register(m.hookDuration, m.hookQueue, m.ready,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -216,6 +236,11 @@ func (m *promMetrics) Committed(c sink.CommitInfo) {
 	now := m.now()
 	if !c.Oldest.IsZero() {
 		m.tableFreshness.WithLabelValues(c.Table).Set(max(now.Sub(c.Oldest), 0).Seconds())
+	}
+	if !c.SourceNewest.IsZero() {
+		lag := max(now.Sub(c.SourceNewest), 0).Seconds() // a source clock ahead of ours: no lag
+		m.tableLag.WithLabelValues(c.Table).Observe(lag)
+		m.tableLastLag.WithLabelValues(c.Table).Set(lag)
 	}
 	m.tableLastCommit.WithLabelValues(c.Table).Set(float64(now.UnixMilli()) / 1e3)
 	if !c.CompleteThrough.IsZero() {

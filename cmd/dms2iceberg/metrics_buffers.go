@@ -1,0 +1,55 @@
+package main
+
+import (
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dms2iceberg/dms2iceberg/sink"
+)
+
+// bufferCollector exports what each table writer holds uncommitted (sink.Iceberg.Buffers) as
+// gauges computed at scrape time: the sink's writers pay nothing per event beyond publishing
+// their buffer's size with atomic stores, and a table has series from its writer's start.
+type bufferCollector struct {
+	src                          atomic.Pointer[func() []sink.BufferStat]
+	queued, capacity, rows, size *prometheus.Desc
+}
+
+func newBufferCollector() *bufferCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "table", name), help, []string{"table"}, nil)
+	}
+	return &bufferCollector{
+		queued:   desc("queue_length", "Events (and flush requests) waiting in the table writer's queue."),
+		capacity: desc("queue_capacity", "Length of the table writer's queue (sink.queue_length): Submit blocks, and the shard processor with it, while the queue is full."),
+		rows:     desc("buffered_rows", "Changes the table writer has taken in and not committed yet (buffered rows and events held for their turn)."),
+		size:     desc("buffered_bytes", "Bytes the table writer holds uncommitted, as they count towards sink.flush_bytes."),
+	}
+}
+
+// watchBuffers makes the scrapes read buffers (the sink's Buffers); until then there are no
+// series.
+func (m *promMetrics) watchBuffers(buffers func() []sink.BufferStat) { m.buffers.src.Store(&buffers) }
+
+func (c *bufferCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.queued
+	ch <- c.capacity
+	ch <- c.rows
+	ch <- c.size
+}
+
+func (c *bufferCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.src.Load()
+	if src == nil {
+		return
+	}
+	for _, b := range (*src)() {
+		for _, v := range [...]struct {
+			d *prometheus.Desc
+			v float64
+		}{{c.queued, float64(b.Queued)}, {c.capacity, float64(b.QueueCapacity)}, {c.rows, float64(b.Rows)}, {c.size, float64(b.Bytes)}} {
+			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.v, b.Table)
+		}
+	}
+}
