@@ -150,24 +150,30 @@ func contribution(id string, in wmInput, own ownShard, isOwn bool) (time.Time, b
 		return row.ReadHorizon, true
 	}
 	parents := in.shards[id].parents
-	var h time.Time
-	present := 0
+	present := parents[:0:0]
 	for _, p := range parents {
 		if _, ok := in.shards[p]; !ok {
 			continue // gone from the stream: it cannot hold records back
 		}
-		present++
-		pr := in.rows[p]
-		if pr.Checkpoint != checkpoint.ShardEnd {
-			return time.Time{}, false // an unfinished parent covers its unstarted child
+		if in.rows[p].Checkpoint != checkpoint.ShardEnd {
+			// An unfinished parent covers its unstarted child, whatever the other parent of a
+			// merge says: judging the parents in order let a finished parent without a final
+			// horizon make the child unknown, and the child (waiting for this parent) then held
+			// W, which this parent's commits waited for.
+			return time.Time{}, false
 		}
+		present = append(present, p)
+	}
+	if len(present) == 0 {
+		return time.Time{}, true
+	}
+	var h time.Time
+	for _, p := range present {
+		pr := in.rows[p]
 		if pr.ReadHorizon.IsZero() {
 			return time.Time{}, true // a finished parent with no final horizon: unknown
 		}
 		h = minTime(h, pr.ReadHorizon)
-	}
-	if present == 0 {
-		return time.Time{}, true
 	}
 	return h, true
 }

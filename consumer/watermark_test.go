@@ -106,6 +106,14 @@ func TestWatermarkRules(t *testing.T) {
 			shards: map[string]shardInfo{"p": closed(), "c": open("p"), "b": open()},
 			rows:   map[string]checkpoint.LeaseRow{"p": ended(-1), "b": rowOf("w2", 20, -1)},
 			holder: "c"},
+		{name: "a merge child is covered by its unfinished parent whatever its other parent says",
+			// Seen in a 200-cycle chaos run: the merged child waited in its owner for the
+			// unfinished parent, which waited for W, which the child held as unknown because its
+			// other parent had ended without a final horizon.
+			shards: map[string]shardInfo{"p1": closed(), "p2": closed(), "c": open("p1", "p2"), "b": open()},
+			rows:   map[string]checkpoint.LeaseRow{"p1": ended(-1), "p2": rowOf("w2", 25, -1), "c": rowOf(me, -1, -1), "b": rowOf("w2", 20, -1)},
+			own:    map[string]ownShard{"c": {}},
+			w:      sec(20), bound: sec(20), holder: "b"},
 		{name: "an unstarted child whose parents left the stream is unknown",
 			shards: map[string]shardInfo{"c": open("gone"), "b": open()},
 			rows:   map[string]checkpoint.LeaseRow{"b": rowOf("w2", 20, -1)},
