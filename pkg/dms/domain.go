@@ -34,6 +34,9 @@ func (dm Domain) String() string {
 	if int(dm) < len(domainNames) {
 		return domainNames[dm]
 	}
+	if s, ok := timestampDomainName(dm); ok {
+		return s
+	}
 	return "domain(" + strconv.Itoa(int(dm)) + ")"
 }
 
@@ -64,9 +67,18 @@ func ColumnDomain(c change.ColumnDef, v Vocabulary) Domain {
 // A value outside dom is a *ConvertError ("outside the range of the source type UINT8 (0 to
 // 18446744073709551615)"). It allocates nothing more than Convert.
 func ConvertIn(t iceberg.Type, dom Domain, v change.Value) (Datum, error) {
+	if _, _, ok := textDomain(dom); ok {
+		return convertTimestampText(t, dom, v)
+	}
 	d, err := Convert(t, v)
 	if err != nil || dom == DomainAny || d.Null {
 		return d, err
+	}
+	if dom == DomainMicros {
+		if err := checkMicros(t, v.Text); err != nil {
+			return Datum{}, err
+		}
+		return d, nil
 	}
 	if !inDomain(t, dom, d) {
 		return Datum{}, convErr(t, v.Text, "outside the range of the source type "+dom.String())
