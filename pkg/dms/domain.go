@@ -13,7 +13,8 @@ import (
 // stored as int, UINT4/UINT32 as long, UINT8/UINT64 (unsigned 64-bit) as decimal(20,0) — all
 // of which also hold negatives and larger values, which no source value can be (a DMS that
 // renders an unsigned value through a signed type wraps it to a negative number). ConvertIn
-// rejects such values so that the record is dead-lettered instead of stored.
+// rejects such values so that the record is dead-lettered instead of stored. The timestamp key
+// domains (DomainMicros, DomainTimestamp(Tz)Text…, tskey.go) narrow a key column the same way.
 type Domain uint8
 
 const (
@@ -63,7 +64,9 @@ func ColumnDomain(c change.ColumnDef, v Vocabulary) Domain {
 }
 
 // ConvertIn is Convert followed by the check that the value lies in dom. It applies to int,
-// long and decimal columns; others (a hashed or masked column is a string) are not checked.
+// long and decimal columns; others (a hashed or masked column is a string) are not checked,
+// except timestamp keys: DomainMicros rejects a nonzero digit below the microsecond, and a
+// DomainTimestamp(Tz)Text… string column gets the canonical timestamp text (see KeyType).
 // A value outside dom is a *ConvertError ("outside the range of the source type UINT8 (0 to
 // 18446744073709551615)"). It allocates nothing more than Convert.
 func ConvertIn(t iceberg.Type, dom Domain, v change.Value) (Datum, error) {
