@@ -79,3 +79,22 @@ func TestTimestampKeyUnknownPrecision(t *testing.T) {
 		}
 	}
 }
+
+// A configured column type declaring the digits (scale 9, timestamptz) makes the configured key
+// a text key too: UTC with Z, nine digits.
+func TestTimestampKeyConfigured(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.ev": {
+		Columns:    []ColumnSpec{{Name: "at", Type: "TIMESTAMP", Scale: 9}, {Name: "note", Type: "STRING"}},
+		PrimaryKey: []string{"at"}, TimestampTZColumns: []string{"at"},
+	}}))
+	h.data("d", 1, "ev", change.OpInsert, []change.Column{col("at", "'2024-01-02T05:04:05.000000001+02:00'"), col("note", "'a'")}, nil)
+	h.data("d", 2, "ev", change.OpInsert, []change.Column{col("at", "'2024-01-02T03:04:05.000000002Z'"), col("note", "'b'")}, nil)
+	h.data("d", 3, "ev", change.OpDelete, []change.Column{col("at", "'2024-01-02 04:04:05.000000001+01:00'")}, nil)
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "ev")
+	eq(t, rows, "at=2024-01-02T03:04:05.000000002Z,note=b")
+	if len(h.dlq.dls) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	}
+}
