@@ -45,7 +45,7 @@ func (r tableRules) Create(def *change.TableDef, ev *change.Event) ([]dms.Column
 	out := make([]dms.ColumnState, 0, len(sc.Fields()))
 	for _, f := range sc.Fields() {
 		out = append(out, dms.ColumnState{Name: f.Name, Type: f.Type, Required: f.Required,
-			Key: slices.Contains(sc.IdentifierFieldIDs, f.ID)})
+			Key: slices.Contains(sc.IdentifierFieldIDs, f.ID), Doc: f.Doc})
 	}
 	return out, source, nil
 }

@@ -67,10 +67,18 @@ type layout struct {
 	// wider (DMS UINT8 as decimal(20,0)): from the latest table-def this writer saw; nil (no
 	// narrowing) when it saw none, e.g. after a restart before the next control record.
 	domains []dms.Domain
+	// keyDomains is the stored form of the timestamp key columns (dms.KeyDomain), from the
+	// table's schema itself so that it holds from the first record after a restart; nil when
+	// the key has none.
+	keyDomains []dms.Domain
 }
 
-// domain is column i's source-type range (dms.DomainAny when unknown).
+// domain is column i's value domain: a timestamp key's stored form, else its source-type range
+// (dms.DomainAny when unknown).
 func (l *layout) domain(i int) dms.Domain {
+	if i < len(l.keyDomains) && l.keyDomains[i] != dms.DomainAny {
+		return l.keyDomains[i]
+	}
 	if i < len(l.domains) {
 		return l.domains[i]
 	}
@@ -120,6 +128,14 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 			l.live = append(l.live, i)
 		}
 	}
+	for _, i := range l.keyIdx {
+		if d := dms.KeyDomain(fields[i].Type, fields[i].Doc); d != dms.DomainAny {
+			if l.keyDomains == nil {
+				l.keyDomains = make([]dms.Domain, len(fields))
+			}
+			l.keyDomains[i] = d
+		}
+	}
 	as, err := dms.ArrowSchema(s)
 	if err != nil {
 		return nil, fmt.Errorf("arrow schema: %w", err)
@@ -150,6 +166,7 @@ func (l *layout) index(pos int, name string) (int, bool) {
 type columnSource struct {
 	name string
 	typ  iceberg.Type
+	doc  string
 }
 
 // buildSchema chooses the schema of a new table: from the DMS table-def when one was seen, else
@@ -166,7 +183,7 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 	case def != nil && len(def.Columns) > 0:
 		source = "table-def"
 		for _, c := range st.desired(def) {
-			cols = append(cols, columnSource{name: c.Name, typ: c.Type})
+			cols = append(cols, columnSource{name: c.Name, typ: c.Type, doc: c.Doc})
 		}
 		key = def.PrimaryKey
 	case len(tc.Columns) > 0:
@@ -184,7 +201,11 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 			if err != nil {
 				return nil, "", fmt.Errorf("column %s: %w", c.Name, err)
 			}
-			cols = append(cols, columnSource{name: c.Name, typ: t})
+			var doc string
+			if slices.Contains(tc.PrimaryKey, c.Name) {
+				t, doc = dms.KeyType(c, t)
+			}
+			cols = append(cols, columnSource{name: c.Name, typ: t, doc: doc})
 		}
 	case ev != nil && len(ev.Columns) > 0:
 		source = "inferred"
@@ -210,6 +231,7 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 	for i, c := range cols {
 		fields[i] = iceberg.NestedField{ID: i + 1, Name: c.name, Type: c.typ}
 		if slices.Contains(key, c.name) {
+			fields[i].Doc = c.doc // only a key column's form is documented (dms.KeyType)
 			fields[i].Required = true
 			keyIDs = append(keyIDs, i+1)
 		}
@@ -244,7 +266,7 @@ func (l *layout) columnStates() []dms.ColumnState {
 	out := make([]dms.ColumnState, len(fields))
 	for i, f := range fields {
 		out[i] = dms.ColumnState{Name: f.Name, Type: f.Type, Required: f.Required, Key: isKey(l, i),
-			Dropped: strings.HasPrefix(f.Doc, droppedDoc)}
+			Dropped: strings.HasPrefix(f.Doc, droppedDoc), Doc: f.Doc}
 	}
 	return out
 }

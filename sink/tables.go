@@ -385,9 +385,12 @@ func (st *settings) inferType(c change.Column) iceberg.Type {
 	return dms.InferType(c.Value)
 }
 
-// desired maps a table-def to the columns this table wants, leaving out excluded columns.
+// desired maps a table-def to the columns this table wants, leaving out excluded columns. Key
+// columns (the configured key, else the table-def's) get dms.KeyType: a timestamp key with more
+// than 6 fractional digits is stored as text.
 func (st *settings) desired(def *change.TableDef) []dms.DesiredColumn {
 	vocab := dms.DetectVocabulary(def.Columns)
+	key := st.key(def.PrimaryKey)
 	out := make([]dms.DesiredColumn, 0, len(def.Columns))
 	for _, c := range def.Columns {
 		if st.exclude[c.Name] {
@@ -397,7 +400,11 @@ func (st *settings) desired(def *change.TableDef) []dms.DesiredColumn {
 		if err != nil {
 			t = iceberg.PrimitiveTypes.String // unknown DMS type: keep the text
 		}
-		out = append(out, dms.DesiredColumn{Name: c.Name, Type: t})
+		var doc string
+		if slices.Contains(key, c.Name) {
+			t, doc = dms.KeyType(c, t)
+		}
+		out = append(out, dms.DesiredColumn{Name: c.Name, Type: t, Doc: doc})
 	}
 	return out
 }

@@ -104,6 +104,7 @@ func convErr(t iceberg.Type, text, reason string) *ConvertError {
 //   - timestamp, timestamptz: "YYYY-MM-DD[T| ]HH:MM:SS[.f{1,9}][Z|±hh[:mm]]" or a bare date
 //     (midnight). timestamptz converts an offset to UTC (no offset means UTC); timestamp keeps
 //     the wall-clock digits and ignores any zone, because DMS appends Z to zone-less values.
+//     Primary-key columns are not truncated: see KeyType and KeyDomain (ConvertIn).
 //   - string: any kind; numbers keep their literal text, booleans are "true"/"false", JSON
 //     objects and arrays their compact text.
 //   - binary, fixed(L): hex, with or without a 0x/0X prefix, either case (fixed: exactly L

@@ -29,6 +29,14 @@
 //     underscores are rejected.
 //   - Decimals (Convert): exact or rejected: a nonzero digit beyond the scale (1e-400 in
 //     decimal(10,2)) or more digits than the precision.
+//   - Timestamps (Convert, ConvertIn with KeyDomain): digits below the microsecond are
+//     truncated, except in a primary-key column, where truncating could merge two distinct
+//     keys. A timestamp key declaring more than 6 fractional digits (TimestampDigits: scale,
+//     TIMESTAMP(9), precision ≤ 9) is a string (KeyType) holding the canonical text, the wall
+//     clock (timestamptz: UTC + Z) with exactly those digits, 2024-01-02T03:04:05.1234567; a
+//     value with a nonzero digit beyond them is rejected. A timestamp key of undeclared
+//     precision (DomainMicros) rejects a value with a nonzero digit below the microsecond
+//     ("a primary-key timestamp with digits below a microsecond ...").
 //   - Unsigned integers (ConvertIn with ColumnDomain): UINT1/UINT2/UINT4/UINT8 (Parquet-style
 //     UINT8/UINT16/UINT32/UINT64) are stored as int, long or decimal(20,0), which hold more
 //     than the source type; a value below 0 or above 2^(8·width)−1 (UINT8: 2^64−1) is rejected
@@ -49,7 +57,7 @@
 // concurrent use; give each goroutine (each shard processor) its own Decoder. Events a Decoder
 // produces do not alias its memory: every string in an Event points into a byte arena
 // allocated for that event alone, so events may be handed to other goroutines. Config,
-// TypeOptions, Datum and all package-level functions (IcebergType, InferType, Convert, ConvertIn, ColumnDomain,
+// TypeOptions, Datum and all package-level functions (IcebergType, InferType, Convert, ConvertIn, ColumnDomain, KeyType, KeyDomain,
 // AppendDatum, AppendKey, Render, RenderArrow, DatumAt, DatumView, ArrowSchema) are safe for concurrent
 // use; AppendDatum writes to the builder it is given, which the caller must not share.
 package dms

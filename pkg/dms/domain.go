@@ -13,7 +13,8 @@ import (
 // stored as int, UINT4/UINT32 as long, UINT8/UINT64 (unsigned 64-bit) as decimal(20,0) — all
 // of which also hold negatives and larger values, which no source value can be (a DMS that
 // renders an unsigned value through a signed type wraps it to a negative number). ConvertIn
-// rejects such values so that the record is dead-lettered instead of stored.
+// rejects such values so that the record is dead-lettered instead of stored. The timestamp key
+// domains (DomainMicros, DomainTimestamp(Tz)Text…, tskey.go) narrow a key column the same way.
 type Domain uint8
 
 const (
@@ -33,6 +34,9 @@ var domainNames = [...]string{DomainAny: "any", DomainUint8: "UINT1 (0 to 255)",
 func (dm Domain) String() string {
 	if int(dm) < len(domainNames) {
 		return domainNames[dm]
+	}
+	if s, ok := timestampDomainName(dm); ok {
+		return s
 	}
 	return "domain(" + strconv.Itoa(int(dm)) + ")"
 }
@@ -60,13 +64,24 @@ func ColumnDomain(c change.ColumnDef, v Vocabulary) Domain {
 }
 
 // ConvertIn is Convert followed by the check that the value lies in dom. It applies to int,
-// long and decimal columns; others (a hashed or masked column is a string) are not checked.
+// long and decimal columns; others (a hashed or masked column is a string) are not checked,
+// except timestamp keys: DomainMicros rejects a nonzero digit below the microsecond, and a
+// DomainTimestamp(Tz)Text… string column gets the canonical timestamp text (see KeyType).
 // A value outside dom is a *ConvertError ("outside the range of the source type UINT8 (0 to
 // 18446744073709551615)"). It allocates nothing more than Convert.
 func ConvertIn(t iceberg.Type, dom Domain, v change.Value) (Datum, error) {
+	if _, _, ok := textDomain(dom); ok {
+		return convertTimestampText(t, dom, v)
+	}
 	d, err := Convert(t, v)
 	if err != nil || dom == DomainAny || d.Null {
 		return d, err
+	}
+	if dom == DomainMicros {
+		if err := checkMicros(t, v.Text); err != nil {
+			return Datum{}, err
+		}
+		return d, nil
 	}
 	if !inDomain(t, dom, d) {
 		return Datum{}, convErr(t, v.Text, "outside the range of the source type "+dom.String())

@@ -16,6 +16,8 @@ type ColumnState struct {
 	// Dropped marks a column that an earlier table-def no longer had: it is kept (with its data)
 	// but no longer expected in records.
 	Dropped bool
+	// Doc is the column's doc; for a key column it may name a stored form (KeyDomain).
+	Doc string
 }
 
 // DesiredColumn is one column of a DMS table-def, already mapped to the Iceberg type the sink
@@ -23,6 +25,9 @@ type ColumnState struct {
 type DesiredColumn struct {
 	Name string
 	Type iceberg.Type
+	// Doc is the doc a new table gives the column (KeyType's, for a timestamp key stored as
+	// text).
+	Doc string
 }
 
 // SchemaPlan is what it takes to bring a table's schema in line with a table-def without

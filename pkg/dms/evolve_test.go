@@ -27,31 +27,31 @@ func TestPlanSchema(t *testing.T) {
 		rename bool
 		expect []string
 	}{
-		{"unchanged", []DesiredColumn{{"id", i32}, {"name", str}, {"qty", i32}, {"price", dec(10, 2)}, {"must", f32}}, false, nil},
-		{"add and widen", []DesiredColumn{{"id", i64}, {"name", str}, {"qty", i64}, {"price", dec(12, 2)}, {"must", f64}, {"tier", str}}, false, []string{
+		{"unchanged", []DesiredColumn{{"id", i32, ""}, {"name", str, ""}, {"qty", i32, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}}, false, nil},
+		{"add and widen", []DesiredColumn{{"id", i64, ""}, {"name", str, ""}, {"qty", i64, ""}, {"price", dec(12, 2), ""}, {"must", f64, ""}, {"tier", str, ""}}, false, []string{
 			"add optional column tier string", "widen column id from int to long", "widen column qty from int to long",
 			"widen column price from decimal(10, 2) to decimal(12, 2)", "widen column must from float to double"}},
-		{"rename by position", []DesiredColumn{{"id", i32}, {"full_name", str}, {"qty", i32}, {"price", dec(10, 2)}, {"must", f32}}, true, []string{
+		{"rename by position", []DesiredColumn{{"id", i32, ""}, {"full_name", str, ""}, {"qty", i32, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}}, true, []string{
 			"rename column name to full_name"}},
-		{"rename with widening", []DesiredColumn{{"id", i32}, {"name", str}, {"amount", i64}, {"price", dec(10, 2)}, {"must", f32}}, true, []string{
+		{"rename with widening", []DesiredColumn{{"id", i32, ""}, {"name", str, ""}, {"amount", i64, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}}, true, []string{
 			"rename column qty to amount", "widen column amount from int to long"}},
-		{"rename not by rename-column", []DesiredColumn{{"id", i32}, {"full_name", str}, {"qty", i32}, {"price", dec(10, 2)}, {"must", f32}}, false, []string{
+		{"rename not by rename-column", []DesiredColumn{{"id", i32, ""}, {"full_name", str, ""}, {"qty", i32, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}}, false, []string{
 			"add optional column full_name string", "column name dropped at the source: kept with its data, no longer expected"}},
-		{"rename with an incompatible type is add plus drop", []DesiredColumn{{"id", i32}, {"name", str}, {"qty2", iceberg.PrimitiveTypes.Date}, {"price", dec(10, 2)}, {"must", f32}}, true, []string{
+		{"rename with an incompatible type is add plus drop", []DesiredColumn{{"id", i32, ""}, {"name", str, ""}, {"qty2", iceberg.PrimitiveTypes.Date, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}}, true, []string{
 			"add optional column qty2 date", "column qty dropped at the source: kept with its data, no longer expected"}},
-		{"drop and make optional", []DesiredColumn{{"id", i32}, {"name", str}}, false, []string{
+		{"drop and make optional", []DesiredColumn{{"id", i32, ""}, {"name", str, ""}}, false, []string{
 			"column qty dropped at the source: kept with its data, no longer expected",
 			"column price dropped at the source: kept with its data, no longer expected",
 			"column must dropped at the source: kept with its data, no longer expected", "column must no longer required"}},
-		{"revive", []DesiredColumn{{"id", i32}, {"name", str}, {"qty", i32}, {"price", dec(10, 2)}, {"must", f32}, {"old", str}}, false, []string{
+		{"revive", []DesiredColumn{{"id", i32, ""}, {"name", str, ""}, {"qty", i32, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}, {"old", str, ""}}, false, []string{
 			"column old is back in the table-def"}},
-		{"narrow and over string are kept", []DesiredColumn{{"id", i32}, {"name", i64}, {"qty", i32}, {"price", dec(8, 2)}, {"must", f32}}, false, []string{
+		{"narrow and over string are kept", []DesiredColumn{{"id", i32, ""}, {"name", i64, ""}, {"qty", i32, ""}, {"price", dec(8, 2), ""}, {"must", f32, ""}}, false, []string{
 			"column name stays string (the source now says long; every such value fits)",
 			"column price stays decimal(10, 2) (the source now says decimal(8, 2); every such value fits)"}},
-		{"incompatible", []DesiredColumn{{"id", i32}, {"name", str}, {"qty", str}, {"price", dec(10, 4)}, {"must", f32}}, false, []string{
+		{"incompatible", []DesiredColumn{{"id", i32, ""}, {"name", str, ""}, {"qty", str, ""}, {"price", dec(10, 4), ""}, {"must", f32, ""}}, false, []string{
 			"incompatible change of column qty from int to string: kept as int; values that do not convert are dead-lettered",
 			"incompatible change of column price from decimal(10, 2) to decimal(10, 4): kept as decimal(10, 2); values that do not convert are dead-lettered"}},
-		{"key dropped", []DesiredColumn{{"name", str}, {"qty", i32}, {"price", dec(10, 2)}, {"must", f32}}, false, []string{
+		{"key dropped", []DesiredColumn{{"name", str, ""}, {"qty", i32, ""}, {"price", dec(10, 2), ""}, {"must", f32, ""}}, false, []string{
 			"primary-key column id is missing from the table-def: kept"}},
 	}
 	for _, tc := range cases {

@@ -241,7 +241,7 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 				} else {
 					for _, d := range desired {
 						key := slices.Contains(td.PrimaryKey, d.Name)
-						st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key})
+						st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key, Doc: d.Doc})
 					}
 				}
 				st.setDomains(td)
@@ -359,7 +359,11 @@ func (n *Normalizer) desired(td *change.TableDef, rules TableRules) []DesiredCol
 	out := make([]DesiredColumn, len(td.Columns))
 	for i, c := range td.Columns {
 		t, _ := IcebergType(c, v, n.opts)
-		out[i] = DesiredColumn{Name: c.Name, Type: t}
+		var doc string
+		if slices.Contains(td.PrimaryKey, c.Name) {
+			t, doc = KeyType(c, t)
+		}
+		out[i] = DesiredColumn{Name: c.Name, Type: t, Doc: doc}
 	}
 	return out
 }
@@ -402,7 +406,11 @@ func (n *Normalizer) fields(cols []change.Column, st *simTable, rules TableRules
 				f.Type = t.String()
 			default:
 				f.Type = t.String()
-				d, err := ConvertIn(t, st.dom[c.Name], v)
+				dom := st.dom[c.Name]
+				if kd := KeyDomain(t, cs.Doc); cs.Key && kd != DomainAny {
+					dom = kd // a timestamp key's stored form, as the sink's layout has it
+				}
+				d, err := ConvertIn(t, dom, v)
 				switch {
 				case err != nil:
 					f.Error = err.Error()
