@@ -256,12 +256,19 @@ func TestOrderingFlushIntervalTicks(t *testing.T) {
 	}))
 	h.arriveCtl("c", 1, 500, "items", "create-table", "id*:INT4 name:WSTRING")
 	h.arrive("a", 1, 2000, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "'x'")}, nil)
-	time.Sleep(150 * time.Millisecond) // several ticks below the bound
+	// The create-table is within the bound: wait until it is applied (its ack), however loaded
+	// the machine, so that the table exists; then let several ticks pass below the bound.
+	for deadline := time.Now().Add(30 * time.Second); h.ack.n.Load() < 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the create-table within the bound was not applied")
+		}
+	}
+	time.Sleep(150 * time.Millisecond)
 	if rows, _ := scanRows(t, h.cat, "items"); len(rows) != 0 || h.ack.n.Load() != 1 {
 		t.Fatalf("rows %v acks %d before the bound passed the record", rows, h.ack.n.Load())
 	}
 	fb.ms.Store(3000)
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for h.ack.n.Load() != 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the flush interval stopped ticking: nothing committed after the bound moved")
