@@ -97,6 +97,10 @@ demo: ## run the service on the embedded default with demo traffic until Ctrl-C 
 clean: ## remove build output and local demo data (bin/, .data/); .emu/ stays (rm -rf .emu to reinstall)
 	rm -rf bin .data dist coverage.out
 
+.PHONY: bench-ratio
+bench-ratio: ## BenchmarkPipeline against the reference fast path (../shared/perfprobe), 3 alternating rounds, best of each and the ratio (~6 min; idle machine)
+	.ci/bench-ratio.sh
+
 .PHONY: bench-freshness
 bench-freshness: ## freshness p50/p99 through the emulators (PutRecords -> visible snapshot), ordering arrival vs shard, 1 and 2 workers (~8 min); BENCH_RATE (200), BENCH_CHANGES (12000)
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
