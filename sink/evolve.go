@@ -212,18 +212,11 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 			names[c.Name] = true
 			us.AddColumn([]string{c.Name}, w.set.inferType(c), "", false, nil)
 		}
-		if err := us.Commit(); err != nil {
-			return nil, err
+		tbl, err := w.commitSchema(ctx, txn, us)
+		if tbl != nil { // committed (adopting it may still fail)
+			added = len(names)
 		}
-		if err := stamp(txn, w.st.tbl); err != nil {
-			return nil, err
-		}
-		tbl, err := txn.Commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		added = len(names)
-		return tbl, w.adopt(tbl)
+		return tbl, err
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "add columns to " + w.name, Stage: stage,

@@ -82,17 +82,7 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string) erro
 			paths[i] = []string{k}
 		}
 		us.SetIdentifierField(paths)
-		if err := us.Commit(); err != nil {
-			return nil, err
-		}
-		if err := stamp(txn, w.st.tbl); err != nil {
-			return nil, err
-		}
-		tbl, err := txn.Commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, w.adopt(tbl)
+		return w.commitSchema(ctx, txn, us)
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "set primary key of " + w.name, Stage: stage,

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -110,6 +111,22 @@ func stamp(txn *table.Transaction, base *table.Table) error {
 		return nil
 	}
 	return txn.SetProperties(props)
+}
+
+// commitSchema commits us, a schema update on txn (a transaction on the writer's table), with
+// the state version stamp, and adopts the committed table.
+func (w *writer) commitSchema(ctx context.Context, txn *table.Transaction, us *table.UpdateSchema) (*table.Table, error) {
+	if err := us.Commit(); err != nil {
+		return nil, err
+	}
+	if err := stamp(txn, w.st.tbl); err != nil {
+		return nil, err
+	}
+	tbl, err := txn.Commit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tbl, w.adopt(tbl)
 }
 
 // snapshotID is the id of the table's current snapshot, 0 when it has none.

@@ -31,7 +31,7 @@ import time
 os.environ["TZ"] = "UTC"
 time.tzset()
 
-from pyspark.sql import SparkSession  # noqa: E402  (after the time zone is set)
+import session  # noqa: E402  (after the time zone is set)
 from pyspark.sql import types as T  # noqa: E402
 
 EPOCH_DATE = datetime.date(1970, 1, 1)
@@ -87,23 +87,7 @@ def main():
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 
-    b = (
-        SparkSession.builder.master("local[2]")
-        .appName("dms2iceberg-spark-read")
-        .config("spark.jars", args.jars)
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.catalog.%s" % args.catalog, "org.apache.iceberg.spark.SparkCatalog")
-    )
-    for kv in args.conf:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            sys.exit("--conf %r is not KEY=VALUE" % kv)
-        b = b.config("spark.sql.catalog.%s.%s" % (args.catalog, k), v)
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark = session.build("dms2iceberg-spark-read", args.jars, args.catalog, args.conf)
     print("spark %s, %s" % (spark.version, spark.conf.get("spark.jars")), file=sys.stderr)
 
     with open(args.out, "w") as out:

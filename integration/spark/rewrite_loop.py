@@ -24,7 +24,7 @@ import os
 import sys
 import time
 
-from pyspark.sql import SparkSession
+import session
 
 
 def main():
@@ -38,24 +38,7 @@ def main():
     ap.add_argument("--max-seconds", type=float, default=600)
     args = ap.parse_args()
 
-    b = (
-        SparkSession.builder.master("local[2]")
-        .appName("dms2iceberg-spark-rewrite")
-        .config("spark.jars", args.jars)
-        .config("spark.driver.memory", "1g")
-        .config("spark.ui.enabled", "false")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.extensions", "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions")
-        .config("spark.sql.catalog.%s" % args.catalog, "org.apache.iceberg.spark.SparkCatalog")
-    )
-    for kv in args.conf:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            sys.exit("--conf %r is not KEY=VALUE" % kv)
-        b = b.config("spark.sql.catalog.%s.%s" % (args.catalog, k), v)
-    spark = b.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark = session.build("dms2iceberg-spark-rewrite", args.jars, args.catalog, args.conf, extensions=True)
     print("spark %s" % spark.version, file=sys.stderr)
 
     landed = {t: 0 for t in args.table}
