@@ -376,6 +376,7 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		ev.Pos = change.Position{Stream: r.Stream, Shard: r.Shard, Seq: r.Seq}
 		ev.Raw = r.Raw
 		ev.Replay = true
+		ev.Redacted = dms.RedactedColumns(r.Raw) // values the column rules already applied to
 		ev.Ack = acks[i]
 		if err := snk.Submit(ctx, ev); err != nil {
 			submitErr = err
