@@ -48,7 +48,10 @@ a table that is no longer paused, a decoder setting): each payload is decoded ag
 configuration's dms settings and handed to the table writers as if it arrived now, in stream,
 shard and sequence order, bypassing the watermarks that would otherwise skip it. Records that
 apply are marked replayed (replayed_at); records that fail again stay in the table with the new
-reason. A keyed table takes the replayed row image or delete by key: replay only records whose
+reason. With sink.tables column rules, payloads are stored redacted (excluded columns removed,
+hashed and masked ones as the sink stores them, listed under "dms2iceberg-redacted"): replay
+stores those values as they are, and refuses a record whose redacted column has another rule
+now. A keyed table takes the replayed row image or delete by key: replay only records whose
 keys have not changed since (filter with --table, --class, --seq-from), or the older image wins.
 Run it while the service runs or not; commits of both are retried against each other.
 
@@ -410,6 +413,10 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		}
 	}
 	if submitErr == nil {
+		for i := range applied {
+			// A row stored before dead letters kept the column rules loses its clear values now.
+			applied[i].DeadLetter = cfg.Sink.RedactDeadLetter(applied[i].DeadLetter)
+		}
 		if err := tdl.MarkReplayed(ctx, applied, time.Now()); err != nil {
 			submitErr = err
 		} else {

@@ -146,3 +146,54 @@ func renderRows(t *testing.T, tbl *table.Table) []string {
 	slices.Sort(out)
 	return out
 }
+
+// A dead letter stored in clear before dead letters kept the column rules loses its clear
+// values when dlq replay marks it replayed.
+func TestDLQReplayRedactsAClearRow(t *testing.T) {
+	t.Setenv(envHashKey, "k")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	conf := "stream: st\ndata_dir: " + dir + "\nsink:\n  maintenance:\n    enabled: false\n  tables:\n    shop.people:\n" +
+		"      primary_key: [id]\n      mask_columns: [ssn]\n"
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	cat, err := sink.OpenCatalog(ctx, cfg.Sink.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The table itself, without the redacting wrapper: how rows were written before.
+	tdl := sink.NewTableDeadLetters(cat, cfg.Sink.DeadLetters, 3, nil, nil)
+	done := make(chan error, 1)
+	go func() { done <- tdl.Run(ctx) }()
+	raw := dmsData("insert", "people", `{"id":7,"ssn":"222-22-2222"}`)
+	if err := tdl.DeadLetter(ctx, change.DeadLetter{Stream: "st", Shard: "s0", Seq: "1", Table: "shop.people", Class: sink.ClassConvert, Reason: "old", Raw: raw}); err != nil {
+		t.Fatal(err)
+	}
+	tdl.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ident := table.Identifier{"dms2iceberg", "dead_letters"}
+	rows, err := sink.ReadDeadLetters(ctx, cat, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := replayDeadLetters(ctx, cfg, cat, rows, zap.NewNop())
+	if err != nil || res.applied != 1 {
+		t.Fatalf("replay: %+v, %v", res, err)
+	}
+	after, err := sink.ReadDeadLetters(ctx, cat, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != 1 || after[0].ReplayedAt.IsZero() {
+		t.Fatalf("after replay: %+v", after)
+	}
+	noClearValue(t, "replayed dead letter", string(after[0].Raw))
+}
