@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
@@ -196,4 +198,31 @@ func TestDLQReplayRedactsAClearRow(t *testing.T) {
 		t.Fatalf("after replay: %+v", after)
 	}
 	noClearValue(t, "replayed dead letter", string(after[0].Raw))
+}
+
+// verify expects the injected bad records as the sink stores them: redacted.
+func TestVerifyDeadLettersExpectsRedactedPayloads(t *testing.T) {
+	t.Setenv(envHashKey, "k")
+	dir := t.TempDir()
+	path := filepath.Join(dir, "config.yaml")
+	conf := "stream: st\ndata_dir: " + dir + "\nsink:\n  maintenance:\n    enabled: false\n  tables:\n    shop.people:\n" +
+		"      mask_columns: [ssn]\n"
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	update := dmsData("update", "people", `{"id":1,"ssn":"222-22-2222"}`)
+	runSink(t, cfg, dmsData("insert", "people", `{"id":1,"ssn":"111-11-1111"}`), update)
+	cat, err := sink.OpenCatalog(context.Background(), cfg.Sink.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []workload.ExpectedDeadLetter{{Class: sink.ClassKeyless, Table: "shop.people", Payload: base64.StdEncoding.EncodeToString(update)}}
+	e, err := verifyDeadLetters(context.Background(), cfg, cat, want, 5)
+	if err != nil || !e.OK {
+		t.Fatalf("verify: %+v, %v", e, err)
+	}
 }
