@@ -45,7 +45,7 @@ func (c Config) RedactDeadLetter(dl change.DeadLetter) change.DeadLetter {
 	if !c.hasColumnRules() {
 		return dl
 	}
-	out, src, ok := dms.RedactRecord(dl.Raw, dl.Table, c.DMS, c.Rules)
+	out, src, ok := dms.RedactRecord(dl.Raw, dl.Table, c.DMS, c.redactRules)
 	if !ok {
 		if !strings.HasPrefix(string(dl.Raw), `{"`+redactedPayloadKey+`":`) {
 			sum := sha256.Sum256(dl.Raw)
@@ -57,6 +57,14 @@ func (c Config) RedactDeadLetter(dl change.DeadLetter) change.DeadLetter {
 		dl.Reason = redactReason(dl.Reason)
 	}
 	return dl
+}
+
+// redactRules are the rules of a table with column rules, nil for one without.
+func (c Config) redactRules(src string) dms.TableRules {
+	if st := c.settingsFor(src); st.transformed() {
+		return tableRules{st}
+	}
+	return nil
 }
 
 // redactReason cuts a reason at its first quoted text (decode errors end with the quoted

@@ -21,11 +21,13 @@ const RedactedKey = "dms2iceberg-redacted"
 // and, with cfg.BIEnabled, to add-before-image-columns columns under their column's rule,
 // excluded columns are removed, hashed and masked ones get the value the sink stores (rules'
 // Value), and RedactedKey lists them. Columns RedactedKey already lists are left as they are,
-// so redacting twice changes nothing.
+// so redacting twice changes nothing. Other top-level members that are not objects (the
+// record does not decode) become null.
 //
 // src is the source table "schema.table" when the caller knows it, else "" (it is read from
-// metadata). ok is false when raw is not a JSON object naming its table: no rule can be
-// matched. out is raw itself when no rule applied.
+// metadata); rules returns nil for a table without column rules (the record is kept as it is).
+// ok is false when raw is not a JSON object naming its table: no rule can be matched. out is
+// raw itself when nothing was redacted.
 func RedactRecord(raw []byte, src string, cfg Config, rules func(src string) TableRules) (out []byte, table string, ok bool) {
 	var p fastjson.Parser
 	v, err := p.ParseBytes(raw)
@@ -79,9 +81,17 @@ func RedactRecord(raw []byte, src string, cfg Config, rules func(src string) Tab
 			}
 		}
 	}
+	emptied := false
 	top.Visit(func(key []byte, v *fastjson.Value) {
 		k := string(key)
-		if k == "metadata" || k == "control" || k == RedactedKey || v.Type() != fastjson.TypeObject {
+		switch {
+		case k == "metadata" || k == "control" || k == RedactedKey || v.Type() == fastjson.TypeNull:
+			return
+		case v.Type() != fastjson.TypeObject:
+			// Columns in something else than an object (the record does not decode): no rule
+			// can find them, so nothing of it is kept.
+			*v = *a.NewNull()
+			emptied = true
 			return
 		}
 		o, _ := v.Object()
@@ -92,8 +102,11 @@ func RedactRecord(raw []byte, src string, cfg Config, rules func(src string) Tab
 		}
 		redact(o, k == "data")
 	})
-	if len(applied) == 0 {
+	switch {
+	case len(applied) == 0 && !emptied:
 		return raw, src, true
+	case len(applied) == 0:
+		return v.MarshalTo(nil), src, true
 	}
 	maps.Copy(done, applied)
 	mark := a.NewObject()
