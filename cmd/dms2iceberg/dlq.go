@@ -370,7 +370,8 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		if err := dec.Decode(r.Raw, ev); err != nil {
 			dl := r.DeadLetter
 			dl.Reason = err.Error()
-			if err := dlq.DeadLetter(ctx, dl); err != nil {
+			// Through the sink's dead letters, which keep the column rules.
+			if err := snk.DeadLetters().DeadLetter(ctx, dl); err != nil {
 				submitErr = err
 				break
 			}

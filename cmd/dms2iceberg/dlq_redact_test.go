@@ -177,6 +177,12 @@ func TestDLQReplayRedactsAClearRow(t *testing.T) {
 	if err := tdl.DeadLetter(ctx, change.DeadLetter{Stream: "st", Shard: "s0", Seq: "1", Table: "shop.people", Class: sink.ClassConvert, Reason: "old", Raw: raw}); err != nil {
 		t.Fatal(err)
 	}
+	// One that still does not decode (a malformed number in the key) stays dead-lettered,
+	// redacted now.
+	bad := dmsData("insert", "people", `{"id":07,"ssn":"555-55-5555"}`)
+	if err := tdl.DeadLetter(ctx, change.DeadLetter{Stream: "st", Shard: "s0", Seq: "2", Reason: "old", Raw: bad}); err != nil {
+		t.Fatal(err)
+	}
 	tdl.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -187,17 +193,19 @@ func TestDLQReplayRedactsAClearRow(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := replayDeadLetters(ctx, cfg, cat, rows, zap.NewNop())
-	if err != nil || res.applied != 1 {
+	if err != nil || res.applied != 1 || res.failed != 1 {
 		t.Fatalf("replay: %+v, %v", res, err)
 	}
 	after, err := sink.ReadDeadLetters(ctx, cat, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(after) != 1 || after[0].ReplayedAt.IsZero() {
+	if len(after) != 2 || after[0].ReplayedAt.IsZero() || !after[1].ReplayedAt.IsZero() {
 		t.Fatalf("after replay: %+v", after)
 	}
-	noClearValue(t, "replayed dead letter", string(after[0].Raw))
+	for _, r := range after {
+		noClearValue(t, "dead letter "+r.Seq+" after replay", string(r.Raw)+"\n"+r.Reason)
+	}
 }
 
 // verify expects the injected bad records as the sink stores them: redacted.
