@@ -288,13 +288,19 @@ func (p *processor) parentsFinished() (bool, error) {
 // deadLetter stores an undecodable record. It returns false if that failed, which is fatal: the
 // record must not be checkpointed past without a trace.
 func (p *processor) deadLetter(seq string, raw []byte, cause error) bool {
-	err := p.c.dlq.DeadLetter(p.ctx, change.DeadLetter{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq, Reason: cause.Error(), Raw: raw})
+	dl := change.DeadLetter{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq, Reason: cause.Error(), Raw: raw}
+	err := p.c.dlq.DeadLetter(p.ctx, dl)
 	if err != nil {
 		p.c.stop(fmt.Errorf("shard %s: dead-letter record %s: %w", p.shard, seq, err))
 		return false
 	}
 	p.c.metrics.DeadLettered(p.shard)
-	p.log.Warn("dead-lettered undecodable record", zap.String("seq", seq), zap.Error(cause))
+	// Decode errors quote the input they rejected: log the reason as the dead letter stores it
+	// (the sink's column rules may cut it).
+	if r, ok := p.c.dlq.(change.DeadLetterRedactor); ok {
+		dl = r.RedactDeadLetter(dl)
+	}
+	p.log.Warn("dead-lettered undecodable record", zap.String("seq", seq), zap.String("error", dl.Reason))
 	return true
 }
 

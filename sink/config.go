@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
@@ -60,6 +61,9 @@ type Config struct {
 	// file: cmd reads it from the environment (DMS2ICEBERG_HASH_KEY). Required when any table
 	// hashes columns.
 	HashKey []byte `yaml:"-"`
+	// DMS is the decoder configuration (cmd copies the dms: section). Dead letters are
+	// redacted with it: it names the add-before-image-columns columns (see RedactDeadLetter).
+	DMS dms.Config `yaml:"-"`
 	// Maintenance configures compaction, snapshot expiry, manifest rewrite and orphan cleanup,
 	// which run beside the table writers. Default: maintenance.DefaultConfig().
 	Maintenance maintenance.Config `yaml:"maintenance"`

@@ -2,6 +2,8 @@ package sink
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
@@ -40,6 +42,9 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 		w.seen = w.seen[:len(l.types)]
 		clear(w.seen)
 	}
+	if reason := w.replayedRedaction(ev); reason != "" {
+		return r, reason
+	}
 	for pos, c := range ev.Columns {
 		i, ok := l.index(pos, c.Name)
 		if !ok || (r.del && !isKey(l, i)) {
@@ -49,7 +54,7 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 			w.seen[i] = true
 		}
 		v := c.Value
-		if w.set.transformed() {
+		if w.set.transformed() && ev.Redacted[c.Name] == "" {
 			v, _ = w.set.value(c.Name, v)
 		}
 		d, err := dms.ConvertIn(l.types[i], l.domain(i), v)
@@ -91,7 +96,7 @@ func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, boo
 				continue
 			}
 			v := c.Value
-			if w.set.transformed() {
+			if w.set.transformed() && ev.Redacted[c.Name] == "" {
 				v, _ = w.set.value(c.Name, v)
 			}
 			d, err := dms.ConvertIn(l.types[i], l.domain(i), v)
@@ -127,4 +132,23 @@ func absentColumns(l *layout, seen []bool) []int32 {
 		}
 	}
 	return out
+}
+
+// replayedRedaction refuses a replayed dead letter whose redacted columns (ev.Redacted) have
+// another rule now: the record holds the redacted value (a hash, "****") or nothing (excluded),
+// not the source value the new rule needs.
+func (w *writer) replayedRedaction(ev *change.Event) string {
+	if len(ev.Redacted) == 0 {
+		return ""
+	}
+	rules := tableRules{w.set}
+	for _, col := range slices.Sorted(maps.Keys(ev.Redacted)) {
+		if was, now := ev.Redacted[col], rules.Rule(col); was != now {
+			if now == "" {
+				now = "not redacted"
+			}
+			return fmt.Sprintf("column %s was %s when the record was dead-lettered and is %s now: the dead letter does not hold its source value, so it cannot be replayed", col, was, now)
+		}
+	}
+	return ""
 }

@@ -132,11 +132,13 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 		s.tdl = NewTableDeadLetters(cat, cfg.DeadLetters, cfg.CommitRetries, s.log.Named("dead-letters"), s.metrics)
 		s.dlq = s.tdl
 	}
+	s.dlq = redacting(s.dlq, cfg)
 	return s, nil
 }
 
 // DeadLetters returns where the sink puts dead letters: the DeadLetterer given to New, or the
-// dead-letter table the sink runs (give it to the consumer too). The table's DeadLetter waits
+// dead-letter table the sink runs (give it to the consumer too), wrapped so that every dead
+// letter keeps the column rules (RedactDeadLetter). The table's DeadLetter waits
 // for the commit, so a caller may acknowledge the record when it returns.
 func (s *Iceberg) DeadLetters() change.DeadLetterer { return s.dlq }
 

@@ -191,6 +191,7 @@ func (c *Config) resolve() {
 		c.DeadLetterFile = filepath.Join(c.DataDir, "dead-letters.jsonl")
 	}
 	c.Sink.Stream = c.Stream
+	c.Sink.DMS = c.DMS // the dead letters' redaction finds add-before-image-columns columns with it
 	// The maintenance lease names this worker, like its shard leases.
 	c.Sink.Maintenance.Owner = c.WorkerID
 	c.Consumer.Stream, c.Consumer.Application = c.Stream, c.Application

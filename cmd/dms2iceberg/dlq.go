@@ -48,7 +48,10 @@ a table that is no longer paused, a decoder setting): each payload is decoded ag
 configuration's dms settings and handed to the table writers as if it arrived now, in stream,
 shard and sequence order, bypassing the watermarks that would otherwise skip it. Records that
 apply are marked replayed (replayed_at); records that fail again stay in the table with the new
-reason. A keyed table takes the replayed row image or delete by key: replay only records whose
+reason. With sink.tables column rules, payloads are stored redacted (excluded columns removed,
+hashed and masked ones as the sink stores them, listed under "dms2iceberg-redacted"): replay
+stores those values as they are, and refuses a record whose redacted column has another rule
+now. A keyed table takes the replayed row image or delete by key: replay only records whose
 keys have not changed since (filter with --table, --class, --seq-from), or the older image wins.
 Run it while the service runs or not; commits of both are retried against each other.
 
@@ -367,7 +370,8 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		if err := dec.Decode(r.Raw, ev); err != nil {
 			dl := r.DeadLetter
 			dl.Reason = err.Error()
-			if err := dlq.DeadLetter(ctx, dl); err != nil {
+			// Through the sink's dead letters, which keep the column rules.
+			if err := snk.DeadLetters().DeadLetter(ctx, dl); err != nil {
 				submitErr = err
 				break
 			}
@@ -376,6 +380,7 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		ev.Pos = change.Position{Stream: r.Stream, Shard: r.Shard, Seq: r.Seq}
 		ev.Raw = r.Raw
 		ev.Replay = true
+		ev.Redacted = dms.RedactedColumns(r.Raw) // values the column rules already applied to
 		ev.Ack = acks[i]
 		if err := snk.Submit(ctx, ev); err != nil {
 			submitErr = err
@@ -409,6 +414,10 @@ func replayDeadLetters(ctx context.Context, cfg Config, c catalog.Catalog, rows 
 		}
 	}
 	if submitErr == nil {
+		for i := range applied {
+			// A row stored before dead letters kept the column rules loses its clear values now.
+			applied[i].DeadLetter = cfg.Sink.RedactDeadLetter(applied[i].DeadLetter)
+		}
 		if err := tdl.MarkReplayed(ctx, applied, time.Now()); err != nil {
 			submitErr = err
 		} else {

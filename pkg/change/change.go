@@ -162,6 +162,10 @@ type Event struct {
 	// Pos is the original position, which the table's watermarks normally cover, so a replayed
 	// event bypasses the watermark checks and never advances a watermark.
 	Replay bool
+	// Redacted lists the columns of a replayed dead letter whose values were redacted when it
+	// was dead-lettered (dms.RedactedColumns: column -> hashed, masked or excluded): they hold
+	// what the sink stores, so the sink does not apply the rule again. Nil for live records.
+	Redacted map[string]string
 }
 
 // CompareSeq compares two Kinesis sequence numbers (decimal strings without leading zeros):
@@ -204,6 +208,12 @@ type DeadLetter struct {
 // DeadLetterer stores dead letters durably. Implementations are safe for concurrent use.
 type DeadLetterer interface {
 	DeadLetter(ctx context.Context, dl DeadLetter) error
+}
+
+// DeadLetterRedactor is a DeadLetterer that redacts what it stores (the sink's column rules);
+// RedactDeadLetter returns dl as it would be stored, for a log line that must not show more.
+type DeadLetterRedactor interface {
+	RedactDeadLetter(dl DeadLetter) DeadLetter
 }
 
 // MayChangeKey reports whether ev is an update whose before-image may name another row than its
