@@ -24,37 +24,6 @@ import (
 // table-defs and from data, drop-table, and the primary key. Every change commits through
 // commit.Run (flush.go's policy) and is adopted with use (state.go).
 
-// staleControl reports whether a control record was built before the last one applied to the
-// table. Control records travel on their own partition key, so an old create-table (sent at
-// task start) can be read after newer ALTERs; since every table-def is the full definition,
-// applying the older one would undo the newer changes.
-func staleControl(props iceberg.Properties, ts string) bool {
-	last := props[tableprop.ControlTimestamp]
-	if ts == "" || last == "" {
-		return false
-	}
-	a, err1 := time.Parse(time.RFC3339Nano, ts)
-	b, err2 := time.Parse(time.RFC3339Nano, last)
-	return err1 == nil && err2 == nil && a.Before(b)
-}
-
-// controlTSProp adds the control record's timestamp to props when it is newer than the table's.
-func controlTSProp(props, cur iceberg.Properties, ts string) {
-	if ts != "" && !staleControl(cur, ts) {
-		if _, err := time.Parse(time.RFC3339Nano, ts); err == nil {
-			props[tableprop.ControlTimestamp] = ts
-		}
-	}
-}
-
-// controlWatermark adds the watermark of a control record's shard to props when the record
-// advances it (a replayed control record is then skipped like a replayed data record).
-func (w *writer) controlWatermark(props iceberg.Properties, ev *change.Event) {
-	if !ev.Replay && change.CompareSeq(ev.Pos.Seq, w.st.lay.watermark[ev.Pos.Shard]) > 0 && ev.Pos.Shard != "" {
-		props[tableprop.Watermark(w.env.stream, ev.Pos.Shard)] = ev.Pos.Seq
-	}
-}
-
 // throughProp adds to the properties of a control record's commit what the table is complete
 // through: within a flush, the rows that arrived before the record were committed just before.
 func (w *writer) throughProp(props iceberg.Properties) {
@@ -188,7 +157,8 @@ func (w *writer) opened(ctx context.Context) error {
 		w.setStatus(tableprop.StatusDropped, "marked dropped at "+props[tableprop.DroppedAt])
 	}
 	if len(w.set.tc.PrimaryKey) > 0 {
-		return w.ensureKey(ctx, w.set.tc.PrimaryKey, "sink.tables primary_key")
+		_, err := w.ensureKey(ctx, w.set.tc.PrimaryKey, "sink.tables primary_key", nil)
+		return err
 	}
 	return nil
 }
@@ -295,11 +265,7 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		ack(ev)
 		return nil
 	}
-	w.def, w.defTS = def, ev.Meta.Timestamp
-	w.env.defs.set(w.src, def)
-	if w.st.lay != nil {
-		w.st.lay.setDomains(def)
-	}
+	restore := w.takeDef(def, ev.Meta.Timestamp)
 	if !w.st.loaded() {
 		// The table does not exist yet: create it from this table-def.
 		if w.st.status == tableprop.StatusPaused {
@@ -311,19 +277,26 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 		ack(ev) // created from this table-def (or paused again: its records are dead-lettered)
 		return nil
 	}
-	return w.reconcile(ctx, ev, def, op)
+	superseded, err := w.reconcile(ctx, ev, def, op)
+	if superseded {
+		restore() // a newer table-def was applied instead of this one: keep the writer's
+	}
+	return err
 }
 
-// reconcile brings the existing table in line with a table-def.
-func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.TableDef, op string) error {
+// reconcile brings the existing table in line with a table-def. When a table reloaded after a
+// failed commit settles the record (controlSettled: applied, or a newer one was), it is
+// acknowledged without applying more of it; superseded reports the second case (stale).
+func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.TableDef, op string) (superseded bool, err error) {
 	desired := w.set.desired(def)
 	clearDrop := op == "create-table" && w.st.status == tableprop.StatusDropped
 	planFor := func() dms.SchemaPlan { return dms.PlanSchema(w.st.lay.columnStates(), desired, op == "rename-column") }
 	plan := planFor()
 	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 }
+	committed := false // the plan's commit advanced the record's watermark
 	if !nothing(plan) {
 		if err := w.commitRows(ctx); err != nil {
-			return err
+			return false, err
 		}
 		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 			plan = planFor()
@@ -337,15 +310,19 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 			return tbl, w.adopt(tbl)
 		}
 		res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-			Name: fmt.Sprintf("apply %s to %s", op, w.name), Stage: stage, Reloaded: w.reloadedUse(nil),
+			Name: fmt.Sprintf("apply %s to %s", op, w.name), Stage: stage, Reloaded: w.reloadedControl(ev),
 			Failed: func(attempt int, err, _ error) {
 				w.log.Warn("schema change failed", zap.String("operation", op), zap.Int("attempt", attempt+1), zap.Error(err))
 			},
 		})
 		if err != nil {
-			return err
+			return false, err
+		}
+		if res.Landed {
+			return w.settledOnReload(ev), nil
 		}
 		if res.Table != nil {
+			committed = true
 			w.reportPlan(op, plan)
 		}
 	}
@@ -353,8 +330,23 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 		w.setStatus(tableprop.StatusActive, "")
 	}
 	if op == "create-table" && !w.st.lay.keyed() && len(w.set.tc.PrimaryKey) == 0 && len(def.PrimaryKey) > 0 {
-		if err := w.ensureKey(ctx, def.PrimaryKey, "the create-table table-def"); err != nil {
-			return err
+		// After a reload the key is re-checked like the plan, except that the record's
+		// watermark is its own when the plan committed it.
+		settledKey := func() bool {
+			if committed {
+				return staleControl(w.st.tbl.Properties(), ev.Meta.Timestamp)
+			}
+			return w.controlSettled(ev)
+		}
+		landed, err := w.ensureKey(ctx, def.PrimaryKey, "the create-table table-def", settledKey)
+		if err != nil {
+			return false, err
+		}
+		if landed && settledKey() {
+			if !committed {
+				return w.settledOnReload(ev), nil
+			}
+			w.log.Info("primary key of the create-table not applied: a newer control record was applied meanwhile")
 		}
 	}
 	if len(plan.Incompatible) > 0 {
@@ -362,11 +354,11 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 		for _, c := range plan.Incompatible {
 			parts = append(parts, fmt.Sprintf("%s %s→%s", c.Name, c.From, c.To))
 		}
-		return w.deadLetter(ctx, ev, ClassIncompatible, fmt.Sprintf("%s asks for type changes Iceberg cannot apply (%s): the table keeps its types; records whose values do not convert are dead-lettered",
+		return false, w.deadLetter(ctx, ev, ClassIncompatible, fmt.Sprintf("%s asks for type changes Iceberg cannot apply (%s): the table keeps its types; records whose values do not convert are dead-lettered",
 			op, strings.Join(parts, ", ")))
 	}
 	ack(ev)
-	return nil
+	return false, nil
 }
 
 // commitPlan commits the schema changes of plan together with the control record's watermark
@@ -505,10 +497,17 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		}
 		return tbl, w.adopt(tbl)
 	}
-	if _, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "mark " + w.name + " dropped", Stage: stage, Reloaded: w.reloadedUse(nil),
-	}); err != nil {
+	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
+		Name: "mark " + w.name + " dropped", Stage: stage, Reloaded: w.reloadedControl(ev),
+	})
+	if err != nil {
 		return err
+	}
+	if res.Landed {
+		// Applied (by this attempt or another worker: the writer takes the table's mark) or
+		// superseded by a newer control record (a create-table that lifted it).
+		w.settledOnReload(ev)
+		return nil
 	}
 	w.setStatus(tableprop.StatusDropped, "dropped at the source at "+at)
 	ack(ev)

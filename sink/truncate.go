@@ -87,8 +87,8 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "truncate " + w.name, Stage: stage,
 		// The watermark of the truncate's shard tells whether an attempt whose outcome was
-		// unknown landed.
-		Reloaded: w.reloadedUse(func() bool { return w.st.covers(ev.Pos.Shard, ev.Pos.Seq) }),
+		// unknown landed, or whether the shard's new owner applied it (a zombie, controlSettled).
+		Reloaded: w.reloadedControl(ev),
 	})
 	if err != nil {
 		return err

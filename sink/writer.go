@@ -27,6 +27,7 @@ import (
 //	flush.go         the commit path: files, row delta and watermarks through commit.Run
 //	partial.go       partial update images completed from the table (absent_columns keep)
 //	evolve.go        control records: opening and creating the table, schema changes, drop, key
+//	control.go       the guards of control records: watermark and staleness, before and after reloads
 //	key.go           the primary key: which columns may be key columns, giving a keyless table its key
 //	truncate.go      control records on rows and names: truncate, rename-table
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
