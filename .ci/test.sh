@@ -5,7 +5,9 @@
 #      a few seconds)
 #   2. start the emulators and the catalog servers, unless they are already running (then they
 #      are reused and left running); the ones started here are stopped on exit
-#   3. go vet, unit tests (-race), integration tests (-race, -tags integration), golangci-lint
+#   3. go vet, unit tests (-race), integration tests (-race, -tags integration), golangci-lint,
+#      and the deployment artifacts (.ci/validate-deploy.sh: Helm chart linted and rendered,
+#      CloudFormation cfn-lint, alert rules through promtool; it installs its pinned tools)
 # Every step in 3 runs even if an earlier one failed; the exit status is non-zero if any failed.
 # Environment: DMS2ICEBERG_RACE (default 1: the e2e tests run a -race binary),
 #   INTEGRATION_TIMEOUT (default 40m), TEST_ARGS (extra go test flags, e.g. "-run Foo").
@@ -68,6 +70,7 @@ step "unit tests (faults tag)" gotestsum --format pkgname-and-test-fails --jsonf
 step "integration tests" gotestsum --format standard-verbose --jsonfile "$IT_JSON" -- \
   -race -count=1 -tags integration -timeout "${INTEGRATION_TIMEOUT:-40m}" ${TEST_ARGS:-} ./integration/...
 step "golangci-lint" golangci-lint run -c .ci/golangci.yml ./...
+step "deployment artifacts" .ci/validate-deploy.sh
 
 # Count tests (subtests included) from go test's JSON events.
 count() { cat "$UNIT_JSON" "$FAULT_JSON" "$IT_JSON" 2>/dev/null | grep -c "\"Action\":\"$1\",\"Package\":\"[^\"]*\",\"Test\":" || true; }
