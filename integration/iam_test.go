@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/glue"
+	gluetypes "github.com/aws/aws-sdk-go-v2/service/glue/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/dms2iceberg/dms2iceberg/integration/iampolicy"
@@ -73,6 +76,20 @@ func (r *callRecorder) proxy(t *testing.T, svc, upstream string) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// dropDeadLetterTable deletes dms2iceberg.dead_letters from the Glue emulator at endpoint. The
+// emulator is shared by the tests, which run one after the other, and the dead-letter table's
+// database is fixed: an earlier test's table would sit in that test's warehouse bucket, which this
+// run's policy rightly does not grant, and this run would make no CreateTable of its own.
+func dropDeadLetterTable(t *testing.T, endpoint string) {
+	t.Helper()
+	gc := glue.NewFromConfig(AWSConfig(t), func(o *glue.Options) { o.BaseEndpoint = aws.String(endpoint) })
+	_, err := gc.DeleteTable(t.Context(), &glue.DeleteTableInput{DatabaseName: aws.String("dms2iceberg"), Name: aws.String("dead_letters")})
+	var nf *gluetypes.EntityNotFoundException
+	if err != nil && !errors.As(err, &nf) {
+		t.Fatalf("delete the dead-letter table of an earlier test: %v", err)
+	}
 }
 
 // saw reports whether a call of action on a resource containing res was recorded.
@@ -227,6 +244,7 @@ func TestIAMPolicyCoversEveryCall(t *testing.T) {
 	catalog, ns, _ := glue.setup(t, dataDir)
 	rec := &callRecorder{region: AWSConfig(t).Region, stream: p.stream}
 	props := catalog["properties"].(map[string]string)
+	dropDeadLetterTable(t, props["glue.endpoint"])
 	props["glue.endpoint"] = rec.proxy(t, "glue", props["glue.endpoint"])
 	props["s3.endpoint"] = rec.proxy(t, "s3", props["s3.endpoint"])
 	q := p.withCatalog(t, "iam", dataDir, catalog, ns)
