@@ -19,7 +19,6 @@ or without time zone) as microseconds since 1970-01-01T00:00:00 UTC; binary as l
 strings as they are.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -79,11 +78,7 @@ def read_table(spark, catalog, spec):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jars", required=True)
-    ap.add_argument("--catalog", required=True)
-    ap.add_argument("--conf", action="append", default=[])
-    ap.add_argument("--table", action="append", default=[])
+    ap = session.parser()
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
 

@@ -18,7 +18,6 @@ Iceberg's own commit retries (commit.retry.num-retries, default 4) handle a lost
 call; every lost race shows in the log as a CommitFailedException, which the test counts.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -28,11 +27,7 @@ import session
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--jars", required=True)
-    ap.add_argument("--catalog", required=True)
-    ap.add_argument("--conf", action="append", default=[])
-    ap.add_argument("--table", action="append", default=[])
+    ap = session.parser()
     ap.add_argument("--stop", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--max-seconds", type=float, default=600)

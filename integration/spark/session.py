@@ -1,9 +1,20 @@
 """The local Spark session both Spark scripts of integration/ start: local[2] with the Iceberg
 runtime and one Iceberg catalog configured from KEY=VALUE catalog properties."""
 
+import argparse
 import sys
 
 from pyspark.sql import SparkSession
+
+
+def parser():
+    """The arguments both scripts take: --jars, --catalog, --conf KEY=VALUE ..., --table ..."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jars", required=True)
+    ap.add_argument("--catalog", required=True)
+    ap.add_argument("--conf", action="append", default=[])
+    ap.add_argument("--table", action="append", default=[])
+    return ap
 
 
 def build(app, jars, catalog, confs, extensions=False):
