@@ -46,7 +46,7 @@ type tableState struct {
 // steps is what a run does.
 type steps struct {
 	position, compact, expire, manifests, orphans bool
-	trigger                             string
+	trigger                                       string
 }
 
 func (s steps) any() bool { return s.position || s.compact || s.expire || s.manifests || s.orphans }
