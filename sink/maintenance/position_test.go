@@ -223,7 +223,12 @@ func TestPositionModeConvertsInTheBackground(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mt.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
 	for b := 1; b <= 3; b++ {
 		m.batch(b, 100)
 		mt.AfterCommit(ctx, loadUsers(t, h.cat), func(*table.Table) error { return nil })
