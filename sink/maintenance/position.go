@@ -85,9 +85,13 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 	}
 	attempts := 0
 	if len(p.posDels) > 0 {
-		c, err := m.commit(ctx, "position", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, _ int) error {
-			if err := p.check(ctx, head); err != nil {
+		c, err := m.commit(ctx, "position", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
+			live, err := p.check(ctx, head)
+			if err != nil {
 				return err
+			}
+			if attempt > 0 && live[p.posDels[0].FilePath()] {
+				return errAlreadyCommitted // an attempt whose outcome was unknown landed
 			}
 			rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
 				tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)})
@@ -95,6 +99,9 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 			return rd.Commit(ctx)
 		})
 		attempts += max(c.sent, 1)
+		if errors.Is(err, errAlreadyCommitted) {
+			err = nil
+		}
 		if err != nil {
 			if c.sent == 0 || errors.Is(err, errSuperseded) {
 				removeFiles(p.fs, p.posDels) // never committed: the files are ours alone
@@ -107,7 +114,7 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 		}
 	}
 	c, err := m.commit(ctx, "position-drop", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, _ int) error {
-		if err := p.check(ctx, head); err != nil {
+		if _, err := p.check(ctx, head); err != nil {
 			return err
 		}
 		rw := txn.NewRewrite(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
@@ -150,14 +157,20 @@ func removeFiles(fs icebergio.IO, files []iceberg.DataFile) {
 
 // liveFiles lists a snapshot's live data and equality-delete files.
 func liveFiles(fs icebergio.IO, snap *table.Snapshot) (data, eqDels []liveFile, err error) {
+	data, eqDels, _, err = liveFilesAll(fs, snap)
+	return data, eqDels, err
+}
+
+// liveFilesAll lists a snapshot's live data, equality-delete and position-delete files.
+func liveFilesAll(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels []liveFile, err error) {
 	mans, err := snap.Manifests(fs)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	for _, mf := range mans {
 		for e, err := range mf.Entries(fs, true) {
 			if err != nil {
-				return nil, nil, err
+				return nil, nil, nil, err
 			}
 			df := e.DataFile()
 			switch df.ContentType() {
@@ -165,10 +178,12 @@ func liveFiles(fs icebergio.IO, snap *table.Snapshot) (data, eqDels []liveFile, 
 				data = append(data, liveFile{df, e.SequenceNum()})
 			case iceberg.EntryContentEqDeletes:
 				eqDels = append(eqDels, liveFile{df, e.SequenceNum()})
+			case iceberg.EntryContentPosDeletes:
+				posDels = append(posDels, liveFile{df, e.SequenceNum()})
 			}
 		}
 	}
-	return data, eqDels, nil
+	return data, eqDels, posDels, nil
 }
 
 // scopeKey names the scope of a file's partition: the spec and the partition values.
@@ -518,39 +533,39 @@ func putInt64(b []byte, v int64) {
 // check verifies the plan against head before a commit is staged on it: every equality delete
 // and every probed data file still live, and no live data file the plan did not see below the
 // plan's highest equality-delete sequence number (a concurrent compaction's rewrite). It returns
-// errSuperseded otherwise.
-func (p *conversionPlan) check(ctx context.Context, head *table.Table) error {
+// errSuperseded otherwise. It returns the paths of head's live files.
+func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[string]bool, error) {
 	snap := head.CurrentSnapshot()
 	if snap == nil {
-		return errSuperseded
+		return nil, errSuperseded
 	}
 	fs, err := head.FS(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	data, eqDels, err := liveFiles(fs, snap)
+	data, eqDels, posDels, err := liveFilesAll(fs, snap)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	live := make(map[string]bool, len(data)+len(eqDels))
 	for _, d := range data {
 		live[d.df.FilePath()] = true
 		if d.seq < p.maxSeq && !p.seen[d.df.FilePath()] {
-			return errSuperseded
+			return nil, errSuperseded
 		}
 	}
-	for _, e := range eqDels {
+	for _, e := range append(eqDels, posDels...) {
 		live[e.df.FilePath()] = true
 	}
 	for path := range p.probed {
 		if !live[path] {
-			return errSuperseded
+			return nil, errSuperseded
 		}
 	}
 	for _, e := range p.eqDels {
 		if !live[e.df.FilePath()] {
-			return errSuperseded
+			return nil, errSuperseded
 		}
 	}
-	return nil
+	return live, nil
 }
