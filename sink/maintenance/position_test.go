@@ -2,12 +2,14 @@ package maintenance_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
@@ -39,6 +41,29 @@ func deleteKinds(t *testing.T, tbl *table.Table) (eq, pos int) {
 		}
 	}
 	return eq, pos
+}
+
+// liveEntries returns every live file of the current snapshot.
+func liveEntries(t *testing.T, tbl *table.Table) []iceberg.DataFile {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := tbl.CurrentSnapshot().Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []iceberg.DataFile
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e.DataFile())
+		}
+	}
+	return out
 }
 
 func positionConfig() maintenance.Config {
@@ -100,6 +125,58 @@ func TestPositionConversionKeepsRows(t *testing.T) {
 	eq(t, rows, m.want()...)
 	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 		t.Fatalf("%d equality delete files after the second conversion (%+v)", eqFiles, rep)
+	}
+	h.close()
+}
+
+// A table partitioned by bucket on the key: the equality deletes are partition-scoped, and the
+// position deletes carry their data file's partition.
+func TestPositionConversionPartitioned(t *testing.T) {
+	dir := t.TempDir()
+	def := usersDef
+	def.Partition = []sink.PartitionField{{Column: "id", Transform: "bucket", N: 4}}
+	h := newHarnessFor(t, dir, def)
+	m := newModel(h)
+	m.load(200)
+	for b := 1; b <= 4; b++ {
+		m.batch(b, 200)
+	}
+	mt := testMaintainer(t, h.cat, positionConfig())
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	eqFiles, posFiles := deleteKinds(t, tbl)
+	if eqFiles != 0 || posFiles == 0 || rep.PositionDeletesWritten == 0 {
+		t.Fatalf("%d equality and %d position delete files after conversion (%+v)", eqFiles, posFiles, rep)
+	}
+	// Engines that index position deletes by partition (Spark) apply them only to data files of
+	// the same spec and partition: every one must carry its data file's.
+	parts := map[string]string{}
+	var posDels []iceberg.DataFile
+	for _, df := range liveEntries(t, tbl) {
+		switch df.ContentType() {
+		case iceberg.EntryContentData:
+			parts[df.FilePath()] = fmt.Sprint(df.SpecID(), df.Partition())
+		case iceberg.EntryContentPosDeletes:
+			posDels = append(posDels, df)
+		}
+	}
+	for _, pd := range posDels {
+		// File-scoped: the file_path column's bounds are the one data file (v2 manifests have no
+		// referenced_data_file).
+		lo, hi := string(pd.LowerBoundValues()[2147483546]), string(pd.UpperBoundValues()[2147483546])
+		if lo == "" || lo != hi || parts[lo] == "" {
+			t.Fatalf("position delete %s: file_path bounds %q..%q, want one live data file", pd.FilePath(), lo, hi)
+		}
+		if got, want := fmt.Sprint(pd.SpecID(), pd.Partition()), parts[lo]; got != want || len(pd.Partition()) == 0 {
+			t.Fatalf("position delete %s: spec and partition %s, its data file's %s", pd.FilePath(), got, want)
+		}
 	}
 	h.close()
 }
