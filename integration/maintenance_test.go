@@ -284,7 +284,7 @@ func TestCompactionConflictsWithLiveCommits(t *testing.T) {
 // workload's final state, conversions must have run, and once the services stopped every
 // equality delete that a conversion could reach is gone.
 func TestPositionModeBesideSeveralWorkers(t *testing.T) {
-	p, gen := newPipelineLive(t, 4, 8000, 12, 250)
+	p, gen := newPipelineLive(t, 4, 3000, 12, 250)
 	p.setMaintenance(map[string]any{
 		"max_delete_files":   4,
 		"max_small_files":    6,
