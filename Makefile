@@ -38,7 +38,7 @@ test-integration: ## end-to-end tests; needs the emulators and catalog servers u
 	@.ci/catalogs.sh status >/dev/null || { .ci/catalogs.sh status; \
 	  echo "test-integration: the catalog servers are not (all) running: run 'make catalogs-up' first (or 'make test')" >&2; exit 1; }
 	@.ci/spark.sh status >/dev/null || { .ci/spark.sh status; \
-	  echo "test-integration: pyspark or the Iceberg Spark runtime is missing: run 'make spark-install' first (or 'make test')" >&2; exit 1; }
+	  echo "test-integration: pyspark, pyiceberg or the Iceberg Spark runtime is missing: run 'make spark-install' first (or 'make test')" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} \
 	  go test -race -count=1 -tags integration -timeout 40m ./integration/...
 

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Install pyspark and the Iceberg Spark runtime for the Spark interop test (integration/spark_test.go).
 #
-# usage: .ci/spark.sh install|env|status
+# usage: .ci/spark.sh install|install-pyiceberg|env|status
 #   install  idempotent, quiet: prints one line per thing it actually installs, nothing otherwise.
 #            pyspark into a venv under $EMU_DIR/spark-venv (PyPI); the jars of .ci/spark/pom.xml
-#            into $EMU_DIR/spark/jars (Maven Central). Needs python3 (with venv), java and mvn.
+#            into $EMU_DIR/spark/jars (Maven Central); pyiceberg into $EMU_DIR/pyiceberg-venv (PyPI,
+#            the reader test of delete modes). Needs python3 (with venv), java and mvn.
 #   env      prints the export lines the test reads:  eval "$(.ci/spark.sh env)"
 #   status   exit 0 if everything is installed at the pinned versions
 # Nothing runs in the background: the test starts a local Spark (local[2]) for each read.
@@ -20,8 +21,10 @@ EMU_DIR=$(cd "$EMU_DIR" && pwd)
 SPARK_VERSION=3.5.9            # PyPI pyspark
 ICEBERG_SPARK_VERSION=1.12.0   # Maven org.apache.iceberg:iceberg-spark-runtime-3.5_2.12
 JAVA_APT_PACKAGE=openjdk-17-jre-headless
+PYICEBERG_VERSION=0.12.0       # PyPI pyiceberg, the reader test of delete modes (integration/pyiceberg_test.go)
 
 VENV="$EMU_DIR/spark-venv"
+PYI_VENV="$EMU_DIR/pyiceberg-venv"
 POM="$ROOT/.ci/spark/pom.xml"
 JARS="$EMU_DIR/spark/jars"
 LOGS="$EMU_DIR/logs"
@@ -41,11 +44,28 @@ apt_install() {
 }
 
 jars_stamp() { echo "$ICEBERG_SPARK_VERSION $(sha256sum "$POM" | cut -c1-16)"; }
+pyiceberg_version() { "$PYI_VENV/bin/python" -c 'import pyiceberg; print(pyiceberg.__version__)' 2>/dev/null || true; }
 pyspark_version() { "$VENV/bin/python" -c 'import pyspark; print(pyspark.__version__)' 2>/dev/null || true; }
+
+install_pyiceberg() {
+  mkdir -p "$LOGS"
+  local s
+  command -v python3 >/dev/null || apt_install python3 python3-venv
+  if [ "$(pyiceberg_version)" != "$PYICEBERG_VERSION" ]; then
+    s=$(t)
+    { [ -x "$PYI_VENV/bin/pip" ] || python3 -m venv "$PYI_VENV"; } >"$LOGS/pip-pyiceberg.log" 2>&1 ||
+      { tail -20 "$LOGS/pip-pyiceberg.log" >&2; die "python3 -m venv failed (Debian: apt-get install python3-venv)"; }
+    "$PYI_VENV/bin/pip" install --disable-pip-version-check -q "pyiceberg[pyarrow,sql-sqlite,sql-postgres,s3fs]==$PYICEBERG_VERSION" \
+        >>"$LOGS/pip-pyiceberg.log" 2>&1 ||
+      { tail -30 "$LOGS/pip-pyiceberg.log" >&2; die "pip install pyiceberg==$PYICEBERG_VERSION failed (log: $LOGS/pip-pyiceberg.log)"; }
+    echo "install: pyiceberg $PYICEBERG_VERSION $(since "$s")s"
+  fi
+}
 
 install() {
   mkdir -p "$LOGS"
   local s
+  install_pyiceberg
   command -v java >/dev/null || apt_install "$JAVA_APT_PACKAGE"
   command -v mvn >/dev/null || apt_install maven
   command -v python3 >/dev/null || apt_install python3 python3-venv
@@ -72,6 +92,7 @@ install() {
 status() {
   local ok=0
   if [ "$(pyspark_version)" = "$SPARK_VERSION" ]; then echo "pyspark  $SPARK_VERSION in $VENV"; else echo "pyspark  missing (want $SPARK_VERSION)"; ok=1; fi
+  if [ "$(pyiceberg_version)" = "$PYICEBERG_VERSION" ]; then echo "pyiceberg $PYICEBERG_VERSION in $PYI_VENV"; else echo "pyiceberg missing (want $PYICEBERG_VERSION)"; ok=1; fi
   if [ "$(cat "$JARS/.stamp" 2>/dev/null)" = "$(jars_stamp)" ]; then echo "jars     $(ls "$JARS"/*.jar | xargs -n1 basename | tr '\n' ' ')"; else echo "jars     missing (want Iceberg $ICEBERG_SPARK_VERSION)"; ok=1; fi
   return $ok
 }
@@ -80,13 +101,15 @@ env_() {
   local jars; jars=$(ls "$JARS"/*.jar 2>/dev/null | tr '\n' ',' | sed 's/,$//')
   cat <<EOT
 export DMS2ICEBERG_IT_SPARK_PYTHON=$VENV/bin/python
+export DMS2ICEBERG_IT_PYICEBERG_PYTHON=$PYI_VENV/bin/python
 export DMS2ICEBERG_IT_SPARK_JARS=$jars
 EOT
 }
 
 case "${1:-}" in
   install) install ;;
+  install-pyiceberg) install_pyiceberg ;;
   env) env_ ;;
   status) status ;;
-  *) echo "usage: $0 install|env|status" >&2; exit 2 ;;
+  *) echo "usage: $0 install|install-pyiceberg|env|status" >&2; exit 2 ;;
 esac

@@ -276,3 +276,65 @@ func TestCompactionConflictsWithLiveCommits(t *testing.T) {
 		t.Fatal("no compaction conflicted with a CDC commit: the test did not test anything")
 	}
 }
+
+// TestPositionModeBesideSeveralWorkers is TestMaintenanceBesideSeveralWorkers's traffic in
+// delete_mode position: three service processes on one stream while the workload is written,
+// each table's maintainer converting every commit's equality deletes within 200ms and compacting
+// on aggressive thresholds, beside the other workers' CDC commits. The tables must equal the
+// workload's final state, conversions must have run, and once the services stopped every
+// equality delete that a conversion could reach is gone.
+func TestPositionModeBesideSeveralWorkers(t *testing.T) {
+	p, gen := newPipelineLive(t, 4, 3000, 12, 250)
+	p.setMaintenance(map[string]any{
+		"max_delete_files":   4,
+		"max_small_files":    6,
+		"min_interval":       "0s",
+		"check_interval":     "1s",
+		"position_delay":     "200ms",
+		"snapshot_retention": "1m",
+		"keep_last":          5,
+		"expire_batch":       3,
+		"max_manifests":      6,
+		"lease_duration":     "20s",
+	})
+	p.setDeleteMode("position")
+	var svcs []*Service
+	for _, w := range []string{"w1", "w2", "w3"} {
+		svcs = append(svcs, StartService(t, p.bin, p.config, "DMS2ICEBERG_WORKER_ID="+w))
+	}
+	if err := gen.WaitTimeout(10 * time.Minute); err != nil {
+		t.Fatalf("gen: %v\n%s", err, tailFile(gen.LogPath, 8<<10))
+	}
+	p.records = countRecords(t, p.stream)
+	p.waitVerified(10*time.Minute, svcs...)
+	WaitFor(t, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
+		eq, _ := p.deleteFiles(t.Context())
+		return sum(eq) == 0, nil
+	}, "every equality delete converted")
+	for _, s := range svcs {
+		if err := s.Stop(90 * time.Second); err != nil {
+			t.Fatalf("graceful stop: %v", err)
+		}
+	}
+	if ok, out := p.verify(); !ok {
+		t.Fatalf("verify after stop:\n%s", out)
+	}
+	conversions, superseded, by := 0, 0, 0
+	for _, s := range svcs {
+		n := strings.Count(s.Log(), "\tconverted equality deletes\t")
+		conversions += n
+		if n > 0 {
+			by++
+		}
+		superseded += strings.Count(s.Log(), "superseded")
+	}
+	eq, pos := p.deleteFiles(t.Context())
+	t.Logf("MEASURED: %d records; %d conversions by %d workers, %d superseded; %d compactions; delete files left: equality %v, position %v",
+		p.records, conversions, by, superseded, len(compactions(t, svcs)), eq, pos)
+	if conversions == 0 {
+		t.Fatal("no conversion ran")
+	}
+	if sum(eq) != 0 {
+		t.Fatalf("equality deletes left after the services stopped: %v", eq)
+	}
+}

@@ -129,6 +129,12 @@ type TableConfig struct {
 	// Ordering overrides sink.ordering for this table: "arrival" or "shard". Default "": the
 	// sink's.
 	Ordering string `yaml:"ordering"`
+	// DeleteMode is how deletes stay in the table between compactions (design.md §11.1):
+	// "equality" (default; the cheapest write, read by Spark, Flink, Trino and Athena) or
+	// "position": the table's maintainer turns every commit's equality deletes into position
+	// deletes within sink.maintenance.position_delay, which PyIceberg, Snowflake and Databricks
+	// read too. Needs maintenance enabled.
+	DeleteMode string `yaml:"delete_mode"`
 }
 
 // PartitionField is one field of a table's partition spec.
@@ -221,6 +227,13 @@ func (c Config) Validate() error {
 	}
 	if err := c.Maintenance.Validate(); err != nil {
 		return err
+	}
+	if !c.Maintenance.Enabled {
+		for name, t := range c.Tables {
+			if t.DeleteMode == maintenance.DeleteModePosition {
+				return fmt.Errorf("sink.tables[%s].delete_mode: position needs sink.maintenance.enabled (the maintainer converts the deletes)", name)
+			}
+		}
 	}
 	return c.validateTables()
 }

@@ -37,7 +37,10 @@ import (
 //
 // It runs only with DMS2ICEBERG_BENCH_MAINTENANCE=1 (make bench-maintenance), once, whatever
 // -benchtime says. BENCH_MAX_DELETE_FILES, BENCH_KEEP_LAST and BENCH_RETENTION tune maintenance;
-// BENCH_MAINTENANCE_OFF=1 runs the same traffic without it, for comparison.
+// BENCH_MAINTENANCE_OFF=1 runs the same traffic without it, for comparison. BENCH_DELETE_MODE
+// (equality, position) is the table's delete_mode, BENCH_POSITION_DELAY maintenance.position_delay;
+// in position mode it also reports the time from a commit to the conversion of its equality
+// deletes.
 // BENCH_OUT names a file that receives the report too.
 func BenchmarkMaintenanceCDC(b *testing.B) {
 	if os.Getenv("DMS2ICEBERG_BENCH_MAINTENANCE") != "1" {
@@ -52,6 +55,8 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		maxDel:    envInt("BENCH_MAX_DELETE_FILES", maintenance.DefaultConfig().MaxDeleteFiles),
 		keepLast:  envInt("BENCH_KEEP_LAST", 20),
 		retention: envDuration("BENCH_RETENTION", 30*time.Second),
+		mode:      os.Getenv("BENCH_DELETE_MODE"),
+		posDelay:  envDuration("BENCH_POSITION_DELAY", maintenance.DefaultConfig().PositionDelay),
 	}
 	out := io.Writer(os.Stdout)
 	if path := os.Getenv("BENCH_OUT"); path != "" {
@@ -71,7 +76,8 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 
 type benchParams struct {
 	rows, commits, keys, scanEvery, maxDel, keepLast int
-	interval, retention                              time.Duration
+	interval, retention, posDelay                    time.Duration
+	mode                                             string
 }
 
 type benchResult struct {
@@ -148,7 +154,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	cfg.FlushBytes = 1 << 40
 	cfg.Tables = map[string]TableConfig{"shop.bench": {PrimaryKey: []string{"id"}, Columns: []ColumnSpec{
 		{Name: "id", Type: "INT8"}, {Name: "name", Type: "WSTRING", Length: 40},
-		{Name: "qty", Type: "INT4"}, {Name: "amount", Type: "NUMERIC", Precision: 12, Scale: 2}}}}
+		{Name: "qty", Type: "INT4"}, {Name: "amount", Type: "NUMERIC", Precision: 12, Scale: 2}}, DeleteMode: p.mode}}
 	mc := &cfg.Maintenance
 	mc.Enabled = os.Getenv("BENCH_MAINTENANCE_OFF") != "1"
 	mc.Owner = "bench"
@@ -158,6 +164,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	mc.KeepLast = p.keepLast
 	mc.SnapshotRetention = p.retention
 	mc.ExpireBatch = p.keepLast
+	mc.PositionDelay = p.posDelay
 	cat, err := OpenCatalog(ctx, cfg.Catalog)
 	if err != nil {
 		b.Fatal(err)
@@ -203,8 +210,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	}
 	ident := table.Identifier{"shop", "bench"}
 
-	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
-		mc.Enabled, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v, delete_mode %q, position_delay %s)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
+		mc.Enabled, p.mode, p.posDelay, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
 	load0 := loadavg()
 	start := time.Now()
 	for id := 1; id <= p.rows; id++ {
@@ -318,8 +325,16 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	fi, _ := os.Stat(strings.TrimPrefix(tbl.MetadataLocation(), "file://"))
 	rec.mu.Lock()
 	var compactions, expiries int
-	var compTook []time.Duration
+	var compTook, convTook, lags []time.Duration
+	var converted []maintenance.Report
+	var probed, posWritten int64
 	for _, r := range rec.reports {
+		if r.Converted {
+			converted = append(converted, r)
+			convTook = append(convTook, r.ConversionTook)
+			probed += int64(r.DataFilesProbed)
+			posWritten += r.PositionDeletesWritten
+		}
 		if r.Compacted {
 			compactions++
 			compTook = append(compTook, r.CompactionTook)
@@ -330,7 +345,19 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	}
 	failed := slices.Clone(rec.failed)
 	rec.mu.Unlock()
+	// A commit's equality deletes are gone when the first conversion that started after it
+	// ended (a conversion plans on the table it loads when it starts).
+	for _, c := range samples {
+		for _, r := range converted {
+			if !r.Started.Before(c.at) {
+				lags = append(lags, r.Started.Add(r.Took).Sub(c.at))
+				break
+			}
+		}
+	}
 	slices.Sort(compTook)
+	slices.Sort(convTook)
+	slices.Sort(lags)
 	fmt.Fprintf(out, "\n")
 	fmt.Fprintf(out, "- run: %d commits in %s (%.1f commits/s)\n", len(samples), elapsed.Round(time.Second), float64(len(samples))/elapsed.Seconds())
 	slices.Sort(ratios)
@@ -352,6 +379,15 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		fmt.Fprintf(out, "- maintenance: %d compactions (took p50 %s, max %s), %d runs expired snapshots, failed steps %v\n",
 			compactions, compTook[len(compTook)/2].Round(time.Millisecond), compTook[len(compTook)-1].Round(time.Millisecond), expiries, failed)
 	}
+	if len(convTook) > 0 {
+		fmt.Fprintf(out, "- conversions: %d (took p50 %s, max %s), %d data files probed, %d positions written; commit to no equality delete left: p50 %s, p99 **%s**, max %s (%d of %d commits converted)\n",
+			len(convTook), convTook[len(convTook)/2].Round(time.Millisecond), convTook[len(convTook)-1].Round(time.Millisecond),
+			probed, posWritten, lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)*99/100].Round(time.Millisecond),
+			lags[len(lags)-1].Round(time.Millisecond), len(lags), len(samples))
+	}
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	fmt.Fprintf(out, "- peak RSS %.0f MiB, process CPU %s over the run\n", float64(ru.Maxrss)/1024, cpuNow().Round(time.Second))
 	return res
 }
 

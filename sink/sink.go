@@ -246,7 +246,10 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 		return w, nil
 	}
 	// The table's maintainer runs beside its writer and stops when the writer has finished.
-	m := maintenance.New(s.cat, w.ident, w.name, s.cfg.Maintenance, w.log, s.mmetrics,
+	mcfg := s.cfg.Maintenance
+	tc, _ := s.cfg.TableConfigFor(src)
+	mcfg.DeleteMode = tc.DeleteMode
+	m := maintenance.New(s.cat, w.ident, w.name, mcfg, w.log, s.mmetrics,
 		maintenance.HandoffWait(s.cfg.FlushInterval))
 	w.maint = m
 	mctx, stopMaint := context.WithCancel(s.gctx)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // Values of Config.DropTable.
@@ -193,6 +194,10 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	}
 	if err := validOrdering(t.Ordering); err != nil {
 		return fmt.Errorf("%s: %w", field("ordering"), err)
+	}
+	if !maintenance.ValidDeleteMode(t.DeleteMode) {
+		return fmt.Errorf("%s: must be %q or %q, got %q", field("delete_mode"), maintenance.DeleteModeEquality,
+			maintenance.DeleteModePosition, t.DeleteMode)
 	}
 	if t.FlushInterval < 0 {
 		return fmt.Errorf("%s: must not be negative, got %s", field("flush_interval"), t.FlushInterval)

@@ -160,3 +160,23 @@ func TestOrderingSettings(t *testing.T) {
 		t.Fatal("ordering shard: per-table arrival not applied")
 	}
 }
+
+// delete_mode is equality or position; position needs maintenance, which converts the deletes.
+func TestDeleteModeValidated(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Stream = "st"
+	c.Tables = map[string]TableConfig{"s.t": {DeleteMode: "position"}}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("position: %v", err)
+	}
+	c.Tables = map[string]TableConfig{"s.t": {DeleteMode: "dv"}}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sink.tables[s.t].delete_mode") {
+		t.Fatalf("dv: %v, want an error naming sink.tables[s.t].delete_mode", err)
+	}
+	c.Tables = map[string]TableConfig{"s.t": {DeleteMode: "position"}}
+	c.Maintenance.Enabled = false
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "maintenance") {
+		t.Fatalf("position without maintenance: %v, want an error", err)
+	}
+}

@@ -103,6 +103,12 @@ func (m *Maintainer) compactionConfig(tbl *table.Table) compaction.Config {
 	c.MaxFileSizeBytes = target * 9 / 5
 	c.MinInputFiles = 1
 	c.DeleteFileThreshold = 1
+	if m.cfg.positionMode() {
+		// Position mode (design.md §11.1): the equality deletes were converted; rewrite only
+		// the files enough of whose rows are deleted, or that carry many delete files.
+		c.DeleteFileThreshold = m.cfg.MaxDeleteFiles
+		c.DeleteRatioThreshold = m.cfg.RewriteDeletedFraction
+	}
 	return c
 }
 

@@ -70,7 +70,33 @@ type Config struct {
 	// CommitRetries bounds the attempts of one maintenance commit that loses to other commits.
 	// Default 10.
 	CommitRetries int `yaml:"commit_retries"`
+	// DeleteMode is the table's delete mode (design.md §11.1), set per table by the sink from
+	// sink.tables.<t>.delete_mode: DeleteModeEquality (default, "") leaves the writer's equality
+	// deletes to compaction; DeleteModePosition turns them into position deletes within
+	// PositionDelay, and compaction then rewrites only files past RewriteDeletedFraction.
+	DeleteMode string `yaml:"-"`
+	// PositionDelay: in position mode, equality deletes are converted once the oldest one has
+	// been outstanding this long (the conversion of several commits at once reads each data
+	// file's key column once). Default 5s.
+	PositionDelay time.Duration `yaml:"position_delay"`
+	// RewriteDeletedFraction: in position mode, compaction rewrites a data file once this
+	// fraction of its rows is position-deleted (besides small files and files with
+	// max_delete_files position-delete files). Default 0.3.
+	RewriteDeletedFraction float64 `yaml:"rewrite_deleted_fraction"`
 }
+
+// The delete modes of a table (Config.DeleteMode, sink.tables.<t>.delete_mode).
+const (
+	DeleteModeEquality = "equality"
+	DeleteModePosition = "position"
+)
+
+// ValidDeleteMode reports whether s is a delete mode ("" is the default, equality).
+func ValidDeleteMode(s string) bool {
+	return s == "" || s == DeleteModeEquality || s == DeleteModePosition
+}
+
+func (c Config) positionMode() bool { return c.DeleteMode == DeleteModePosition }
 
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
@@ -92,6 +118,9 @@ func DefaultConfig() Config {
 		OrphanInterval:    24 * time.Hour,
 		LeaseDuration:     2 * time.Minute,
 		CommitRetries:     10,
+		PositionDelay:     5 * time.Second,
+
+		RewriteDeletedFraction: 0.3,
 	}
 }
 
@@ -138,6 +167,15 @@ func (c Config) Validate() error {
 	}
 	if c.LeaseDuration < 10*time.Second {
 		return fmt.Errorf("sink.maintenance.lease_duration: must be at least 10s, got %s", c.LeaseDuration)
+	}
+	if !ValidDeleteMode(c.DeleteMode) {
+		return fmt.Errorf("delete_mode: must be %q or %q, got %q", DeleteModeEquality, DeleteModePosition, c.DeleteMode)
+	}
+	if c.PositionDelay < 0 {
+		return fmt.Errorf("sink.maintenance.position_delay: must not be negative, got %s", c.PositionDelay)
+	}
+	if c.RewriteDeletedFraction <= 0 || c.RewriteDeletedFraction > 1 {
+		return fmt.Errorf("sink.maintenance.rewrite_deleted_fraction: must be in (0, 1], got %g", c.RewriteDeletedFraction)
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.maintenance.commit_retries: must not be negative, got %d", c.CommitRetries)

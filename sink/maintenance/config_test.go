@@ -13,12 +13,14 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mod := range map[string]func(*maintenance.Config){
-		"max_delete_files": func(c *maintenance.Config) { c.MaxDeleteFiles = 0 },
-		"orphan_min_age":   func(c *maintenance.Config) { c.OrphanMinAge = time.Minute },
-		"keep_last":        func(c *maintenance.Config) { c.KeepLast = 0 },
-		"lease_duration":   func(c *maintenance.Config) { c.LeaseDuration = time.Second },
-		"orphan_interval":  func(c *maintenance.Config) { c.OrphanInterval = -1 },
-		"check_interval":   func(c *maintenance.Config) { c.CheckInterval = 0 },
+		"max_delete_files":         func(c *maintenance.Config) { c.MaxDeleteFiles = 0 },
+		"orphan_min_age":           func(c *maintenance.Config) { c.OrphanMinAge = time.Minute },
+		"keep_last":                func(c *maintenance.Config) { c.KeepLast = 0 },
+		"lease_duration":           func(c *maintenance.Config) { c.LeaseDuration = time.Second },
+		"orphan_interval":          func(c *maintenance.Config) { c.OrphanInterval = -1 },
+		"check_interval":           func(c *maintenance.Config) { c.CheckInterval = 0 },
+		"position_delay":           func(c *maintenance.Config) { c.PositionDelay = -time.Second },
+		"rewrite_deleted_fraction": func(c *maintenance.Config) { c.RewriteDeletedFraction = 1.5 },
 	} {
 		c := maintenance.DefaultConfig()
 		mod(&c)

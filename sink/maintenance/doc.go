@@ -1,5 +1,6 @@
-// Package maintenance owns the maintenance of the Iceberg tables the sink writes: compaction
-// (delete files applied and dropped, small files merged), snapshot expiry, manifest rewrite and
+// Package maintenance owns the maintenance of the Iceberg tables the sink writes: the conversion
+// of equality deletes into position deletes (delete mode position), compaction (delete files
+// applied and dropped, small files merged), snapshot expiry, manifest rewrite and
 // orphan cleanup, when each is due, and the per-table lease that lets one worker of many
 // maintain a table (design.md, "Maintenance"). It does not import the sink: the sink constructs
 // a Maintainer per table and calls it through a one-method interface (AfterCommit).
@@ -11,6 +12,7 @@
 //   - schedule.go: when: Run's loop, measuring a table and deciding which steps are due;
 //   - lease.go: the lease in two table properties: acquire, validate, renew, release;
 //   - handoff.go: the commit of every step, through commit.Run, as jobs the writer may run;
+//   - position.go: the conversion of equality deletes into position deletes (plan, two commits);
 //   - compact.go: compaction as plan, rewrite and commit;
 //   - steps.go: snapshot expiry, manifest rewrite, orphan cleanup;
 //   - api.go: RunTable, the on-demand run of every step (the maintain command).

@@ -19,6 +19,7 @@ type Steps = steps
 // CompactOnly and ExpireAndManifests are the runs the tests start by hand.
 var (
 	CompactOnly        = Steps{compact: true, trigger: "test"}
+	PositionOnly       = Steps{position: true, trigger: "test"}
 	ExpireAndManifests = Steps{expire: true, manifests: true, trigger: "test"}
 )
 

@@ -50,12 +50,18 @@ type harness struct {
 // newHarness runs a sink writing shop.users under dir, with background maintenance off.
 func newHarness(t *testing.T, dir string) *harness {
 	t.Helper()
+	return newHarnessFor(t, dir, usersDef)
+}
+
+// newHarnessFor is newHarness with shop.users configured as def.
+func newHarnessFor(t *testing.T, dir string, def sink.TableConfig) *harness {
+	t.Helper()
 	ctx := context.Background()
 	cfg := sink.DefaultConfig()
 	cfg.Catalog = sink.DefaultCatalogConfig(dir)
 	cfg.Stream = "st"
 	cfg.FlushInterval = time.Hour // tests flush explicitly
-	cfg.Tables = map[string]sink.TableConfig{"shop.users": usersDef}
+	cfg.Tables = map[string]sink.TableConfig{"shop.users": def}
 	cfg.Maintenance.Enabled = false
 	cat, err := sink.OpenCatalog(ctx, cfg.Catalog)
 	if err != nil {

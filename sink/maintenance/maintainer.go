@@ -69,6 +69,7 @@ type Maintainer struct {
 	structural  time.Time // when the metadata-size or manifest trigger last fired
 	pauseUntil  time.Time // after a failed run, nothing runs before
 	pauses      int
+	eqSince     time.Time // position mode: when equality deletes were first seen outstanding
 
 	// For tests and the benchmark.
 	busy         atomic.Bool
@@ -161,7 +162,10 @@ func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error
 		return errors.Is(err, errLeaseLost) || ctx.Err() != nil
 	}
 	stop := false
-	if s.compact {
+	if s.position {
+		stop = fail("position", m.convert(ctx, rep))
+	}
+	if !stop && s.compact {
 		stop = fail("compact", m.compact(ctx, rep, s.trigger))
 	}
 	if !stop && (s.expire || rep.Compacted) {

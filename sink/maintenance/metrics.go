@@ -46,7 +46,7 @@ type Status struct {
 type Report struct {
 	// Table is the target "namespace.table".
 	Table string
-	// Trigger says what started the run: "delete-files", "delete-rows", "small-files",
+	// Trigger says what started the run: "position" (equality deletes to convert), "delete-files", "delete-rows", "small-files",
 	// "snapshots", "metadata-size", "manifests", "interval", "orphans" or "manual".
 	Trigger string
 	// Started is when the run began and Took how long it ran.
@@ -75,6 +75,19 @@ type Report struct {
 	ManifestsBefore, ManifestsAfter         int
 	MetadataBytesBefore, MetadataBytesAfter int64
 
+	// Converted reports a committed conversion of equality deletes into position deletes
+	// (position mode): EqualityDeletesConverted equality-delete files were dropped after
+	// PositionDeletesWritten positions (in PositionDeleteFilesWritten files) were committed for
+	// them; DataFilesProbed data files had their key column read. ConversionTook is the time from
+	// planning to the second commit, ConversionAttempts the commit attempts of both commits.
+	Converted                  bool
+	EqualityDeletesConverted   int
+	PositionDeletesWritten     int64
+	PositionDeleteFilesWritten int
+	DataFilesProbed            int
+	ConversionTook             time.Duration
+	ConversionAttempts         int
+
 	// SnapshotsExpired were removed by snapshot expiry.
 	SnapshotsExpired int
 	// ManifestsRewritten were merged into ManifestsAdded.
@@ -90,7 +103,7 @@ type Report struct {
 
 // Changed reports whether the run changed the table or its files.
 func (r Report) Changed() bool {
-	return r.Compacted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0
+	return r.Compacted || r.Converted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0
 }
 
 type nopMetrics struct{}

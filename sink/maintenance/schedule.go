@@ -45,11 +45,11 @@ type tableState struct {
 
 // steps is what a run does.
 type steps struct {
-	compact, expire, manifests, orphans bool
-	trigger                             string
+	position, compact, expire, manifests, orphans bool
+	trigger                                       string
 }
 
-func (s steps) any() bool { return s.compact || s.expire || s.manifests || s.orphans }
+func (s steps) any() bool { return s.position || s.compact || s.expire || s.manifests || s.orphans }
 
 func (s *steps) why(trigger string) {
 	if s.trigger == "" {
@@ -61,7 +61,13 @@ func (s *steps) why(trigger string) {
 // failures are logged and counted, never returned (it returns nil): they must not stop
 // ingestion. On return it releases a held lease.
 func (m *Maintainer) Run(ctx context.Context) error {
-	tick := time.NewTicker(m.cfg.CheckInterval)
+	every := m.cfg.CheckInterval
+	if m.cfg.positionMode() {
+		// Equality deletes are converted within PositionDelay, also on a table that stopped
+		// committing.
+		every = min(every, max(m.cfg.PositionDelay, 100*time.Millisecond))
+	}
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	defer m.release()
 	for {
@@ -204,6 +210,19 @@ func (m *Maintainer) due(st tableState, now time.Time) steps {
 	if !now.Before(m.next) {
 		m.dueCompaction(&s, st, interval)
 	}
+	if c.positionMode() && st.deleteRows > 0 {
+		// Equality deletes outstanding: convert them once the oldest has waited PositionDelay,
+		// and always before a compaction (which would otherwise rewrite what they apply to).
+		if m.eqSince.IsZero() {
+			m.eqSince = now
+		}
+		if s.compact || now.Sub(m.eqSince) >= c.PositionDelay {
+			s.position = true
+			s.why("position")
+		}
+	} else {
+		m.eqSince = time.Time{}
+	}
 	if st.expirable >= c.ExpireBatch {
 		s.expire = true
 		s.why("snapshots")
@@ -251,7 +270,7 @@ func (m *Maintainer) dueCompaction(s *steps, st tableState, interval bool) {
 	case st.deleteFiles-m.base.deleteFiles >= c.MaxDeleteFiles:
 		s.compact = true
 		s.why("delete-files")
-	case st.deleteRows-m.base.deleteRows >= c.MaxDeleteRows:
+	case !c.positionMode() && st.deleteRows-m.base.deleteRows >= c.MaxDeleteRows:
 		s.compact = true
 		s.why("delete-rows")
 	case st.dataFiles-m.base.dataFiles >= c.MaxSmallFiles:

@@ -1,0 +1,571 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet"
+	"github.com/apache/arrow-go/v18/parquet/compress"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
+	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
+	"github.com/apache/iceberg-go/table"
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// The conversion of equality deletes into position deletes (delete mode position, design.md
+// §11.1): plan on snapshot P (read the equality deletes' keys, probe the key column of each data
+// file they can apply to), then two commits on the newest table: add the position deletes, then
+// drop the equality deletes. Both read the same rows as before.
+
+// liveFile is a live file of a snapshot with its data sequence number.
+type liveFile struct {
+	df  iceberg.DataFile
+	seq int64
+}
+
+// conversionPlan is what one conversion adds and drops.
+type conversionPlan struct {
+	snap    *table.Snapshot
+	fs      icebergio.IO
+	eqDels  []liveFile         // the equality deletes converted (all of P's)
+	maxSeq  int64              // the highest of their sequence numbers
+	seen    map[string]bool    // every live data file of P
+	probed  map[string]bool    // the data files whose key column was read
+	posDels []iceberg.DataFile // the position-delete files written
+	rows    int64              // positions in them
+}
+
+// keyScope holds the deleted keys that apply to the data files of one partition (or to every
+// data file: the global scope of unpartitioned deletes), each with the highest sequence number
+// of an equality delete holding it.
+type keyScope struct {
+	seq  map[string]int64
+	ints []int64  // single-column integer keys, sorted, for bound checks
+	strs []string // single-column string keys, sorted
+}
+
+// convert turns the table's outstanding equality deletes into position deletes and adds what it
+// did to rep.
+func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
+	start := time.Now()
+	src, err := m.cat.LoadTable(ctx, m.ident)
+	if err != nil {
+		return err
+	}
+	if src.CurrentSnapshot() == nil {
+		return nil
+	}
+	p, err := m.planConversion(ctx, src)
+	if err != nil {
+		return err
+	}
+	if p == nil {
+		m.eqSince = time.Time{}
+		return nil
+	}
+	rep.DataFilesProbed += len(p.probed)
+	if m.afterRewrite != nil {
+		m.afterRewrite()
+	}
+	attempts := 0
+	if len(p.posDels) > 0 {
+		c, err := m.commit(ctx, "position", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
+			live, err := p.check(ctx, head)
+			if err != nil {
+				return err
+			}
+			if attempt > 0 && live[p.posDels[0].FilePath()] {
+				return errAlreadyCommitted // an attempt whose outcome was unknown landed
+			}
+			rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
+				tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)})
+			rd.AddDeletes(p.posDels...)
+			return rd.Commit(ctx)
+		})
+		attempts += max(c.sent, 1)
+		if errors.Is(err, errAlreadyCommitted) {
+			err = nil
+		}
+		if err != nil {
+			if c.sent == 0 || errors.Is(err, errSuperseded) {
+				removeFiles(p.fs, p.posDels) // never committed: the files are ours alone
+			}
+			if errors.Is(err, errSuperseded) {
+				m.log.Info("conversion superseded: the files it probed were rewritten; the next one replans")
+				return nil
+			}
+			return err
+		}
+	}
+	c, err := m.commit(ctx, "position-drop", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, _ int) error {
+		if _, err := p.check(ctx, head); err != nil {
+			return err
+		}
+		rw := txn.NewRewrite(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
+			tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)})
+		for _, e := range p.eqDels {
+			rw.DeleteFile(e.df)
+		}
+		return rw.Commit(ctx)
+	})
+	attempts += max(c.sent, 1)
+	if errors.Is(err, errSuperseded) {
+		// The position deletes committed are right (they hide rows the equality deletes hide);
+		// the next conversion replans the equality deletes.
+		m.log.Info("dropping converted equality deletes superseded; the next conversion replans")
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	m.eqSince = time.Time{}
+	rep.Converted = true
+	rep.EqualityDeletesConverted += len(p.eqDels)
+	rep.PositionDeletesWritten += p.rows
+	rep.PositionDeleteFilesWritten += len(p.posDels)
+	rep.ConversionAttempts += attempts
+	rep.ConversionTook += time.Since(start)
+	m.log.Info("converted equality deletes", zap.Duration("took", time.Since(start)),
+		zap.Int("equality_delete_files", len(p.eqDels)), zap.Int("data_files_probed", len(p.probed)),
+		zap.Int("position_delete_files", len(p.posDels)), zap.Int64("positions", p.rows),
+		zap.Int("attempts", attempts), zap.Int64("starting_snapshot", p.snap.SnapshotID))
+	return nil
+}
+
+// removeFiles deletes files no commit references.
+func removeFiles(fs icebergio.IO, files []iceberg.DataFile) {
+	for _, df := range files {
+		_ = fs.Remove(df.FilePath())
+	}
+}
+
+// liveFiles lists a snapshot's live data and equality-delete files.
+func liveFiles(fs icebergio.IO, snap *table.Snapshot) (data, eqDels []liveFile, err error) {
+	data, eqDels, _, err = liveFilesAll(fs, snap)
+	return data, eqDels, err
+}
+
+// liveFilesAll lists a snapshot's live data, equality-delete and position-delete files.
+func liveFilesAll(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels []liveFile, err error) {
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, nil, nil, err
+			}
+			df := e.DataFile()
+			switch df.ContentType() {
+			case iceberg.EntryContentData:
+				data = append(data, liveFile{df, e.SequenceNum()})
+			case iceberg.EntryContentEqDeletes:
+				eqDels = append(eqDels, liveFile{df, e.SequenceNum()})
+			case iceberg.EntryContentPosDeletes:
+				posDels = append(posDels, liveFile{df, e.SequenceNum()})
+			}
+		}
+	}
+	return data, eqDels, posDels, nil
+}
+
+// scopeKey names the scope of a file's partition: the spec and the partition values.
+func scopeKey(df iceberg.DataFile) string {
+	part := df.Partition()
+	ids := make([]int, 0, len(part))
+	for id := range part {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d", df.SpecID())
+	for _, id := range ids {
+		fmt.Fprintf(&b, "|%d=%v", id, part[id])
+	}
+	return b.String()
+}
+
+// planConversion reads the equality deletes of src's current snapshot, probes the data files
+// they can apply to and writes the position deletes (nothing is committed). It returns nil when
+// there is no equality delete.
+func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*conversionPlan, error) {
+	snap := src.CurrentSnapshot()
+	fs, err := src.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data, eqDels, err := liveFiles(fs, snap)
+	if err != nil {
+		return nil, err
+	}
+	if len(eqDels) == 0 {
+		return nil, nil
+	}
+	sort.Slice(eqDels, func(i, j int) bool { return eqDels[i].seq < eqDels[j].seq })
+	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}}
+	schema := src.Schema()
+	keyIDs := eqDels[0].df.EqualityFieldIDs()
+	global := &keyScope{seq: map[string]int64{}}
+	scopes := map[string]*keyScope{}
+	meta := src.Metadata()
+	for _, e := range eqDels {
+		p.maxSeq = max(p.maxSeq, e.seq)
+		if !slices.Equal(e.df.EqualityFieldIDs(), keyIDs) {
+			return nil, fmt.Errorf("equality deletes with different key columns (%v, %v): compact the table first", keyIDs, e.df.EqualityFieldIDs())
+		}
+		sc := global
+		if spec := meta.PartitionSpecByID(int(e.df.SpecID())); spec != nil && !spec.IsUnpartitioned() {
+			k := scopeKey(e.df)
+			if sc = scopes[k]; sc == nil {
+				sc = &keyScope{seq: map[string]int64{}}
+				scopes[k] = sc
+			}
+		}
+		err := readKeys(ctx, fs, e.df.FilePath(), schema, keyIDs, func(key string, _ int64) {
+			if sc.seq[key] < e.seq {
+				sc.seq[key] = e.seq
+			}
+		})
+		if err != nil {
+			return nil, fmt.Errorf("read equality deletes %s: %w", e.df.FilePath(), err)
+		}
+	}
+	var keyType iceberg.Type
+	if len(keyIDs) == 1 {
+		if f, ok := schema.FindFieldByID(keyIDs[0]); ok {
+			keyType = f.Type
+		}
+	}
+	global.index(keyType)
+	for _, sc := range scopes {
+		sc.index(keyType)
+	}
+	location, err := deleteLocation(src)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range data {
+		p.seen[d.df.FilePath()] = true
+		if d.seq >= p.maxSeq {
+			continue // no equality delete of the plan applies to it
+		}
+		sc := scopes[scopeKey(d.df)]
+		if !global.mayHold(d, keyIDs, keyType) && !sc.mayHold(d, keyIDs, keyType) {
+			continue
+		}
+		p.probed[d.df.FilePath()] = true
+		var positions []int64
+		err := readKeys(ctx, fs, d.df.FilePath(), schema, keyIDs, func(key string, pos int64) {
+			if s := global.seq[key]; s > d.seq {
+				positions = append(positions, pos)
+			} else if sc != nil && sc.seq[key] > d.seq {
+				positions = append(positions, pos)
+			}
+		})
+		if err != nil {
+			removeFiles(fs, p.posDels)
+			return nil, fmt.Errorf("probe %s: %w", d.df.FilePath(), err)
+		}
+		if len(positions) == 0 {
+			continue
+		}
+		df, err := writePositionDeletes(fs, meta, location, d.df, positions)
+		if err != nil {
+			removeFiles(fs, p.posDels)
+			return nil, fmt.Errorf("write position deletes for %s: %w", d.df.FilePath(), err)
+		}
+		p.posDels = append(p.posDels, df)
+		p.rows += int64(len(positions))
+	}
+	return p, nil
+}
+
+// index sorts the scope's single-column integer or string keys for bound checks.
+func (s *keyScope) index(t iceberg.Type) {
+	if s == nil {
+		return
+	}
+	for k := range s.seq {
+		switch t.(type) {
+		case iceberg.Int32Type, iceberg.Int64Type:
+			if v, err := strconv.ParseInt(k, 10, 64); err == nil {
+				s.ints = append(s.ints, v)
+			}
+		case iceberg.StringType:
+			s.strs = append(s.strs, k)
+		}
+	}
+	slices.Sort(s.ints)
+	slices.Sort(s.strs)
+}
+
+// mayHold reports whether data file d's key-column bounds can hold one of the scope's keys (true
+// when the key or the bounds do not allow the check).
+func (s *keyScope) mayHold(d liveFile, keyIDs []int, t iceberg.Type) bool {
+	if s == nil || len(s.seq) == 0 {
+		return false
+	}
+	if len(keyIDs) != 1 {
+		return true
+	}
+	lo, hi := d.df.LowerBoundValues()[keyIDs[0]], d.df.UpperBoundValues()[keyIDs[0]]
+	if lo == nil || hi == nil {
+		return true
+	}
+	switch t.(type) {
+	case iceberg.Int32Type, iceberg.Int64Type:
+		l, okl := decodeInt(lo)
+		h, okh := decodeInt(hi)
+		if !okl || !okh {
+			return true
+		}
+		i, _ := slices.BinarySearch(s.ints, l)
+		return i < len(s.ints) && s.ints[i] <= h
+	case iceberg.StringType:
+		// Bounds may be truncated: the lower one is a prefix (at most every value), the upper
+		// one rounded up (at least every value).
+		i, _ := slices.BinarySearch(s.strs, string(lo))
+		return i < len(s.strs) && s.strs[i] <= string(hi)
+	}
+	return true
+}
+
+// decodeInt decodes an Iceberg int or long bound (little-endian, 4 or 8 bytes).
+func decodeInt(b []byte) (int64, bool) {
+	switch len(b) {
+	case 4:
+		return int64(int32(uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24)), true
+	case 8:
+		var v uint64
+		for i := 7; i >= 0; i-- {
+			v = v<<8 | uint64(b[i])
+		}
+		return int64(v), true
+	}
+	return 0, false
+}
+
+// readKeys reads only the key columns (by field id) of a Parquet file and calls fn with each
+// row's key, rendered as text and joined by NUL, and its position in the file.
+func readKeys(ctx context.Context, fs icebergio.IO, path string, schema *iceberg.Schema, keyIDs []int, fn func(key string, pos int64)) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pf, err := file.NewParquetReader(f)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	cols := make([]int, len(keyIDs))
+	types := make([]iceberg.Type, len(keyIDs))
+	psch := pf.MetaData().Schema
+	for ki, id := range keyIDs {
+		cols[ki] = -1
+		for ci := 0; ci < psch.NumColumns(); ci++ {
+			if psch.Column(ci).SchemaNode().FieldID() == int32(id) {
+				cols[ki] = ci
+				break
+			}
+		}
+		if cols[ki] < 0 {
+			return fmt.Errorf("key column %d not in the file", id)
+		}
+		fld, ok := schema.FindFieldByID(id)
+		if !ok {
+			return fmt.Errorf("key column %d not in the table schema", id)
+		}
+		types[ki] = fld.Type
+	}
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+	if err != nil {
+		return err
+	}
+	rr, err := fr.GetRecordReader(ctx, cols, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	var pos int64
+	parts := make([]string, len(keyIDs))
+	for rr.Next() {
+		rec := rr.RecordBatch()
+		for i := 0; i < int(rec.NumRows()); i++ {
+			null := false
+			for ki := range keyIDs {
+				v, ok := dms.RenderArrow(rec.Column(ki), i, types[ki])
+				null = null || !ok
+				parts[ki] = v
+			}
+			if !null {
+				fn(strings.Join(parts, "\x00"), pos)
+			}
+			pos++
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
+}
+
+// deleteLocation is the directory the position-delete files go to: the table's data directory.
+func deleteLocation(tbl *table.Table) (string, error) {
+	if p := tbl.Properties()["write.data.path"]; p != "" {
+		return strings.TrimSuffix(p, "/"), nil
+	}
+	return strings.TrimSuffix(tbl.Location(), "/") + "/data", nil
+}
+
+var posDeleteArrow = arrow.NewSchema([]arrow.Field{
+	{Name: "file_path", Type: arrow.BinaryTypes.String,
+		Metadata: arrow.NewMetadata([]string{table.ArrowParquetFieldIDKey}, []string{"2147483546"})},
+	{Name: "pos", Type: arrow.PrimitiveTypes.Int64,
+		Metadata: arrow.NewMetadata([]string{table.ArrowParquetFieldIDKey}, []string{"2147483545"})},
+}, nil)
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w interface{ Write([]byte) (int, error) }
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writePositionDeletes writes one file-scoped position-delete file (positions sorted) for data
+// file d and returns its manifest entry.
+func writePositionDeletes(fs icebergio.IO, meta table.Metadata, location string, d iceberg.DataFile, positions []int64) (iceberg.DataFile, error) {
+	wfs, ok := fs.(icebergio.WriteFileIO)
+	if !ok {
+		return nil, errors.New("the table's file IO cannot write")
+	}
+	slices.Sort(positions)
+	positions = slices.Compact(positions)
+	path := fmt.Sprintf("%s/%s-pos-deletes.parquet", location, uuid.NewString())
+	out, err := wfs.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	cw := &countingWriter{w: out}
+	mem := memory.DefaultAllocator
+	pb := array.NewStringBuilder(mem)
+	ib := array.NewInt64Builder(mem)
+	for _, p := range positions {
+		pb.Append(d.FilePath())
+		ib.Append(p)
+	}
+	pa, ia := pb.NewArray(), ib.NewArray()
+	pb.Release()
+	ib.Release()
+	rec := array.NewRecordBatch(posDeleteArrow, []arrow.Array{pa, ia}, int64(len(positions)))
+	pa.Release()
+	ia.Release()
+	defer rec.Release()
+	props := parquet.NewWriterProperties(parquet.WithCompression(compress.Codecs.Zstd), parquet.WithDictionaryDefault(false))
+	w, err := pqarrow.NewFileWriter(posDeleteArrow, cw, props, pqarrow.NewArrowWriterProperties(pqarrow.WithStoreSchema()))
+	if err != nil {
+		_ = out.Close()
+		_ = fs.Remove(path)
+		return nil, err
+	}
+	if err := w.Write(rec); err != nil {
+		_ = w.Close()
+		_ = out.Close()
+		_ = fs.Remove(path)
+		return nil, err
+	}
+	if err := errors.Join(w.Close(), out.Close()); err != nil {
+		_ = fs.Remove(path)
+		return nil, err
+	}
+	spec := meta.PartitionSpecByID(int(d.SpecID()))
+	if spec == nil {
+		_ = fs.Remove(path)
+		return nil, fmt.Errorf("partition spec %d of %s not in the table", d.SpecID(), d.FilePath())
+	}
+	b, err := iceberg.NewDataFileBuilder(*spec, iceberg.EntryContentPosDeletes, path, iceberg.ParquetFile,
+		d.Partition(), nil, nil, int64(len(positions)), cw.n)
+	if err != nil {
+		_ = fs.Remove(path)
+		return nil, err
+	}
+	bound := map[int][]byte{2147483546: []byte(d.FilePath())}
+	var lo, hi [8]byte
+	putInt64(lo[:], positions[0])
+	putInt64(hi[:], positions[len(positions)-1])
+	b.LowerBoundValues(map[int][]byte{2147483546: bound[2147483546], 2147483545: lo[:]}).
+		UpperBoundValues(map[int][]byte{2147483546: bound[2147483546], 2147483545: hi[:]}).
+		ValueCounts(map[int]int64{2147483546: int64(len(positions)), 2147483545: int64(len(positions))}).
+		NullValueCounts(map[int]int64{2147483546: 0, 2147483545: 0}).
+		ReferencedDataFile(d.FilePath())
+	return b.Build(), nil
+}
+
+func putInt64(b []byte, v int64) {
+	u := uint64(v)
+	for i := range 8 {
+		b[i] = byte(u >> (8 * i))
+	}
+}
+
+// check verifies the plan against head before a commit is staged on it: every equality delete
+// and every probed data file still live, and no live data file the plan did not see below the
+// plan's highest equality-delete sequence number (a concurrent compaction's rewrite). It returns
+// errSuperseded otherwise. It returns the paths of head's live files.
+func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[string]bool, error) {
+	snap := head.CurrentSnapshot()
+	if snap == nil {
+		return nil, errSuperseded
+	}
+	fs, err := head.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data, eqDels, posDels, err := liveFilesAll(fs, snap)
+	if err != nil {
+		return nil, err
+	}
+	live := make(map[string]bool, len(data)+len(eqDels))
+	for _, d := range data {
+		live[d.df.FilePath()] = true
+		if d.seq < p.maxSeq && !p.seen[d.df.FilePath()] {
+			return nil, errSuperseded
+		}
+	}
+	for _, e := range append(eqDels, posDels...) {
+		live[e.df.FilePath()] = true
+	}
+	for path := range p.probed {
+		if !live[path] {
+			return nil, errSuperseded
+		}
+	}
+	for _, e := range p.eqDels {
+		if !live[e.df.FilePath()] {
+			return nil, errSuperseded
+		}
+	}
+	return live, nil
+}

@@ -1,0 +1,328 @@
+package maintenance_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+)
+
+// deleteKinds counts the live equality- and position-delete files of the current snapshot.
+func deleteKinds(t *testing.T, tbl *table.Table) (eq, pos int) {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := tbl.CurrentSnapshot().Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mans {
+		if mf.ManifestContent() != iceberg.ManifestContentDeletes {
+			continue
+		}
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch e.DataFile().ContentType() {
+			case iceberg.EntryContentEqDeletes:
+				eq++
+			case iceberg.EntryContentPosDeletes:
+				pos++
+			}
+		}
+	}
+	return eq, pos
+}
+
+// liveEntries returns every live file of the current snapshot.
+func liveEntries(t *testing.T, tbl *table.Table) []iceberg.DataFile {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := tbl.CurrentSnapshot().Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []iceberg.DataFile
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, e.DataFile())
+		}
+	}
+	return out
+}
+
+func positionConfig() maintenance.Config {
+	c := testConfig()
+	c.DeleteMode = maintenance.DeleteModePosition
+	return c
+}
+
+// Converting the equality deletes of a table with updates, deletes and re-inserts (many of them
+// in the same commit as the delete of their key) into position deletes leaves the rows as they
+// were, and no equality delete behind. A key updated in the commit that deletes its old image
+// keeps its new image: the equality delete does not apply to its own commit's data file, and
+// neither does the position delete that replaces it.
+func TestPositionConversionKeepsRows(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(200)
+	for b := 1; b <= 4; b++ {
+		m.batch(b, 200)
+	}
+	m.upsert("s0", 5, "same-commit") // delete of the old image and the new image in one commit
+	m.del("s0", 6)
+	m.upsert("s0", 6, "reinserted")
+	h.flush()
+	before, tbl := scanRows(t, h.cat)
+	eq(t, before, m.want()...)
+	if n, _ := deleteKinds(t, tbl); n == 0 {
+		t.Fatal("no equality deletes to convert")
+	}
+	mt := testMaintainer(t, h.cat, positionConfig())
+	if !mt.Lease(context.Background(), tbl) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.EqualityDeletesConverted == 0 || rep.PositionDeletesWritten == 0 {
+		t.Fatalf("report %+v: want equality deletes converted into position deletes", rep)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	eqFiles, posFiles := deleteKinds(t, tbl)
+	if eqFiles != 0 || posFiles == 0 {
+		t.Fatalf("%d equality and %d position delete files after conversion, want 0 and some", eqFiles, posFiles)
+	}
+	// Every data file survives: nothing was rewritten.
+	if got, want := len(dataSeqs(t, tbl)), 6; got != want {
+		t.Fatalf("%d data files after conversion, want %d (one per commit)", got, want)
+	}
+	// A second conversion has nothing to do; new CDC commits are converted by the next one.
+	m.batch(5, 200)
+	rep, err = mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl = scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality delete files after the second conversion (%+v)", eqFiles, rep)
+	}
+	h.close()
+}
+
+// A table partitioned by bucket on the key: the equality deletes are partition-scoped, and the
+// position deletes carry their data file's partition.
+func TestPositionConversionPartitioned(t *testing.T) {
+	dir := t.TempDir()
+	def := usersDef
+	def.Partition = []sink.PartitionField{{Column: "id", Transform: "bucket", N: 4}}
+	h := newHarnessFor(t, dir, def)
+	m := newModel(h)
+	m.load(200)
+	for b := 1; b <= 4; b++ {
+		m.batch(b, 200)
+	}
+	mt := testMaintainer(t, h.cat, positionConfig())
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	eqFiles, posFiles := deleteKinds(t, tbl)
+	if eqFiles != 0 || posFiles == 0 || rep.PositionDeletesWritten == 0 {
+		t.Fatalf("%d equality and %d position delete files after conversion (%+v)", eqFiles, posFiles, rep)
+	}
+	// Engines that index position deletes by partition (Spark) apply them only to data files of
+	// the same spec and partition: every one must carry its data file's.
+	parts := map[string]string{}
+	var posDels []iceberg.DataFile
+	for _, df := range liveEntries(t, tbl) {
+		switch df.ContentType() {
+		case iceberg.EntryContentData:
+			parts[df.FilePath()] = fmt.Sprint(df.SpecID(), df.Partition())
+		case iceberg.EntryContentPosDeletes:
+			posDels = append(posDels, df)
+		}
+	}
+	for _, pd := range posDels {
+		// File-scoped: the file_path column's bounds are the one data file (v2 manifests have no
+		// referenced_data_file).
+		lo, hi := string(pd.LowerBoundValues()[2147483546]), string(pd.UpperBoundValues()[2147483546])
+		if lo == "" || lo != hi || parts[lo] == "" {
+			t.Fatalf("position delete %s: file_path bounds %q..%q, want one live data file", pd.FilePath(), lo, hi)
+		}
+		if got, want := fmt.Sprint(pd.SpecID(), pd.Partition()), parts[lo]; got != want || len(pd.Partition()) == 0 {
+			t.Fatalf("position delete %s: spec and partition %s, its data file's %s", pd.FilePath(), got, want)
+		}
+	}
+	h.close()
+}
+
+// A load writes deletes for its own keys, which apply to no older file: the conversion writes no
+// position delete for them and drops them.
+func TestPositionConversionDropsDeletesThatApplyToNothing(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(50)
+	mt := testMaintainer(t, h.cat, positionConfig())
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, posFiles := deleteKinds(t, tbl); eqFiles != 0 || posFiles != 0 || rep.PositionDeletesWritten != 0 {
+		t.Fatalf("%d equality and %d position delete files (%d positions written), want none", eqFiles, posFiles, rep.PositionDeletesWritten)
+	}
+	h.close()
+}
+
+// A CDC commit lands between the conversion's plan and its commits: the commit is restaged on
+// the newest table and lands; the CDC commit's own equality delete (not in the plan) stays for
+// the next conversion, and the rows are right throughout.
+func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(100)
+	for b := 1; b <= 3; b++ {
+		m.batch(b, 100)
+	}
+	mt := testMaintainer(t, h.cat, positionConfig())
+	conflicts := 0
+	mt.BeforeCommit(func(step string, attempt int) {
+		if step == "position" && attempt == 0 && conflicts == 0 {
+			conflicts++
+			m.del("s0", 7)
+			m.upsert("s0", 8, "conflicting")
+			h.flush()
+		}
+	})
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if conflicts != 1 || rep.EqualityDeletesConverted != 4 || rep.ConversionAttempts < 3 {
+		t.Fatalf("conflicts %d, report %+v: want 4 equality deletes converted after a lost first attempt", conflicts, rep)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 1 {
+		t.Fatalf("%d equality delete files, want 1 (the concurrent commit's)", eqFiles)
+	}
+	rep, err = mt.Maintain(context.Background(), maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl = scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality delete files after the second conversion (%+v)", eqFiles, rep)
+	}
+	h.close()
+}
+
+// A compaction (another worker's, with --ignore-lease) rewrites the data files a conversion
+// probed before the conversion commits: the conversion gives up without committing anything,
+// and the rows are right.
+func TestPositionConversionSupersededByCompaction(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(100)
+	for b := 1; b <= 3; b++ {
+		m.batch(b, 100)
+	}
+	ctx := context.Background()
+	a, b := testMaintainer(t, h.cat, positionConfig()), testMaintainer(t, h.cat, testConfig())
+	a.IgnoreLease()
+	b.IgnoreLease()
+	a.AfterRewrite(func() {
+		if rep, err := b.Maintain(ctx, maintenance.CompactOnly); err != nil || !rep.Compacted {
+			t.Errorf("b: %v %+v", err, rep)
+		}
+	})
+	rep, err := a.Maintain(ctx, maintenance.PositionOnly)
+	if err != nil || rep.EqualityDeletesConverted != 0 || rep.PositionDeletesWritten != 0 {
+		t.Fatalf("a: %v, report %+v: want superseded without error", err, rep)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if _, posFiles := deleteKinds(t, tbl); posFiles != 0 {
+		t.Fatalf("%d position delete files committed by a superseded conversion", posFiles)
+	}
+	h.close()
+}
+
+// In position mode the maintainer converts every commit's equality deletes by itself, far below
+// the compaction thresholds.
+func TestPositionModeConvertsInTheBackground(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(100)
+	cfg := positionConfig()
+	cfg.PositionDelay = 0
+	cfg.MaxDeleteFiles = 1000
+	cfg.MaxSmallFiles = 1000
+	cfg.MaxDeleteRows = 1 << 40
+	mt := testMaintainer(t, h.cat, cfg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mt.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	for b := 1; b <= 3; b++ {
+		m.batch(b, 100)
+		mt.AfterCommit(ctx, loadUsers(t, h.cat), func(*table.Table) error { return nil })
+	}
+	deadline := time.Now().Add(2 * time.Minute) // a hang bound, not a speed assertion
+	for {
+		tbl := loadUsers(t, h.cat)
+		if eqFiles, posFiles := deleteKinds(t, tbl); eqFiles == 0 && posFiles > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("equality deletes never converted")
+		}
+		mt.AfterCommit(ctx, loadUsers(t, h.cat), func(*table.Table) error { return nil })
+		time.Sleep(50 * time.Millisecond)
+	}
+	rows, _ := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	h.close()
+}
