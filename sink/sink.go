@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
@@ -75,6 +77,12 @@ func WithBoundsChanged(changed func() <-chan struct{}) Option {
 	return func(s *Iceberg) { s.boundChanged = changed }
 }
 
+// WithMemoryBudget makes the sink relieve the process-wide byte budget the shard readers admit
+// their records against (membudget): when a reader has to wait, the writers with the biggest
+// buffers flush at once instead of at their flush interval or size, until what they hold covers
+// what the reader misses. Default: none.
+func WithMemoryBudget(b *membudget.Budget) Option { return func(s *Iceberg) { s.budget = b } }
+
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
 func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
@@ -91,6 +99,8 @@ type Iceberg struct {
 	// boundChanged is WithBoundsChanged (nil: none).
 	boundChanged func() <-chan struct{}
 	shards       shardSeen
+	// budget is WithMemoryBudget (nil: none).
+	budget *membudget.Budget
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -178,6 +188,9 @@ func (s *Iceberg) Run(ctx context.Context) error {
 			m := maintenance.New(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics, 0)
 			g.Go(func() error { return m.Run(mctx) })
 		}
+	}
+	if s.budget != nil {
+		s.budget.OnPressure(s.relieve)
 	}
 	close(s.started)
 	return g.Wait()
@@ -366,4 +379,24 @@ func (s *Iceberg) Close(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// relieve asks the writers with the biggest buffers to flush now, biggest first, until what
+// they hold covers need bytes (at least one writer with something buffered). It never blocks:
+// it is called on a shard reader's goroutine while the reader waits for the budget.
+func (s *Iceberg) relieve(need int64) {
+	ws := s.snapshotWriters()
+	slices.SortFunc(ws, func(a, b *writer) int { return cmp.Compare(b.gauge.bytes.Load(), a.gauge.bytes.Load()) })
+	var got int64
+	for _, w := range ws {
+		n := w.gauge.bytes.Load()
+		if n <= 0 || got >= need {
+			break
+		}
+		select {
+		case w.nudge <- struct{}{}:
+		default: // asked already
+		}
+		got += n
+	}
 }

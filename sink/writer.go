@@ -72,6 +72,9 @@ type writer struct {
 	name  string    // target "namespace.table" for logs and metrics
 	set   *settings // resolved table configuration
 	in    chan item
+	// nudge asks the writer to flush now: a shard reader waits for the memory budget
+	// (Iceberg.relieve).
+	nudge chan struct{}
 	log   *zap.Logger
 	buf   buffer
 	st    targetTable
@@ -114,7 +117,7 @@ func newWriter(env writerEnv, src string, ident table.Identifier, set *settings,
 	name := ident[0] + "." + ident[len(ident)-1]
 	w := &writer{
 		env: env, src: src, ident: ident, name: name, set: set,
-		in:  make(chan item, queue),
+		in: make(chan item, queue), nudge: make(chan struct{}, 1),
 		log: log.With(zap.String("table", name)),
 		buf: newBuffer(),
 		dl:  newDLWait(),
@@ -169,6 +172,14 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 			if w.full() {
+				if err := w.flush(ctx); err != nil {
+					return err
+				}
+			}
+		case <-w.nudge:
+			// Under memory pressure the buffer commits now rather than at its interval or
+			// size, unless the bound that held it back the last time still holds it.
+			if w.buf.pending() && (!w.stuckSet || w.limitNow().gates() != w.stuck) {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}
