@@ -66,6 +66,9 @@ func (p *processor) Initialize(in *kcl.InitializationInput) {
 	p.track = checkpoint.NewShard(p.shard, start)
 	p.epoch = p.c.leases.Epoch(p.shard)
 	p.c.register(p)
+	// The shard holding the stream watermark back may always hand on its next delivery: its
+	// reading is what lets the commit bound pass the records everyone else holds (design.md §8).
+	p.acct.SetExempt(func() bool { h, _ := p.c.wm.holding(); return h == p.shard }, p.c.wm.changedCh)
 
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
