@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -101,6 +102,8 @@ type Iceberg struct {
 	shards       shardSeen
 	// budget is WithMemoryBudget (nil: none).
 	budget *membudget.Budget
+	// fileSlots bounds the writers writing files at once (fileWriters).
+	fileSlots chan struct{}
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -119,13 +122,20 @@ type Iceberg struct {
 	wwg sync.WaitGroup
 }
 
+// fileWriters is how many table writers write their data and delete files at once: two per
+// CPU, so that file writing keeps every CPU busy while some writers wait for their catalog
+// commit, and the memory of the flushes in progress (Arrow batches, Parquet pages, compressors)
+// is bounded by that number instead of the number of tables.
+func fileWriters() int { return 2 * runtime.GOMAXPROCS(0) }
+
 // New returns a sink. Call Run before Submit.
 func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Option) (*Iceberg, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
-		writers: make(map[string]*writer), defs: newTableDefs(), started: make(chan struct{})}
+		writers: make(map[string]*writer), defs: newTableDefs(), started: make(chan struct{}),
+		fileSlots: make(chan struct{}, fileWriters())}
 	for _, o := range opts {
 		o(s)
 	}
@@ -277,7 +287,7 @@ func (s *Iceberg) newWriter(src string) *writer {
 	set := s.cfg.settingsFor(src)
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
 		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark,
-		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards}
+		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards, fileSlots: s.fileSlots}
 	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
 }
 

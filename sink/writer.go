@@ -62,6 +62,9 @@ type writerEnv struct {
 	boundChanged func() <-chan struct{}
 	// shards notes the shards the sink has seen (risk detection with ordering shard).
 	shards *shardSeen
+	// fileSlots bounds how many writers of the sink write data and delete files at once (nil:
+	// no bound).
+	fileSlots chan struct{}
 }
 
 // writer owns one target table: its queue, buffer and commits.

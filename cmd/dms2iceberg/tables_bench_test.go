@@ -5,7 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"os"
+	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,7 +31,9 @@ import (
 // does), msgs/cpu-s (messages per CPU-second of the whole process), the achieved rate, the
 // budget's peak use and the time readers waited for it. Sizes and rate: BENCH_TABLES (200),
 // BENCH_RATE (1000 changes/s in total), BENCH_SECONDS (60), BENCH_BUDGET
-// (consumer.max_inflight_bytes, default 256 MiB). Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
+// (consumer.max_inflight_bytes, default 256 MiB); the Go soft memory limit is the service's
+// (applyMemoryLimit: from the budget unless GOMEMLIMIT is set). BENCH_HEAPPROFILE writes a heap
+// profile half-way through. Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
 func BenchmarkManyTables(b *testing.B) {
 	for _, size := range []struct {
 		name  string
@@ -93,6 +98,8 @@ func benchManyTables(b *testing.B, size int) {
 		b.Fatal(err)
 	}
 	budget := membudget.New(limit)
+	memLimit, _ := applyMemoryLimit(limit) // as the service does
+	defer debug.SetMemoryLimit(math.MaxInt64)
 	far := time.Now().Add(24 * time.Hour)
 	s, err := sink.New(cfg, cat, nopDLQ{}, sink.WithMemoryBudget(budget), sink.WithCommitBound(func() time.Time { return far }))
 	if err != nil {
@@ -112,10 +119,18 @@ func benchManyTables(b *testing.B, size int) {
 	sampler.Go(func() {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
+		profileAt := time.After(time.Duration(seconds) * time.Second / 2)
 		for {
 			select {
 			case <-stopSample:
 				return
+			case <-profileAt:
+				if path := os.Getenv("BENCH_HEAPPROFILE"); path != "" { // the heap half-way through
+					if f, err := os.Create(path); err == nil {
+						_ = pprof.WriteHeapProfile(f)
+						_ = f.Close()
+					}
+				}
 			case <-t.C:
 				if h := budget.Held(); h > peakHeld.Load() {
 					peakHeld.Store(h)
@@ -207,4 +222,5 @@ func benchManyTables(b *testing.B, size int) {
 	b.ReportMetric(float64(peakHeld.Load())/(1<<20), "budget-peak-MiB")
 	b.ReportMetric(budget.Blocked().Seconds(), "blocked-s")
 	b.ReportMetric(float64(len(s.Buffers())), "tables")
+	b.ReportMetric(float64(memLimit)/(1<<20), "go-mem-limit-MiB")
 }
