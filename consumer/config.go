@@ -59,7 +59,7 @@ type Config struct {
 	// shard processors block before handing on a delivery that does not fit, except that a
 	// processor holding nothing always hands on its next delivery (docs/design.md §8). It bounds
 	// what the table writers' queues, buffers and pending dead letters hold together. Default
-	// 256 MiB (membudget.DefaultLimit).
+	// 128 MiB (membudget.DefaultLimit).
 	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
 }
 

@@ -10,9 +10,9 @@ func TestApplyMemoryLimit(t *testing.T) {
 	old := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(old) })
 	t.Setenv("GOMEMLIMIT", "")
-	limit, fromEnv := applyMemoryLimit(256 << 20)
-	if fromEnv || limit != 1280<<20 || debug.SetMemoryLimit(-1) != 1280<<20 {
-		t.Fatalf("limit %d (from GOMEMLIMIT %v), runtime %d: want 1280 MiB from the budget", limit, fromEnv, debug.SetMemoryLimit(-1))
+	limit, fromEnv := applyMemoryLimit(128 << 20)
+	if fromEnv || limit != 768<<20 || debug.SetMemoryLimit(-1) != 768<<20 {
+		t.Fatalf("limit %d (from GOMEMLIMIT %v), runtime %d: want 768 MiB from the budget", limit, fromEnv, debug.SetMemoryLimit(-1))
 	}
 	debug.SetMemoryLimit(old)
 	t.Setenv("GOMEMLIMIT", "3GiB") // the runtime read it at start; here only its presence counts

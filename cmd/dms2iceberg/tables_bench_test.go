@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
@@ -31,7 +32,7 @@ import (
 // does), msgs/cpu-s (messages per CPU-second of the whole process), the achieved rate, the
 // budget's peak use and the time readers waited for it. Sizes and rate: BENCH_TABLES (200),
 // BENCH_RATE (1000 changes/s in total), BENCH_SECONDS (60), BENCH_BUDGET
-// (consumer.max_inflight_bytes, default 256 MiB); the Go soft memory limit is the service's
+// (consumer.max_inflight_bytes, default 128 MiB); the Go soft memory limit is the service's
 // (applyMemoryLimit: from the budget unless GOMEMLIMIT is set). BENCH_HEAPPROFILE writes a heap
 // profile half-way through. Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
 func BenchmarkManyTables(b *testing.B) {
@@ -211,6 +212,8 @@ func benchManyTables(b *testing.B, size int) {
 		b.Fatalf("the budget still holds %d bytes after the final flush: acknowledgements are missing", held)
 	}
 	rss := peakRSS(b)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms) // Sys: what the Go runtime took from the OS (RSS beyond it is not Go's)
 	_ = s.Close(context.Background())
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -223,4 +226,5 @@ func benchManyTables(b *testing.B, size int) {
 	b.ReportMetric(budget.Blocked().Seconds(), "blocked-s")
 	b.ReportMetric(float64(len(s.Buffers())), "tables")
 	b.ReportMetric(float64(memLimit)/(1<<20), "go-mem-limit-MiB")
+	b.ReportMetric(float64(ms.Sys)/(1<<20), "go-sys-MiB")
 }

@@ -26,8 +26,9 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
-// DefaultLimit is the default budget: 256 MiB of raw records.
-const DefaultLimit = 256 << 20
+// DefaultLimit is the default budget: 128 MiB of raw records (with 64 KiB records the process
+// peaks at several times this: docs/benchmarks.md "Many tables").
+const DefaultLimit = 128 << 20
 
 // pressureEvery is how often a blocked reader asks for relief again while it waits.
 const pressureEvery = 250 * time.Millisecond
