@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 )
 
 // MaxRecordsLimit is the largest GetRecords batch Kinesis serves.
@@ -53,6 +54,13 @@ type Config struct {
 	// HorizonInterval is how often every owned shard's horizon is published on its lease row
 	// and W recomputed; cmd keeps it at most sink.flush_interval. Default 1s.
 	HorizonInterval time.Duration `yaml:"horizon_interval"`
+	// MaxInflightBytes is the process-wide byte budget of records read and not yet finished
+	// (committed, dead-lettered or acknowledged as duplicates), counted by their raw size: the
+	// shard processors block before handing on a delivery that does not fit, except that a
+	// processor holding nothing always hands on its next delivery (docs/design.md §8). It bounds
+	// what the table writers' queues, buffers and pending dead letters hold together. Default
+	// 128 MiB (membudget.DefaultLimit).
+	MaxInflightBytes int64 `yaml:"max_inflight_bytes"`
 }
 
 // DefaultConfig returns the defaults documented on each field; the required fields are empty.
@@ -67,6 +75,7 @@ func DefaultConfig() Config {
 		ArrivalMargin:    DefaultArrivalMargin,
 		MaxReadAhead:     DefaultMaxReadAhead,
 		HorizonInterval:  DefaultHorizonInterval,
+		MaxInflightBytes: membudget.DefaultLimit,
 	}
 }
 
@@ -93,6 +102,9 @@ func (c Config) Validate() error {
 	}
 	if c.ArrivalMargin < 0 {
 		return fmt.Errorf("consumer.arrival_margin: must not be negative, got %s", c.ArrivalMargin)
+	}
+	if c.MaxInflightBytes <= 0 {
+		return fmt.Errorf("consumer.max_inflight_bytes: must be positive, got %d", c.MaxInflightBytes)
 	}
 	if c.MaxRecords <= 0 || c.MaxRecords > MaxRecordsLimit {
 		return fmt.Errorf("consumer.max_records: must be 1..%d, got %d", MaxRecordsLimit, c.MaxRecords)

@@ -48,6 +48,7 @@ func TestConfigValidateNamesTheYAMLPath(t *testing.T) {
 		{func(c *Config) { c.ShardSync = -time.Second }, "consumer.shard_sync: must be positive, got -1s"},
 		{func(c *Config) { c.Failover = 0 }, "consumer.failover: must be positive, got 0s"},
 		{func(c *Config) { c.IdleBetweenReads = 0 }, "consumer.idle_between_reads: must be positive, got 0s"},
+		{func(c *Config) { c.MaxInflightBytes = 0 }, "consumer.max_inflight_bytes: must be positive, got 0"},
 		{func(c *Config) { c.MaxRecords = 0 }, "consumer.max_records: must be 1..10000, got 0"},
 		{func(c *Config) { c.MaxRecords = 10001 }, "consumer.max_records: must be 1..10000, got 10001"},
 		{func(c *Config) { c.Decoder.BeforeImageField = "" }, "dms.before_image_field: must not be empty"},

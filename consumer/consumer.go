@@ -22,6 +22,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 )
 
 // Sink is what the consumer needs from the Iceberg side.
@@ -82,6 +83,11 @@ func WithLogger(l *zap.Logger) Option { return func(c *Consumer) { c.log = l.Nam
 // WithMetrics sets the metrics receiver.
 func WithMetrics(m Metrics) Option { return func(c *Consumer) { c.metrics = m } }
 
+// WithBudget sets the process-wide byte budget the shard processors admit their deliveries
+// against (cmd shares it with the sink, which flushes early under pressure). Default: a budget
+// of Config.MaxInflightBytes of the consumer's own.
+func WithBudget(b *membudget.Budget) Option { return func(c *Consumer) { c.budget = b } }
+
 // ShutdownSlack is how long past the shutdown deadline Run still waits for the KCL worker to
 // stop: the shard processors' drains end at the deadline, then they may still write their last
 // checkpoint and release their leases. A process that stops gracefully exits within
@@ -110,6 +116,8 @@ type Consumer struct {
 	log     *zap.Logger
 	metrics Metrics
 	kclMon  kclmetrics.MonitoringService
+	// budget is the byte budget of records handed on and not finished (nil: none; tests).
+	budget *membudget.Budget
 
 	leases checkpoint.LeaseStore
 	kc     KinesisAPI
@@ -140,6 +148,9 @@ func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ..
 	c := &Consumer{cfg: cfg, aws: awsCfg, sink: s, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, gen: make(map[string]*processor)}
 	for _, o := range opts {
 		o(c)
+	}
+	if c.budget == nil {
+		c.budget = membudget.New(cfg.MaxInflightBytes)
 	}
 	return c, nil
 }
@@ -279,7 +290,7 @@ type factory struct {
 }
 
 func (f *factory) CreateProcessor() kcl.IRecordProcessor {
-	return &processor{c: f.c, ctx: f.ctx, dec: dms.NewDecoder(f.c.cfg.Decoder)}
+	return &processor{c: f.c, ctx: f.ctx, dec: dms.NewDecoder(f.c.cfg.Decoder), acct: f.c.budget.Account()}
 }
 
 // ensureLeaseTable creates the lease table on demand (on-demand capacity) and waits until it is

@@ -16,6 +16,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 )
 
 // processor handles one lease of one shard. The KCL calls it from one goroutine.
@@ -47,6 +48,8 @@ type processor struct {
 	alignOff bool
 	// tracked is the scratch list of the kinds and arrivals of one delivery's events.
 	tracked []checkpoint.Tracked
+	// acct is this processor's share of the process-wide byte budget (nil: no budget).
+	acct *membudget.Account
 }
 
 func (p *processor) Initialize(in *kcl.InitializationInput) {
@@ -63,6 +66,9 @@ func (p *processor) Initialize(in *kcl.InitializationInput) {
 	p.track = checkpoint.NewShard(p.shard, start)
 	p.epoch = p.c.leases.Epoch(p.shard)
 	p.c.register(p)
+	// The shard holding the stream watermark back may always hand on its next delivery: its
+	// reading is what lets the commit bound pass the records everyone else holds (design.md §8).
+	p.acct.SetExempt(func() bool { h, _ := p.c.wm.holding(); return h == p.shard }, p.c.wm.changedCh)
 
 	ctx, cancel := context.WithTimeout(p.ctx, 30*time.Second)
 	defer cancel()
@@ -110,6 +116,18 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		return
 	}
 	p.c.metrics.Records(p.shard, len(in.Records), in.MillisBehindLatest)
+	// The delivery's bytes are admitted against the process-wide budget before anything of it
+	// is handed on (backpressure: this blocks while the budget is spent, unless this processor
+	// holds nothing); each event gives its bytes back when it is acknowledged.
+	kept := int64(0)
+	for i := range in.Records {
+		kept += int64(len(in.Records[i].Data))
+	}
+	if err := p.acct.Acquire(p.ctx, kept); err != nil {
+		p.halted = true
+		p.log.Info("not handing on records: stopped while waiting for the memory budget", zap.Error(err))
+		return
+	}
 	events := make([]change.Event, 0, len(in.Records))
 	// Arrivals are raised to the shard's latest so far, so that they never go back within the
 	// shard (ApproximateArrivalTimestamp is approximate): the order the gates compare is the
@@ -128,9 +146,12 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		if err := p.dec.Decode(r.Data, ev); err != nil {
 			events = events[:len(events)-1]
 			if !p.deadLetter(seq, r.Data, err) {
+				p.acct.Release(kept) // nothing of the delivery was handed on
 				p.halted = true
 				return
 			}
+			p.acct.Release(int64(len(r.Data))) // stored: the dead letter holds it no more
+			kept -= int64(len(r.Data))
 			continue
 		}
 		ev.Pos = change.Position{Stream: p.c.cfg.Stream, Shard: p.shard, Seq: seq}
@@ -160,9 +181,17 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 // halted, when an event could not be handed on.
 func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
 	p.alignBy, p.alignOff = time.Time{}, false
+	var acks []membudget.Ack // one per event: its acknowledgement releases its bytes
+	if p.acct != nil {
+		acks = make([]membudget.Ack, len(events))
+	}
 	for i := range events {
 		ev := &events[i]
 		ev.Ack = d.Event(i)
+		if acks != nil {
+			acks[i] = membudget.Ack{Inner: ev.Ack, Account: p.acct, N: int64(len(ev.Raw))}
+			ev.Ack = &acks[i]
+		}
 		var err error
 		if !p.align(ev.Arrival) {
 			err = p.ctx.Err()
@@ -179,6 +208,9 @@ func (p *processor) handOn(d *checkpoint.Delivery, events []change.Event) bool {
 			// shutdown timeout.
 			p.track.Abandon(d)
 			p.halted = true
+			for j := i; j < len(events); j++ {
+				p.acct.Release(int64(len(events[j].Raw))) // never handed on, never acknowledged
+			}
 			return false
 		}
 		p.handedOn(ev.Arrival)

@@ -252,6 +252,17 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took 
 
 // writeFiles writes the data and equality-delete files of a batch (nothing is committed).
 func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
+	// The Arrow batch, Parquet pages and compressors of a flush are built here and released
+	// after it; a few writers at a time build them, so that what they take does not grow with
+	// the number of tables flushing at once (design.md §8).
+	if w.env.fileSlots != nil {
+		select {
+		case w.env.fileSlots <- struct{}{}:
+			defer func() { <-w.env.fileSlots }()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	l := w.st.lay
 	out := &staged{}
 	mem := memory.DefaultAllocator

@@ -1,9 +1,11 @@
 package sink
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
@@ -75,6 +78,12 @@ func WithBoundsChanged(changed func() <-chan struct{}) Option {
 	return func(s *Iceberg) { s.boundChanged = changed }
 }
 
+// WithMemoryBudget makes the sink relieve the process-wide byte budget the shard readers admit
+// their records against (membudget): when a reader has to wait, the writers with the biggest
+// buffers flush at once instead of at their flush interval or size, until what they hold covers
+// what the reader misses. Default: none.
+func WithMemoryBudget(b *membudget.Budget) Option { return func(s *Iceberg) { s.budget = b } }
+
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
 func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
@@ -91,6 +100,10 @@ type Iceberg struct {
 	// boundChanged is WithBoundsChanged (nil: none).
 	boundChanged func() <-chan struct{}
 	shards       shardSeen
+	// budget is WithMemoryBudget (nil: none).
+	budget *membudget.Budget
+	// fileSlots bounds the writers writing files at once (fileWriters).
+	fileSlots chan struct{}
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -109,13 +122,20 @@ type Iceberg struct {
 	wwg sync.WaitGroup
 }
 
+// fileWriters is how many table writers write their data and delete files at once: two per
+// CPU, so that file writing keeps every CPU busy while some writers wait for their catalog
+// commit, and the memory of the flushes in progress (Arrow batches, Parquet pages, compressors)
+// is bounded by that number instead of the number of tables.
+func fileWriters() int { return 2 * runtime.GOMAXPROCS(0) }
+
 // New returns a sink. Call Run before Submit.
 func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Option) (*Iceberg, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
-		writers: make(map[string]*writer), defs: newTableDefs(), started: make(chan struct{})}
+		writers: make(map[string]*writer), defs: newTableDefs(), started: make(chan struct{}),
+		fileSlots: make(chan struct{}, fileWriters())}
 	for _, o := range opts {
 		o(s)
 	}
@@ -178,6 +198,9 @@ func (s *Iceberg) Run(ctx context.Context) error {
 			m := maintenance.New(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics, 0)
 			g.Go(func() error { return m.Run(mctx) })
 		}
+	}
+	if s.budget != nil {
+		s.budget.OnPressure(s.relieve)
 	}
 	close(s.started)
 	return g.Wait()
@@ -267,7 +290,7 @@ func (s *Iceberg) newWriter(src string) *writer {
 	set := s.cfg.settingsFor(src)
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
 		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark,
-		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards}
+		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards, fileSlots: s.fileSlots}
 	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
 }
 
@@ -369,4 +392,24 @@ func (s *Iceberg) Close(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	return nil
+}
+
+// relieve asks the writers with the biggest buffers to flush now, biggest first, until what
+// they hold covers need bytes (at least one writer with something buffered). It never blocks:
+// it is called on a shard reader's goroutine while the reader waits for the budget.
+func (s *Iceberg) relieve(need int64) {
+	ws := s.snapshotWriters()
+	slices.SortFunc(ws, func(a, b *writer) int { return cmp.Compare(b.gauge.bytes.Load(), a.gauge.bytes.Load()) })
+	var got int64
+	for _, w := range ws {
+		n := w.gauge.bytes.Load()
+		if n <= 0 || got >= need {
+			break
+		}
+		select {
+		case w.nudge <- struct{}{}:
+		default: // asked already
+		}
+		got += n
+	}
 }

@@ -62,6 +62,9 @@ type writerEnv struct {
 	boundChanged func() <-chan struct{}
 	// shards notes the shards the sink has seen (risk detection with ordering shard).
 	shards *shardSeen
+	// fileSlots bounds how many writers of the sink write data and delete files at once (nil:
+	// no bound).
+	fileSlots chan struct{}
 }
 
 // writer owns one target table: its queue, buffer and commits.
@@ -72,6 +75,9 @@ type writer struct {
 	name  string    // target "namespace.table" for logs and metrics
 	set   *settings // resolved table configuration
 	in    chan item
+	// nudge asks the writer to flush now: a shard reader waits for the memory budget
+	// (Iceberg.relieve).
+	nudge chan struct{}
 	log   *zap.Logger
 	buf   buffer
 	st    targetTable
@@ -114,7 +120,7 @@ func newWriter(env writerEnv, src string, ident table.Identifier, set *settings,
 	name := ident[0] + "." + ident[len(ident)-1]
 	w := &writer{
 		env: env, src: src, ident: ident, name: name, set: set,
-		in:  make(chan item, queue),
+		in: make(chan item, queue), nudge: make(chan struct{}, 1),
 		log: log.With(zap.String("table", name)),
 		buf: newBuffer(),
 		dl:  newDLWait(),
@@ -169,6 +175,14 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 			if w.full() {
+				if err := w.flush(ctx); err != nil {
+					return err
+				}
+			}
+		case <-w.nudge:
+			// Under memory pressure the buffer commits now rather than at its interval or
+			// size, unless the bound that held it back the last time still holds it.
+			if w.buf.pending() && (!w.stuckSet || w.limitNow().gates() != w.stuck) {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}

@@ -69,6 +69,8 @@ type promMetrics struct {
 	tableDeadLetters    *prometheus.CounterVec
 	// The sink's queues and buffers, read at scrape time (metrics_buffers.go).
 	buffers *bufferCollector
+	// The process-wide byte budget, read at scrape time (metrics_buffers.go).
+	budget *budgetCollector
 
 	// Post-commit hook.
 	hookRuns     *prometheus.CounterVec
@@ -184,6 +186,8 @@ func newPromMetrics() *promMetrics {
 	m.tableLastLag = gauge("table", "last_end_to_end_lag_seconds", "For the last commit with a source time: commit time minus the source time of its newest change.", table)
 	m.buffers = newBufferCollector()
 	m.register(m.buffers)
+	m.budget = newBudgetCollector()
+	m.register(m.budget)
 	m.tableLastCommit = gauge("table", "last_commit_timestamp_seconds", "Unix time of the table's last commit by this worker.", table)
 	m.tableDeadLetters = counter("table", "dead_letters_total", "Changes of the table sent to the dead-letter file (unconvertible, or updates and deletes of a keyless table).", table)
 

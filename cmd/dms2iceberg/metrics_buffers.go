@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
@@ -52,4 +53,41 @@ func (c *bufferCollector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(v.d, prometheus.GaugeValue, v.v, b.Table)
 		}
 	}
+}
+
+// budgetCollector exports the process-wide byte budget (consumer.max_inflight_bytes) at scrape
+// time: what it holds, its limit, and how long shard readers waited for it.
+type budgetCollector struct {
+	src                  atomic.Pointer[membudget.Budget]
+	held, limit, blocked *prometheus.Desc
+}
+
+func newBudgetCollector() *budgetCollector {
+	desc := func(name, help string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "", name), help, nil, nil)
+	}
+	return &budgetCollector{
+		held:    desc("memory_budget_bytes", "Raw bytes of the records read and not yet committed, dead-lettered or acknowledged, over every table (the byte budget's use)."),
+		limit:   desc("memory_budget_limit_bytes", "The byte budget (consumer.max_inflight_bytes)."),
+		blocked: desc("reader_blocked_seconds_total", "Seconds shard readers waited for the byte budget before handing on a delivery."),
+	}
+}
+
+// watchBudget makes the scrapes read b; until then there are no series.
+func (m *promMetrics) watchBudget(b *membudget.Budget) { m.budget.src.Store(b) }
+
+func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.held
+	ch <- c.limit
+	ch <- c.blocked
+}
+
+func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
+	b := c.src.Load()
+	if b == nil {
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(b.Held()))
+	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(b.Limit()))
+	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.CounterValue, b.Blocked().Seconds())
 }

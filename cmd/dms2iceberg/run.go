@@ -11,6 +11,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
@@ -98,7 +99,13 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		}
 		return sink.Bound{}
 	}
-	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
+	// One byte budget for the process: the consumer's readers admit against it, the sink
+	// flushes early when they wait.
+	budget := membudget.New(cfg.Consumer.MaxInflightBytes)
+	metrics.watchBudget(budget)
+	memLimit, fromEnv := applyMemoryLimit(budget.Limit())
+	log.Info("memory", zap.Int64("max_inflight_bytes", budget.Limit()), zap.Int64("go_memory_limit", memLimit), zap.Bool("from_GOMEMLIMIT", fromEnv))
+	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMemoryBudget(budget), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
 		sink.WithCommitBounds(bound), sink.WithBoundsChanged(func() <-chan struct{} {
 			if c := cons.Load(); c != nil {
 				return c.BoundsChanged()
@@ -116,6 +123,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	metrics.watchBuffers(snk.Buffers)
 	c, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+		consumer.WithBudget(budget),
 		consumer.WithShutdownDeadline(p.deadline),
 		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
