@@ -79,6 +79,15 @@ type Config struct {
 	// one per interval per table), so quiet tables show how fresh they are. 0 turns it off.
 	// Default 1m. Only with ordering arrival and a commit bound.
 	FreshnessInterval time.Duration `yaml:"freshness_interval"`
+	// KeylessIdentity is how a table without primary key survives DMS re-sends (a PutRecords
+	// retry or a task restart sends a record again with a new Kinesis sequence number, which no
+	// watermark covers): "auto" (default) gives it the hidden string column _dms_record_id,
+	// added by the first insert that carries a DMS record identity (change.RecordIdentity: the
+	// DMS Kinesis endpoint setting IncludeTransactionDetails=true), and writes every such insert
+	// with an equality delete of its identity, so a re-sent insert replaces its earlier copy;
+	// "off" appends every insert (re-sends duplicate rows). Records without the details (details
+	// off, every full-load record) are appended either way.
+	KeylessIdentity string `yaml:"keyless_identity"`
 }
 
 // TableConfig holds the settings of one source table.
@@ -178,6 +187,7 @@ func DefaultConfig() Config {
 		AbsentColumns:     AbsentNull,
 		Ordering:          OrderingArrival,
 		FreshnessInterval: time.Minute,
+		KeylessIdentity:   KeylessIdentityAuto,
 		DeadLetters:       DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
 }
@@ -216,6 +226,9 @@ func (c Config) Validate() error {
 	if c.FreshnessInterval < 0 {
 		return fmt.Errorf("sink.freshness_interval: must not be negative, got %s", c.FreshnessInterval)
 	}
+	if err := c.validKeylessIdentity(); err != nil {
+		return err
+	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)
 	}
@@ -223,4 +236,18 @@ func (c Config) Validate() error {
 		return err
 	}
 	return c.validateTables()
+}
+
+// The values of Config.KeylessIdentity.
+const (
+	KeylessIdentityAuto = "auto"
+	KeylessIdentityOff  = "off"
+)
+
+func (c Config) validKeylessIdentity() error {
+	switch c.KeylessIdentity {
+	case "", KeylessIdentityAuto, KeylessIdentityOff:
+		return nil
+	}
+	return fmt.Errorf("sink.keyless_identity: %q is not auto or off", c.KeylessIdentity)
 }

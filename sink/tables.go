@@ -323,6 +323,9 @@ type settings struct {
 	// arrival: the ordering guard is on (ordering arrival); freshness is sink.freshness_interval.
 	arrival   bool
 	freshness time.Duration
+	// identity: a keyless table's inserts carry their DMS record identity (sink.keyless_identity
+	// auto, identity.go).
+	identity bool
 }
 
 func (c Config) settingsFor(src string) *settings {
@@ -330,7 +333,8 @@ func (c Config) settingsFor(src string) *settings {
 	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
-		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval}
+		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval,
+		identity: c.KeylessIdentity != KeylessIdentityOff}
 	if tc.Ordering != "" {
 		st.arrival = tc.Ordering == OrderingArrival
 	}
