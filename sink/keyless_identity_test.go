@@ -1,11 +1,15 @@
 package sink
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/apache/iceberg-go/table"
+
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // Keyless tables and DMS re-sends (issue 12 item 5): a re-sent record (PutRecords retry, task
@@ -200,5 +204,34 @@ func TestKeyedTableHasNoIdentityColumn(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "log")
 	eq(t, rows, "id=1,msg=a")
+	h.close()
+}
+
+// Compaction applies the identity's equality deletes like a keyed table's and drops them; a
+// re-send after it still replaces the compacted copy.
+func TestKeylessIdentityDeletesAreCompacted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir(), withTables(logDef), withMaintenance(nil))
+	for b := range 4 {
+		h.event(cdcInsert("s0", 10*b+1, fmt.Sprint("m", b), 20+b, 1, true))
+		if b > 0 {
+			h.event(cdcInsert("s0", 10*b+2, fmt.Sprint("m", b-1), 20+b-1, 1, true)) // the previous batch's record again
+		}
+		h.flush()
+	}
+	eq(t, msgs(t, h), "msg=m0", "msg=m1", "msg=m2", "msg=m3")
+	cfg := maintenance.DefaultConfig()
+	cfg.KeepLast, cfg.SnapshotRetention = 2, 0
+	rep, err := maintenance.RunTable(context.Background(), h.cat, table.Identifier{"shop", "log"}, cfg, maintenance.RunOptions{SkipOrphans: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Compacted || rep.DeleteFilesRemoved == 0 || rep.DeleteFilesAfter != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	eq(t, msgs(t, h), "msg=m0", "msg=m1", "msg=m2", "msg=m3")
+	h.event(cdcInsert("s0", 100, "m2", 22, 1, true))
+	h.flush()
+	eq(t, msgs(t, h), "msg=m0", "msg=m1", "msg=m2", "msg=m3")
 	h.close()
 }
