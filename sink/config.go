@@ -81,12 +81,13 @@ type Config struct {
 	FreshnessInterval time.Duration `yaml:"freshness_interval"`
 	// KeylessIdentity is how a table without primary key survives DMS re-sends (a PutRecords
 	// retry or a task restart sends a record again with a new Kinesis sequence number, which no
-	// watermark covers): "auto" (default) gives it the hidden string column _dms_record_id,
-	// added by the first insert that carries a DMS record identity (change.RecordIdentity: the
-	// DMS Kinesis endpoint setting IncludeTransactionDetails=true), and writes every such insert
-	// with an equality delete of its identity, so a re-sent insert replaces its earlier copy;
-	// "off" appends every insert (re-sends duplicate rows). Records without the details (details
-	// off, every full-load record) are appended either way.
+	// watermark covers): "auto" (default) creates every keyless table with the extra optional
+	// string column _dms_record_id (readers see it), which holds the DMS record identity of the
+	// inserts that carry one (change.RecordIdentity: the DMS Kinesis endpoint setting
+	// IncludeTransactionDetails=true), and writes every such insert with an equality delete of
+	// it, so a re-sent insert replaces its earlier copy; "off" creates no column and appends every
+	// insert (re-sends duplicate rows). Records without the details (details off, every full-load
+	// record) are appended either way, and tables created without the column keep appending.
 	KeylessIdentity string `yaml:"keyless_identity"`
 }
 

@@ -200,7 +200,7 @@ func scanRows(t *testing.T, cat catalog.Catalog, name string) ([]string, *table.
 				v, ok := dms.RenderArrow(rec.Column(idx[0]), i, f.Type)
 				if !ok {
 					if f.Name == KeylessIdentityColumn {
-						continue // the hidden identity of keyless tables shows only when set
+						continue // the identity column of keyless tables shows only when set
 					}
 					v = "null"
 				}
