@@ -86,7 +86,8 @@ type Config struct {
 	// inserts that carry one (change.RecordIdentity: the DMS Kinesis endpoint setting
 	// IncludeTransactionDetails=true), and writes every such insert with an equality delete of
 	// it, so a re-sent insert replaces its earlier copy; "off" creates no column and appends every
-	// insert (re-sends duplicate rows). Records without the details (details off, every full-load
+	// insert (re-sends duplicate rows; a table that has the column gets null in it). Tables
+	// override it with TableConfig.KeylessIdentity. Records without the details (details off, every full-load
 	// record) are appended either way, and tables created without the column keep appending.
 	KeylessIdentity string `yaml:"keyless_identity"`
 }
@@ -139,6 +140,9 @@ type TableConfig struct {
 	// Ordering overrides sink.ordering for this table: "arrival" or "shard". Default "": the
 	// sink's.
 	Ordering string `yaml:"ordering"`
+	// KeylessIdentity overrides sink.keyless_identity for this table: "auto" or "off". Default
+	// "": the sink's.
+	KeylessIdentity string `yaml:"keyless_identity"`
 }
 
 // PartitionField is one field of a table's partition spec.
@@ -246,9 +250,16 @@ const (
 )
 
 func (c Config) validKeylessIdentity() error {
-	switch c.KeylessIdentity {
+	if err := validIdentity(c.KeylessIdentity); err != nil {
+		return fmt.Errorf("sink.keyless_identity: %w", err)
+	}
+	return nil
+}
+
+func validIdentity(v string) error {
+	switch v {
 	case "", KeylessIdentityAuto, KeylessIdentityOff:
 		return nil
 	}
-	return fmt.Errorf("sink.keyless_identity: %q is not auto or off", c.KeylessIdentity)
+	return fmt.Errorf("%q is not auto or off", v)
 }

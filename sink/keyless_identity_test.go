@@ -138,6 +138,33 @@ func TestKeylessIdentityOff(t *testing.T) {
 	}
 }
 
+// sink.tables.<t>.keyless_identity overrides the sink's setting for one table, both ways.
+func TestKeylessIdentityPerTable(t *testing.T) {
+	t.Parallel()
+	tables := map[string]TableConfig{
+		"shop.log":   {Columns: logDef["shop.log"].Columns, KeylessIdentity: KeylessIdentityAuto},
+		"shop.audit": {Columns: logDef["shop.log"].Columns, KeylessIdentity: KeylessIdentityOff},
+	}
+	h := newHarness(t, t.TempDir(), withTables(tables), withMaintenance(nil),
+		withConfig(func(c *Config) { c.KeylessIdentity = KeylessIdentityOff }))
+	for i, tbl := range []string{"log", "log", "audit", "audit"} {
+		ev := cdcInsert("s0", i+1, "a", 7, 1, true)
+		ev.Table = tbl
+		h.event(ev)
+	}
+	h.flush()
+	eq(t, msgs(t, h), "msg=a")
+	rows, _ := scanRows(t, h.cat, "audit")
+	eq(t, rows, "msg=a", "msg=a")
+	h.close()
+	bad := DefaultConfig()
+	bad.Stream = "st"
+	bad.Tables = map[string]TableConfig{"shop.x": {KeylessIdentity: "yes"}}
+	if err := bad.Validate(); err == nil || !strings.Contains(err.Error(), "keyless_identity") {
+		t.Fatalf("sink.tables keyless_identity yes: %v", err)
+	}
+}
+
 // A keyless table created without the column (before this version, or with keyless_identity
 // off) does not get it later: its re-sends are appended again, and reading it still works.
 func TestKeylessTableWithoutIdentityColumnKeepsAppending(t *testing.T) {

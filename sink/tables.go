@@ -194,6 +194,9 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	if err := validOrdering(t.Ordering); err != nil {
 		return fmt.Errorf("%s: %w", field("ordering"), err)
 	}
+	if err := validIdentity(t.KeylessIdentity); err != nil {
+		return fmt.Errorf("%s: %w", field("keyless_identity"), err)
+	}
 	if t.FlushInterval < 0 {
 		return fmt.Errorf("%s: must not be negative, got %s", field("flush_interval"), t.FlushInterval)
 	}
@@ -337,6 +340,9 @@ func (c Config) settingsFor(src string) *settings {
 		identity: c.KeylessIdentity != KeylessIdentityOff}
 	if tc.Ordering != "" {
 		st.arrival = tc.Ordering == OrderingArrival
+	}
+	if tc.KeylessIdentity != "" {
+		st.identity = tc.KeylessIdentity == KeylessIdentityAuto
 	}
 	if tc.FlushInterval > 0 {
 		st.flushInterval = tc.FlushInterval
