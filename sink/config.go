@@ -86,9 +86,10 @@ type Config struct {
 	// inserts that carry one (change.RecordIdentity: the DMS Kinesis endpoint setting
 	// IncludeTransactionDetails=true), and writes every such insert with an equality delete of
 	// it, so a re-sent insert replaces its earlier copy; "off" creates no column and appends every
-	// insert (re-sends duplicate rows; a table that has the column gets null in it). Tables
-	// override it with TableConfig.KeylessIdentity. Records without the details (details off, every full-load
-	// record) are appended either way, and tables created without the column keep appending.
+	// insert (re-sends duplicate rows; a table that has the column gets null in it). Records
+	// without the details (details off, every full-load record) are appended either way, and
+	// tables created without the column keep appending. Tables override it with
+	// TableConfig.KeylessIdentity.
 	KeylessIdentity string `yaml:"keyless_identity"`
 }
 

@@ -15,14 +15,14 @@ import (
 // re-send (PutRecords retry, task restart) arrives with a new Kinesis sequence number that no
 // watermark covers. A keyed table rewrites the row (last change per key); a keyless table would
 // append it again. So a keyless table's inserts that carry an identity (change.RecordIdentity,
-// IncludeTransactionDetails=true) store it in the extra column _dms_record_id (readers see it), and each is
-// written with an equality delete of its identity: a re-sent insert replaces its earlier copy,
-// within a batch the last copy survives. Keyless tables are created with the column when the
-// setting is auto; it is optional: rows without an identity (full load, details off) hold null
-// and are appended as before. It is not a source column: table-defs never name it, so schema
-// evolution neither marks it dropped nor renames it, and a value a record carries under its
-// name is not stored (a source column of that name that the table was created with is the
-// source's, and the table then has no identity).
+// IncludeTransactionDetails=true) store it in the extra column _dms_record_id (readers see
+// it), and each is written with an equality delete of its identity: a re-sent insert replaces
+// its earlier copy, within a batch the last copy survives. Keyless tables are created with the
+// column when the setting is auto; it is optional: rows without an identity (full load,
+// details off) hold null and are appended as before. It is not a source column: table-defs
+// never name it, so schema evolution neither marks it dropped nor renames it, and a value a
+// record carries under its name is not stored (a source column of that name that the table
+// was created with is the source's, and the table then has no identity).
 
 // KeylessIdentityColumn is the extra column of a keyless table that holds each row's DMS record
 // identity (change.RecordIdentity), written with sink.keyless_identity auto. Keyless tables get

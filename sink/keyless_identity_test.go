@@ -63,6 +63,9 @@ func TestKeylessResendsWithTransactionDetailsAreExactlyOnce(t *testing.T) {
 	if !ok || f.Required || !strings.HasPrefix(f.Doc, identityDoc) || len(tbl.Schema().IdentifierFieldIDs) != 0 {
 		t.Fatalf("identity column %+v (found %v), identifier fields %v", f, ok, tbl.Schema().IdentifierFieldIDs)
 	}
+	if p := tbl.Properties(); p["write.parquet.dict-encoding-enabled.column."+KeylessIdentityColumn] != "" || p["write.parquet.dict-encoding-enabled.column.msg"] != "true" {
+		t.Fatalf("dictionary properties %v: want msg only (identities are distinct per row)", p)
+	}
 	// Next batch: a re-send of b with a new record c.
 	h.event(cdcInsert("s0", 4, "b", 7, 2, true))
 	h.event(cdcInsert("s0", 5, "c", 8, 1, true))

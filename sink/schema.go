@@ -40,8 +40,8 @@ func dictionaryProps(s *iceberg.Schema) iceberg.Properties {
 		keys[id] = true
 	}
 	for _, f := range s.Fields() {
-		if keys[f.ID] {
-			continue
+		if keys[f.ID] || strings.HasPrefix(f.Doc, identityDoc) {
+			continue // keys and the DMS record identity are distinct per row
 		}
 		if _, ok := f.Type.(iceberg.StringType); ok {
 			props["write.parquet.dict-encoding-enabled.column."+f.Name] = "true"
