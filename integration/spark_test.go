@@ -337,9 +337,10 @@ func (p *pipeline) sparkCheck(catalogName string, props map[string]string, names
 // TestSparkReadsTables: pyspark with the Iceberg Spark runtime reads every table the service
 // wrote through the embedded catalog (Iceberg's JdbcCatalog on the same SQLite file, the same
 // local warehouse), and its rows, rendered in Go by the code verify uses, equal the expected
-// state: equality deletes, primary-key changes, keyless tables and every DMS type family. Two
-// workloads: plain CDC, and the schema-change scenario (columns added, renamed, widened and
-// dropped, tables created and dropped mid-stream), which Spark must read through the evolved
+// state: equality deletes, primary-key changes, keyless tables (with DMS re-sends that their
+// record identity absorbs) and every DMS type family. Two workloads: plain CDC, and the
+// schema-change scenario (columns added, renamed, widened and dropped, tables created and
+// dropped mid-stream), which Spark must read through the evolved
 // schemas (field ids, not names); and plain CDC with in-process maintenance on aggressive
 // thresholds followed by `dms2iceberg maintain` (compaction with dead equality deletes removed,
 // snapshot expiry, manifest rewrite), which Spark must read with the rewritten files.
@@ -351,7 +352,8 @@ func TestSparkReadsTables(t *testing.T) {
 		// maintain runs `dms2iceberg maintain` after the service stopped.
 		maintain bool
 	}{
-		{name: "cdc", genArgs: []string{"--changes", "2000", "--seed", "11"}},
+		// With DMS re-sends of keyless inserts: Spark must apply the identity's equality deletes.
+		{name: "cdc", genArgs: []string{"--changes", "2000", "--seed", "11", "--resends", "40"}},
 		{name: "schema_changes", genArgs: []string{"--changes", "3000", "--load-rows", "300", "--seed", "12", "--schema-changes"},
 			config: map[string]any{"drop_table": "mark"}},
 		{name: "after_maintenance", genArgs: []string{"--changes", "2000", "--seed", "13"},

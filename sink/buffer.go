@@ -263,21 +263,36 @@ type lookup struct {
 }
 
 // plan takes the rows within lim (a per-shard prefix, see limit.selects), drops those the table
-// already holds (l.watermark) and collapses the rest to the last change per key (l.keyIdx;
-// keyless tables keep every row), deciding "last" in lim's order.
+// already holds (l.watermark) and collapses the rest to the last change per key (l.keyIdx),
+// deciding "last" in lim's order. Keyless tables keep every row, except that rows with a DMS
+// record identity (l.identified, identity.go) collapse to the last copy per identity, each with
+// an equality delete of it: a re-send replaces the copy an earlier batch wrote.
 func (b *buffer) plan(l *layout, lim limit) batch {
 	out := batch{maxSeq: make(map[string]string)}
 	sel := b.selectRows(lim)
 	out.take = sel
 	if !l.keyed() {
+		var byID map[string]int // identity -> index into out.upserts
 		for _, i := range sel {
 			r := &b.rows[i]
 			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 				out.trimmed++
 				continue
 			}
-			out.upserts = append(out.upserts, i)
 			out.noteSeq(r)
+			if l.identified() && !r.vals[l.idIdx].Null {
+				id := r.vals[l.idIdx]
+				if byID == nil {
+					byID = make(map[string]int)
+				}
+				if u, ok := byID[id.S]; ok {
+					out.upserts[u] = i // the same record again: one copy
+					continue
+				}
+				byID[id.S] = len(out.upserts)
+				out.deletes = append(out.deletes, []dms.Datum{id})
+			}
+			out.upserts = append(out.upserts, i)
 		}
 		return out
 	}

@@ -484,3 +484,29 @@ func TestGatedFromCapsCompleteThrough(t *testing.T) {
 		t.Fatalf("gatedFrom %d without gates, want 0", got)
 	}
 }
+
+// A keyless table with the DMS record identity (here the name column stands for it) keeps one
+// copy per identity, the last, with one delete per identity; rows without one are all kept.
+func TestBufferPlanKeylessIdentity(t *testing.T) {
+	t.Parallel()
+	l := bufLayout(false, map[string]string{"a": "1"})
+	l.hasID, l.idIdx, l.idID = true, 1, 2
+	noID := brow("u", "a/5", 9, "", 0)
+	noID.vals[1] = dms.Datum{Null: true}
+	b := newBuffer()
+	for _, r := range []row{brow("u", "a/1", 1, "x", 0), brow("u", "a/2", 1, "x", 0), brow("u", "a/3", 2, "y", 0),
+		brow("u", "a/4", 1, "x", 0), brow("r", "b/1", 1, "x", 0), noID, noID} {
+		b.add(r, 10)
+	}
+	got := b.plan(l, all)
+	if want := []int{4, 2, 5, 6}; !slices.Equal(got.upserts, want) {
+		t.Errorf("upserts %v, want %v", got.upserts, want)
+	}
+	var dels []string
+	for _, k := range got.deletes {
+		dels = append(dels, k[0].S)
+	}
+	if want := []string{"x", "y"}; !slices.Equal(dels, want) || got.trimmed != 1 {
+		t.Errorf("deletes %v (want %v), trimmed %d (want 1)", dels, want, got.trimmed)
+	}
+}

@@ -79,6 +79,18 @@ type Config struct {
 	// one per interval per table), so quiet tables show how fresh they are. 0 turns it off.
 	// Default 1m. Only with ordering arrival and a commit bound.
 	FreshnessInterval time.Duration `yaml:"freshness_interval"`
+	// KeylessIdentity is how a table without primary key survives DMS re-sends (a PutRecords
+	// retry or a task restart sends a record again with a new Kinesis sequence number, which no
+	// watermark covers): "auto" (default) creates every keyless table with the extra optional
+	// string column _dms_record_id (readers see it), which holds the DMS record identity of the
+	// inserts that carry one (change.RecordIdentity: the DMS Kinesis endpoint setting
+	// IncludeTransactionDetails=true), and writes every such insert with an equality delete of
+	// it, so a re-sent insert replaces its earlier copy; "off" creates no column and appends every
+	// insert (re-sends duplicate rows; a table that has the column gets null in it). Records
+	// without the details (details off, every full-load record) are appended either way, and
+	// tables created without the column keep appending. Tables override it with
+	// TableConfig.KeylessIdentity.
+	KeylessIdentity string `yaml:"keyless_identity"`
 }
 
 // TableConfig holds the settings of one source table.
@@ -135,6 +147,9 @@ type TableConfig struct {
 	// deletes within sink.maintenance.position_delay, which PyIceberg, Snowflake and Databricks
 	// read too. Needs maintenance enabled.
 	DeleteMode string `yaml:"delete_mode"`
+	// KeylessIdentity overrides sink.keyless_identity for this table: "auto" or "off". Default
+	// "": the sink's.
+	KeylessIdentity string `yaml:"keyless_identity"`
 }
 
 // PartitionField is one field of a table's partition spec.
@@ -184,6 +199,7 @@ func DefaultConfig() Config {
 		AbsentColumns:     AbsentNull,
 		Ordering:          OrderingArrival,
 		FreshnessInterval: time.Minute,
+		KeylessIdentity:   KeylessIdentityAuto,
 		DeadLetters:       DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
 }
@@ -222,6 +238,9 @@ func (c Config) Validate() error {
 	if c.FreshnessInterval < 0 {
 		return fmt.Errorf("sink.freshness_interval: must not be negative, got %s", c.FreshnessInterval)
 	}
+	if err := c.validKeylessIdentity(); err != nil {
+		return err
+	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)
 	}
@@ -236,4 +255,25 @@ func (c Config) Validate() error {
 		}
 	}
 	return c.validateTables()
+}
+
+// The values of Config.KeylessIdentity.
+const (
+	KeylessIdentityAuto = "auto"
+	KeylessIdentityOff  = "off"
+)
+
+func (c Config) validKeylessIdentity() error {
+	if err := validIdentity(c.KeylessIdentity); err != nil {
+		return fmt.Errorf("sink.keyless_identity: %w", err)
+	}
+	return nil
+}
+
+func validIdentity(v string) error {
+	switch v {
+	case "", KeylessIdentityAuto, KeylessIdentityOff:
+		return nil
+	}
+	return fmt.Errorf("%q is not auto or off", v)
 }

@@ -47,8 +47,8 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 	}
 	for pos, c := range ev.Columns {
 		i, ok := l.index(pos, c.Name)
-		if !ok || (r.del && !isKey(l, i)) {
-			continue // excluded, or a non-key column of a delete
+		if !ok || (r.del && !isKey(l, i)) || l.isIdentity(i) {
+			continue // excluded, a non-key column of a delete, or the identity (not a source column)
 		}
 		if keep {
 			w.seen[i] = true
@@ -62,6 +62,9 @@ func (w *writer) convert(ev *change.Event) (row, string) {
 			return r, fmt.Sprintf("column %s: %v", c.Name, err)
 		}
 		r.vals[i] = d
+	}
+	if l.identified() && w.set.identity {
+		r.vals[l.idIdx] = identityDatum(ev)
 	}
 	for _, i := range l.keyIdx {
 		if r.vals[i].Null {

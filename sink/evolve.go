@@ -290,7 +290,7 @@ func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
 func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.TableDef, op string) (superseded bool, err error) {
 	desired := w.set.desired(def)
 	clearDrop := op == "create-table" && w.st.status == tableprop.StatusDropped
-	planFor := func() dms.SchemaPlan { return dms.PlanSchema(w.st.lay.columnStates(), desired, op == "rename-column") }
+	planFor := func() dms.SchemaPlan { return dms.PlanSchema(w.st.lay.sourceStates(), desired, op == "rename-column") }
 	plan := planFor()
 	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 }
 	committed := false // the plan's commit advanced the record's watermark

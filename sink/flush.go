@@ -288,15 +288,20 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 		}
 	}
 	if len(b.deletes) > 0 {
-		rb := array.NewRecordBuilder(mem, l.keyArrow)
+		// By key; in a keyless table by the DMS record identity (identity.go).
+		cols, ids, sc := l.keyIdx, l.keyIDs, l.keyArrow
+		if !l.keyed() {
+			cols, ids, sc = []int{l.idIdx}, []int{l.idID}, l.idArrow
+		}
+		rb := array.NewRecordBuilder(mem, sc)
 		for _, key := range b.deletes {
-			for ki, ci := range l.keyIdx {
+			for ki, ci := range cols {
 				dms.AppendDatum(rb.Field(ki), l.types[ci], key[ki])
 			}
 		}
 		rec := rb.NewRecordBatch()
 		rb.Release()
-		files, err := w.st.tbl.NewTransaction().WriteEqualityDeletes(ctx, l.keyIDs, single(rec))
+		files, err := w.st.tbl.NewTransaction().WriteEqualityDeletes(ctx, ids, single(rec))
 		rec.Release() // WriteEqualityDeletes does not release its input
 		if err != nil {
 			return nil, fmt.Errorf("write equality deletes for %s: %w", w.name, err)

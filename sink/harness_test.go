@@ -171,7 +171,8 @@ func (h *harness) flush() {
 	}
 }
 
-// rows scans a table through iceberg-go and renders each row as "c1=v1,c2=v2" sorted.
+// rows scans a table through iceberg-go and renders each row as "c1=v1,c2=v2" sorted (a null
+// _dms_record_id left out).
 func scanRows(t *testing.T, cat catalog.Catalog, name string) ([]string, *table.Table) {
 	t.Helper()
 	ctx := context.Background()
@@ -198,6 +199,9 @@ func scanRows(t *testing.T, cat catalog.Catalog, name string) ([]string, *table.
 				}
 				v, ok := dms.RenderArrow(rec.Column(idx[0]), i, f.Type)
 				if !ok {
+					if f.Name == KeylessIdentityColumn {
+						continue // the identity column of keyless tables shows only when set
+					}
 					v = "null"
 				}
 				_ = ci

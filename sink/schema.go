@@ -40,8 +40,8 @@ func dictionaryProps(s *iceberg.Schema) iceberg.Properties {
 		keys[id] = true
 	}
 	for _, f := range s.Fields() {
-		if keys[f.ID] {
-			continue
+		if keys[f.ID] || strings.HasPrefix(f.Doc, identityDoc) {
+			continue // keys and the DMS record identity are distinct per row
 		}
 		if _, ok := f.Type.(iceberg.StringType); ok {
 			props["write.parquet.dict-encoding-enabled.column."+f.Name] = "true"
@@ -71,6 +71,12 @@ type layout struct {
 	// table's schema itself so that it holds from the first record after a restart; nil when
 	// the key has none.
 	keyDomains []dms.Domain
+	// hasID: the table has the DMS record identity column of keyless tables (identity.go), at
+	// position idIdx; idID is its field id and idArrow the schema of its equality deletes.
+	hasID   bool
+	idIdx   int
+	idID    int
+	idArrow *arrow.Schema
 }
 
 // domain is column i's value domain: a timestamp key's stored form, else its source-type range
@@ -124,7 +130,7 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 		}
 	}
 	for i, f := range fields {
-		if !slices.Contains(l.keyIdx, i) && !strings.HasPrefix(f.Doc, droppedDoc) {
+		if !slices.Contains(l.keyIdx, i) && !strings.HasPrefix(f.Doc, droppedDoc) && !strings.HasPrefix(f.Doc, identityDoc) {
 			l.live = append(l.live, i)
 		}
 	}
@@ -146,6 +152,7 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 		keyFields = append(keyFields, as.Field(i))
 	}
 	l.keyArrow = arrow.NewSchema(keyFields, nil)
+	l.findIdentity(fields)
 	l.watermark = tableprop.Watermarks(tbl.Properties(), stream)
 	return l, nil
 }
@@ -173,7 +180,8 @@ type columnSource struct {
 // from configuration, else inferred from the first event's values. The primary key comes from
 // configuration when set there, else from the table-def; no key column may be excluded or
 // masked (settings.keyRule). Excluded columns are left out; hashed and masked columns are
-// strings.
+// strings. A keyless table gets the DMS record identity column last (sink.keyless_identity
+// auto, identity.go).
 func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg.Schema, string, error) {
 	var cols []columnSource
 	var key []string
@@ -239,6 +247,10 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 	if len(keyIDs) != len(key) {
 		return nil, "", fmt.Errorf("primary key %v names a column the table does not have (columns from %s)", key, source)
 	}
+	if len(key) == 0 && st.identity && !slices.ContainsFunc(cols, func(c columnSource) bool { return c.name == KeylessIdentityColumn }) {
+		// A keyless table carries its rows' DMS record identity from the start (identity.go).
+		fields = append(fields, identityField(len(fields)+1))
+	}
 	for _, id := range keyIDs {
 		if err := keyType(fields[id-1]); err != nil {
 			return nil, "", err
@@ -254,6 +266,17 @@ func keyType(f iceberg.NestedField) error {
 		return fmt.Errorf("primary key column %s is floating point; Iceberg equality deletes cannot use it", f.Name)
 	}
 	return nil
+}
+
+// sourceStates is columnStates without the DMS record identity column, which is not a source
+// column: a table-def never names it, so schema evolution must not mark it dropped or rename
+// it.
+func (l *layout) sourceStates() []dms.ColumnState {
+	states := l.columnStates()
+	if l.hasID {
+		states = slices.Delete(states, l.idIdx, l.idIdx+1)
+	}
+	return states
 }
 
 // droppedDoc starts the doc of a column that a table-def no longer has: the column is kept with

@@ -199,6 +199,9 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 		return fmt.Errorf("%s: must be %q or %q, got %q", field("delete_mode"), maintenance.DeleteModeEquality,
 			maintenance.DeleteModePosition, t.DeleteMode)
 	}
+	if err := validIdentity(t.KeylessIdentity); err != nil {
+		return fmt.Errorf("%s: %w", field("keyless_identity"), err)
+	}
 	if t.FlushInterval < 0 {
 		return fmt.Errorf("%s: must not be negative, got %s", field("flush_interval"), t.FlushInterval)
 	}
@@ -328,6 +331,9 @@ type settings struct {
 	// arrival: the ordering guard is on (ordering arrival); freshness is sink.freshness_interval.
 	arrival   bool
 	freshness time.Duration
+	// identity: a keyless table's inserts carry their DMS record identity (sink.keyless_identity
+	// auto, identity.go).
+	identity bool
 }
 
 func (c Config) settingsFor(src string) *settings {
@@ -335,9 +341,13 @@ func (c Config) settingsFor(src string) *settings {
 	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
-		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval}
+		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval,
+		identity: c.KeylessIdentity != KeylessIdentityOff}
 	if tc.Ordering != "" {
 		st.arrival = tc.Ordering == OrderingArrival
+	}
+	if tc.KeylessIdentity != "" {
+		st.identity = tc.KeylessIdentity == KeylessIdentityAuto
 	}
 	if tc.FlushInterval > 0 {
 		st.flushInterval = tc.FlushInterval

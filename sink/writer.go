@@ -29,6 +29,7 @@ import (
 //	evolve.go        control records: opening and creating the table, schema changes, drop, key
 //	control.go       the guards of control records: watermark and staleness, before and after reloads
 //	key.go           the primary key: which columns may be key columns, giving a keyless table its key
+//	identity.go      the DMS record identity of keyless tables: re-sent records replace their copy
 //	truncate.go      control records on rows and names: truncate, rename-table
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
 //	owner.go         one source per target table: the owner property, claiming, refusing
@@ -114,6 +115,8 @@ type writer struct {
 	risked    [2]bool
 	// gauge is the buffer's size for Buffers (gauges.go).
 	gauge bufferGauge
+	// identityNoted: noteNoIdentity logged (identity.go).
+	identityNoted bool
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
@@ -331,6 +334,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if !w.st.lay.keyed() && ev.Op != change.OpLoad && ev.Op != change.OpInsert {
 		return w.deadLetter(ctx, ev, ClassKeyless, fmt.Sprintf("%s on table %s, which has no primary key: only inserts can be applied (configure sink.tables[%q].primary_key)", ev.Op, w.src, w.src))
 	}
+	w.noteNoIdentity(ev)
 	if unknown := w.unknownColumns(ev); len(unknown) > 0 {
 		if err := w.addColumns(ctx, ev, unknown); err != nil {
 			return err

@@ -58,6 +58,7 @@ type genOptions struct {
 	schema       bool
 	bad          int
 	partial      bool
+	resends      int
 	// sentLog is where gen writes one line per accepted record (see gensent.go); "": nowhere.
 	sentLog string
 	// DMS partitioning, a lagging shard and a mid-stream reload (issues 11 and 16).
@@ -144,6 +145,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
 	fs.StringVar(&o.sentLog, "sent-log", "", "write one line per accepted record to this file: table, shard id, sequence number, send time (Unix µs), tab-separated (for freshness measurements)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
+	fs.IntVar(&o.resends, "resends", 0, "send this many inserts of the keyless table twice, as a DMS PutRecords retry or task restart does (only inserts with transaction details; the expected state keeps one row, which needs sink.keyless_identity auto)")
 	addGenDMSFlags(fs.FlagSet, &o)
 	if err := fs.parse(args); err != nil {
 		return o, err
@@ -163,6 +165,8 @@ func parseGenArgs(args []string) (genOptions, error) {
 		return o, usageErrorf("--rate must not be negative, got %g", o.rate)
 	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
 		return o, usageErrorf("--bad-records must be between 0 and --changes, got %d", o.bad)
+	case o.resends < 0 || (o.resends > 0 && o.schema):
+		return o, usageErrorf("--resends must not be negative nor combined with --schema-changes, got %d", o.resends)
 	}
 	if err := checkGenDMSFlags(&o); err != nil {
 		return o, err
@@ -173,7 +177,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 // workloadConfig is the generator configuration of the options.
 func (o genOptions) workloadConfig() workload.Config {
 	c := workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
-		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial, Layout: o.layout}
+		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial, Layout: o.layout, Resends: o.resends}
 	if o.reloadTable != "" {
 		c.Reload = workload.Reload{Table: o.reloadTable, At: o.reloadAt, Deletes: o.reloadDeletes, Updates: o.reloadUpdates}
 	}

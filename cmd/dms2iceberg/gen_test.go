@@ -360,11 +360,21 @@ func TestGenFlags(t *testing.T) {
 	if got := o.workloadConfig(); got != want {
 		t.Fatalf("workload config %+v, want %+v", got, want)
 	}
+	o, err = parseGenArgs([]string{"--stream", "s", "--expected", "x", "--resends", "7"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.workloadConfig(); got.Resends != 7 {
+		t.Fatalf("--resends 7: workload config %+v", got)
+	}
+	if _, err := parseGenArgs([]string{"--stream", "s", "--expected", "x", "--resends", "1", "--schema-changes"}); err == nil {
+		t.Fatal("--resends with --schema-changes accepted")
+	}
 	o, err = parseGenArgs([]string{"--stream", "s", "--expected", "x"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := o.workloadConfig(); got.PartialUpdates || got.SchemaChanges || got.BadRecords != 0 {
+	if got := o.workloadConfig(); got.PartialUpdates || got.SchemaChanges || got.BadRecords != 0 || got.Resends != 0 {
 		t.Fatalf("default workload config %+v", got)
 	}
 }

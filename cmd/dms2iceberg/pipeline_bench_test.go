@@ -39,17 +39,28 @@ func cpuTime() time.Duration {
 // whole workload; msgs/cpu-s is messages per CPU-second of the whole process, ns/msg the wall
 // time per message. The records come from one shard with no arrival times and no commit bound
 // (the guard orders but holds nothing back); BenchmarkPipelineGuard measures the guard itself.
-func BenchmarkPipeline(b *testing.B) { benchPipeline(b, "arrival", 1, false) }
+func BenchmarkPipeline(b *testing.B) { benchPipeline(b, "arrival", 1, false, "") }
 
 // BenchmarkPipelineGuard is BenchmarkPipeline with the records spread over four shards with
 // arrival times, under the ordering guard with a commit bound (always past every record, as a
 // caught-up stream has it) and under ordering shard: the difference is the guard's CPU cost.
 func BenchmarkPipelineGuard(b *testing.B) {
-	b.Run("ordering=arrival", func(b *testing.B) { benchPipeline(b, "arrival", 4, true) })
-	b.Run("ordering=shard", func(b *testing.B) { benchPipeline(b, "shard", 4, false) })
+	b.Run("ordering=arrival", func(b *testing.B) { benchPipeline(b, "arrival", 4, true, "") })
+	b.Run("ordering=shard", func(b *testing.B) { benchPipeline(b, "shard", 4, false, "") })
 }
 
-func benchPipeline(b *testing.B, ordering string, shards int, bound bool) {
+// BenchmarkPipelineKeylessIdentity is BenchmarkPipeline with sink.keyless_identity auto (the
+// default: the keyless table's inserts that carry transaction details, about half, are written
+// with an equality delete of their DMS record identity) and off (plain appends): the difference
+// is the identity's cost.
+func BenchmarkPipelineKeylessIdentity(b *testing.B) {
+	b.Run("keyless_identity=auto", func(b *testing.B) { benchPipeline(b, "arrival", 1, false, sink.KeylessIdentityAuto) })
+	b.Run("keyless_identity=off", func(b *testing.B) { benchPipeline(b, "arrival", 1, false, sink.KeylessIdentityOff) })
+}
+
+// benchPipeline runs the workload with the ordering, over shards, with a commit bound when bound,
+// and sink.keyless_identity identity ("": the default).
+func benchPipeline(b *testing.B, ordering string, shards int, bound bool, identity string) {
 	gen := workload.New(workload.Config{Seed: 1, LoadRows: 5000, Changes: 50000})
 	var msgs [][]byte
 	for m := range gen.Messages() {
@@ -62,6 +73,9 @@ func benchPipeline(b *testing.B, ordering string, shards int, bound bool) {
 		cfg.Catalog = sink.DefaultCatalogConfig(b.TempDir())
 		cfg.Stream = "bench"
 		cfg.Ordering = ordering
+		if identity != "" {
+			cfg.KeylessIdentity = identity
+		}
 		if err := demoTables(&cfg); err != nil {
 			b.Fatal(err)
 		}

@@ -57,3 +57,28 @@ func TestSourcePosEncodeRoundTrip(t *testing.T) {
 		t.Fatal("the zero position does not encode as the empty string")
 	}
 }
+
+func TestRecordIdentity(t *testing.T) {
+	t.Parallel()
+	full := Metadata{TransactionID: "1139", TransactionRecordID: "3", CommitTimestamp: "2024-07-29T00:58:44.000000Z"}
+	for _, c := range []struct {
+		name string
+		op   Op
+		meta func(m *Metadata)
+		want string
+	}{
+		{"insert with transaction details", OpInsert, func(*Metadata) {}, "2024-07-29T00:58:44.000000Z/1139/3"},
+		{"update and delete too", OpDelete, func(*Metadata) {}, "2024-07-29T00:58:44.000000Z/1139/3"},
+		{"plain CDC: transaction-id only", OpInsert, func(m *Metadata) { m.TransactionRecordID, m.CommitTimestamp = "", "" }, ""},
+		{"no commit-timestamp", OpInsert, func(m *Metadata) { m.CommitTimestamp = "" }, ""},
+		{"no transaction-id", OpInsert, func(m *Metadata) { m.TransactionID = "" }, ""},
+		{"load records carry none (and never count)", OpLoad, func(*Metadata) {}, ""},
+		{"control", OpControl, func(*Metadata) {}, ""},
+	} {
+		m := full
+		c.meta(&m)
+		if got := RecordIdentity(&Event{Op: c.op, Meta: m}); got != c.want {
+			t.Errorf("%s: RecordIdentity = %q, want %q", c.name, got, c.want)
+		}
+	}
+}

@@ -106,3 +106,23 @@ func hexRun(s string) int {
 	}
 	return i
 }
+
+// RecordIdentity is the DMS identity of a CDC record: "<commit-timestamp>/<transaction-id>/
+// <transaction-record-id>", the metadata DMS writes with the Kinesis endpoint setting
+// IncludeTransactionDetails=true; "" when the record lacks any of them (details off, load and
+// control records). It is the same for every copy DMS sends of one source change: a PutRecords
+// retry re-sends the record as it was, and a task restarted from an earlier source position
+// reads the same committed transactions again and numbers their records the same way
+// (transaction-record-id counts the records DMS emits for the transaction, so this relies on
+// the task's table mappings not changing between the two runs). The commit timestamp keeps
+// transaction ids that the source reuses (PostgreSQL xids wrap around) apart.
+func RecordIdentity(ev *Event) string {
+	if ev.Op != OpInsert && ev.Op != OpUpdate && ev.Op != OpDelete {
+		return ""
+	}
+	m := &ev.Meta
+	if m.CommitTimestamp == "" || m.TransactionID == "" || m.TransactionRecordID == "" {
+		return ""
+	}
+	return m.CommitTimestamp + "/" + m.TransactionID + "/" + m.TransactionRecordID
+}

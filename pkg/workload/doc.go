@@ -77,6 +77,10 @@
 // current rows between other tables' CDC, then the table's CDC again. The expected state is
 // what the source holds: rows deleted during the outage are not in it.
 //
+// Config.Resends sends some inserts of the keyless table again, byte for byte, a few records
+// later, as DMS does on a PutRecords retry or a task restart: the copy reaches the stream under a
+// new sequence number and the expected state keeps one row (Message.Resend marks the copies).
+//
 // # The expected-state file
 //
 // Expected.Encode writes JSON with one line per table header and one line per row

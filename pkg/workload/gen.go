@@ -55,6 +55,16 @@ type Config struct {
 	// were deleted and updated at the source without records (see Reload). Default none; the
 	// workload without it is unchanged by this field.
 	Reload Reload
+	// Resends sends this many CDC inserts of the keyless table a second time, byte for byte with
+	// the same partition key, 1 to 40 records later: a DMS re-send (a PutRecords retry, or a task
+	// restarted from an earlier source position), which reaches the stream under a new sequence
+	// number. Only inserts that carry the transaction details (IncludeTransactionDetails) are
+	// re-sent, about every other one until the count is reached; the expected state does not
+	// change (the service must keep one copy: sink.keyless_identity auto). Message.Resend marks
+	// the copies. Not with SchemaChanges (a late copy would carry columns the table no longer
+	// has) nor with a Reload of the keyless table (a late copy of a row deleted during its
+	// outage would bring it back). Default 0; the workload without it is unchanged by this field.
+	Resends int
 }
 
 func (c Config) withDefaults() Config {
@@ -84,6 +94,12 @@ func (c Config) Validate() error {
 	if c.BadRecords > 0 && c.Changes <= c.BadRecords {
 		return fmt.Errorf("workload: BadRecords (%d) needs more Changes (%d) to spread over", c.BadRecords, c.Changes)
 	}
+	if c.Resends < 0 {
+		return fmt.Errorf("workload: Resends must not be negative, got %d", c.Resends)
+	}
+	if c.Resends > 0 && (c.SchemaChanges || c.Reload.Table == Events) {
+		return fmt.Errorf("workload: Resends cannot be combined with SchemaChanges or a Reload of %s", Events)
+	}
 	if c.Layout < LayoutTable || c.Layout > LayoutPrimaryKey {
 		return fmt.Errorf("workload: unknown Layout %d", c.Layout)
 	}
@@ -108,6 +124,8 @@ type Message struct {
 	DeadLetter string
 	// Reload marks the create-table and load records of the mid-stream reload (Config.Reload).
 	Reload bool
+	// Resend marks the second copy of a re-sent record (Config.Resends).
+	Resend bool
 }
 
 // Generator produces the workload of a Config. Its methods are safe for concurrent use; each
@@ -188,6 +206,16 @@ type run struct {
 	prevTxID  int64
 	prevTxRec int64
 	lsn       uint64
+	// resends are the copies waiting to be sent again (Config.Resends), resent how many were
+	// scheduled.
+	resends []resend
+	resent  int
+}
+
+// resend is a record to send again after due more records.
+type resend struct {
+	m   Message
+	due int
 }
 
 func newRun(cfg Config, endless bool) *run {
@@ -264,6 +292,7 @@ func (r *run) produce(ctx context.Context, yield func(Message) bool) {
 	if r.rl != nil {
 		r.rl.finish(r, emit)
 	}
+	r.resendRest(emit)
 }
 
 func (r *run) createTable(d *tableDef, schema string) Message {
@@ -364,12 +393,48 @@ func (r *run) transaction(n int, emit func(Message) bool) bool {
 	}
 	for range n {
 		x.record++
-		if !emit(r.change(r.pickTable(), x)) {
+		t := r.pickTable()
+		m := r.change(t, x)
+		if !emit(m) {
 			return false
 		}
 		r.prevTxID, r.prevTxRec = x.id, x.record
+		if !r.resendDue(emit) {
+			return false
+		}
+		if r.resent < r.cfg.Resends && t.def.key == nil && x.details && m.Op == "insert" && r.rng.IntN(2) == 0 {
+			m.Resend = true
+			r.resends = append(r.resends, resend{m: m, due: 1 + r.rng.IntN(40)})
+			r.resent++
+		}
 	}
 	return true
+}
+
+// resendDue counts one record against the waiting re-sends and sends those that are due.
+func (r *run) resendDue(emit func(Message) bool) bool {
+	kept := r.resends[:0]
+	for _, rs := range r.resends {
+		if rs.due--; rs.due > 0 {
+			kept = append(kept, rs)
+			continue
+		}
+		if !emit(rs.m) {
+			return false
+		}
+	}
+	r.resends = kept
+	return true
+}
+
+// resendRest sends the re-sends still waiting when the workload ends.
+func (r *run) resendRest(emit func(Message) bool) {
+	for _, rs := range r.resends {
+		if !emit(rs.m) {
+			return
+		}
+	}
+	r.resends = nil
 }
 
 // pickTable chooses the table of the next CDC record, never the table being reloaded.

@@ -582,3 +582,52 @@ func TestEncodeLikeCJSON(t *testing.T) {
 		t.Fatalf("compact:\n%s\nwant:\n%s", got, want)
 	}
 }
+
+// Config.Resends: the marked copies repeat, byte for byte and with the same partition key, an
+// earlier insert of the keyless table that carries the transaction details, and the expected
+// state is the stream's without them.
+func TestResendsRepeatKeylessInsertsAndKeepTheExpectedState(t *testing.T) {
+	cfg := Config{Seed: 4, Changes: 2000, LoadRows: 50, Resends: 30}
+	g := New(cfg)
+	msgs := collect(g)
+	sent := map[string]bool{}
+	var originals []Message
+	resends := 0
+	for _, m := range msgs {
+		if !m.Resend {
+			sent[m.PartitionKey+"\x00"+string(m.Data)] = true
+			originals = append(originals, m)
+			continue
+		}
+		resends++
+		if !sent[m.PartitionKey+"\x00"+string(m.Data)] {
+			t.Fatalf("re-send of a record not sent before: %s", m.Data)
+		}
+		r := parse(t, m)
+		if m.Table != Schema+"."+Events || m.Op != "insert" || r.Metadata["transaction-record-id"] == nil || r.Metadata["commit-timestamp"] == nil {
+			t.Fatalf("re-sent %s %s, want an insert of %s with transaction details: %s", m.Table, m.Op, Events, m.Data)
+		}
+	}
+	if resends != cfg.Resends {
+		t.Fatalf("%d re-sends, want %d", resends, cfg.Resends)
+	}
+	exp, err := g.Expected()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := replay(t, originals, false)
+	for _, et := range exp.Tables {
+		want, err := ExpectedTableOf(et.Name, cfg.TimestampTZ, state[et.Source])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(et, want) {
+			t.Errorf("%s: expected state (%d rows) differs from the stream without its re-sends (%d rows)", et.Source, len(et.Rows), len(want.Rows))
+		}
+	}
+	for _, bad := range []Config{{Resends: -1}, {Changes: 10, Resends: 1, SchemaChanges: true}} {
+		if err := bad.Validate(); err == nil {
+			t.Errorf("%+v accepted", bad)
+		}
+	}
+}
