@@ -169,7 +169,11 @@ func sum(m map[string]int) int {
 
 // TestReadersByDeleteMode makes the README's reader table true: live CDC (two shards, updates,
 // deletes, key changes, every DMS type family) into tables in each delete mode, maintenance on
-// with compaction thresholds out of reach, so that deletes stay outstanding. In position mode
+// with compaction thresholds out of reach, so that deletes stay outstanding. The generator sends
+// while the service runs, at a rate that spreads each table over many commits: were the whole
+// stream written first, one flush could take a table's every change, and the equality deletes
+// of a table's first commit apply to no older row, so there would be nothing to turn positional
+// (CI once saw 0 equality and 0 position delete files that way). In position mode
 // the maintainer converts every commit's equality deletes: once none is left (position deletes
 // outstanding), PyIceberg and Spark read every table equal to the expected state. In equality
 // mode (deletes outstanding) Spark reads every table right, and PyIceberg cannot read the
@@ -177,12 +181,17 @@ func sum(m map[string]int) int {
 func TestReadersByDeleteMode(t *testing.T) {
 	for _, mode := range []string{"position", "equality"} {
 		t.Run(mode, func(t *testing.T) {
-			p := sparkPipeline(t, 2, []string{"--changes", "2000", "--seed", "21"}, map[string]any{
+			p, gen := newPipelineLive(t, 2, 2000, 21, 400)
+			p.writeConfig(map[string]any{
 				"flush_interval": "300ms", "maintenance": map[string]any{
 					"max_delete_files": 1000000, "max_delete_rows": 1000000000, "max_small_files": 1000000,
 					"interval": "24h", "check_interval": "1s", "position_delay": "500ms", "orphan_interval": "0s"}})
 			p.setDeleteMode(mode)
 			svc := StartService(t, p.bin, p.config)
+			if err := gen.WaitTimeout(5 * time.Minute); err != nil {
+				t.Fatalf("gen: %v\n%s", err, tailFile(gen.LogPath, 8<<10))
+			}
+			p.records = countRecords(t, p.stream)
 			p.waitVerified(5*time.Minute, svc)
 			if mode == "position" {
 				deadline := time.Now().Add(2 * time.Minute) // a hang bound, not a speed assertion
