@@ -49,6 +49,9 @@ type conversionPlan struct {
 	probed  map[string]bool    // the data files whose key column was read
 	posDels []iceberg.DataFile // the position-delete files written
 	rows    int64              // positions in them
+	// replaced are the live position-delete files of the probed data files whose positions the
+	// new files also hold (one file per data file, mergePositionDeletes); commit 2 drops them.
+	replaced []iceberg.DataFile
 }
 
 // keyScope holds the deleted keys that apply to the data files of one partition (or to every
@@ -122,6 +125,9 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 		for _, e := range p.eqDels {
 			rw.DeleteFile(e.df)
 		}
+		for _, df := range p.replaced {
+			rw.DeleteFile(df)
+		}
 		return rw.Commit(ctx)
 	})
 	attempts += max(c.sent, 1)
@@ -143,7 +149,8 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 	rep.ConversionTook += time.Since(start)
 	m.log.Info("converted equality deletes", zap.Duration("took", time.Since(start)),
 		zap.Int("equality_delete_files", len(p.eqDels)), zap.Int("data_files_probed", len(p.probed)),
-		zap.Int("position_delete_files", len(p.posDels)), zap.Int64("positions", p.rows),
+		zap.Int("position_delete_files", len(p.posDels)), zap.Int("position_delete_files_merged", len(p.replaced)),
+		zap.Int64("positions", p.rows),
 		zap.Int("attempts", attempts), zap.Int64("starting_snapshot", p.snap.SnapshotID))
 	return nil
 }
@@ -211,13 +218,14 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	if err != nil {
 		return nil, err
 	}
-	data, eqDels, err := liveFiles(fs, snap)
+	data, eqDels, posDels, err := liveFilesAll(fs, snap)
 	if err != nil {
 		return nil, err
 	}
 	if len(eqDels) == 0 {
 		return nil, nil
 	}
+	ownPos := fileScoped(posDels)
 	sort.Slice(eqDels, func(i, j int) bool { return eqDels[i].seq < eqDels[j].seq })
 	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}}
 	schema := src.Schema()
@@ -286,15 +294,106 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		if len(positions) == 0 {
 			continue
 		}
+		// One position-delete file per data file: the new one also holds the positions of the
+		// data file's live ones, which commit 2 drops. Only files that apply to d (sequence
+		// number at or above d's) are merged; a file below d's would not apply to it.
+		var replaced []iceberg.DataFile
+		for _, old := range ownPos[d.df.FilePath()] {
+			if old.seq < d.seq {
+				continue
+			}
+			err := readPositions(ctx, fs, old.df.FilePath(), d.df.FilePath(), func(pos int64) { positions = append(positions, pos) })
+			if err != nil {
+				removeFiles(fs, p.posDels)
+				return nil, fmt.Errorf("read position deletes %s: %w", old.df.FilePath(), err)
+			}
+			replaced = append(replaced, old.df)
+		}
 		df, err := writePositionDeletes(fs, meta, location, d.df, positions)
 		if err != nil {
 			removeFiles(fs, p.posDels)
 			return nil, fmt.Errorf("write position deletes for %s: %w", d.df.FilePath(), err)
 		}
 		p.posDels = append(p.posDels, df)
-		p.rows += int64(len(positions))
+		p.replaced = append(p.replaced, replaced...)
+		p.rows += df.Count()
 	}
 	return p, nil
+}
+
+// posPathField and posPosField are the field ids of a position-delete file's columns.
+const (
+	posPathField = 2147483546
+	posPosField  = 2147483545
+)
+
+// fileScoped groups the position-delete files that hold positions of one data file only (their
+// file_path bounds are that file: the files the conversion writes, and Spark's file-scoped
+// deletes) by that data file.
+func fileScoped(posDels []liveFile) map[string][]liveFile {
+	out := map[string][]liveFile{}
+	for _, pd := range posDels {
+		lo, hi := pd.df.LowerBoundValues()[posPathField], pd.df.UpperBoundValues()[posPathField]
+		if len(lo) == 0 || string(lo) != string(hi) {
+			continue
+		}
+		out[string(lo)] = append(out[string(lo)], pd)
+	}
+	return out
+}
+
+// readPositions reads a position-delete file and calls fn with each position it holds for the
+// data file dataPath.
+func readPositions(ctx context.Context, fs icebergio.IO, path, dataPath string, fn func(pos int64)) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pf, err := file.NewParquetReader(f)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	cols := []int{-1, -1}
+	psch := pf.MetaData().Schema
+	for ci := 0; ci < psch.NumColumns(); ci++ {
+		switch psch.Column(ci).SchemaNode().FieldID() {
+		case posPathField:
+			cols[0] = ci
+		case posPosField:
+			cols[1] = ci
+		}
+	}
+	if cols[0] < 0 || cols[1] < 0 {
+		return errors.New("not a position-delete file (no file_path and pos columns)")
+	}
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+	if err != nil {
+		return err
+	}
+	rr, err := fr.GetRecordReader(ctx, cols, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	for rr.Next() {
+		rec := rr.RecordBatch()
+		paths, ok1 := rec.Column(0).(*array.String)
+		poss, ok2 := rec.Column(1).(*array.Int64)
+		if !ok1 || !ok2 {
+			return fmt.Errorf("position-delete columns of types %s and %s", rec.Column(0).DataType(), rec.Column(1).DataType())
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			if paths.IsValid(i) && poss.IsValid(i) && paths.Value(i) == dataPath {
+				fn(poss.Value(i))
+			}
+		}
+	}
+	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
+		return err
+	}
+	return nil
 }
 
 // index sorts the scope's single-column integer or string keys for bound checks.
@@ -511,14 +610,14 @@ func writePositionDeletes(fs icebergio.IO, meta table.Metadata, location string,
 		_ = fs.Remove(path)
 		return nil, err
 	}
-	bound := map[int][]byte{2147483546: []byte(d.FilePath())}
+	dataPath := []byte(d.FilePath())
 	var lo, hi [8]byte
 	putInt64(lo[:], positions[0])
 	putInt64(hi[:], positions[len(positions)-1])
-	b.LowerBoundValues(map[int][]byte{2147483546: bound[2147483546], 2147483545: lo[:]}).
-		UpperBoundValues(map[int][]byte{2147483546: bound[2147483546], 2147483545: hi[:]}).
-		ValueCounts(map[int]int64{2147483546: int64(len(positions)), 2147483545: int64(len(positions))}).
-		NullValueCounts(map[int]int64{2147483546: 0, 2147483545: 0}).
+	b.LowerBoundValues(map[int][]byte{posPathField: dataPath, posPosField: lo[:]}).
+		UpperBoundValues(map[int][]byte{posPathField: dataPath, posPosField: hi[:]}).
+		ValueCounts(map[int]int64{posPathField: int64(len(positions)), posPosField: int64(len(positions))}).
+		NullValueCounts(map[int]int64{posPathField: 0, posPosField: 0}).
 		ReferencedDataFile(d.FilePath())
 	return b.Build(), nil
 }
@@ -564,6 +663,11 @@ func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[stri
 	}
 	for _, e := range p.eqDels {
 		if !live[e.df.FilePath()] {
+			return nil, errSuperseded
+		}
+	}
+	for _, df := range p.replaced {
+		if !live[df.FilePath()] {
 			return nil, errSuperseded
 		}
 	}

@@ -326,3 +326,62 @@ func TestPositionModeConvertsInTheBackground(t *testing.T) {
 	eq(t, rows, m.want()...)
 	h.close()
 }
+
+// posDeletesPerDataFile counts the live position-delete files of each data file (by their
+// file_path bounds, which are one data file for the file-scoped deletes the conversion writes).
+func posDeletesPerDataFile(t *testing.T, tbl *table.Table) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for _, df := range liveEntries(t, tbl) {
+		if df.ContentType() != iceberg.EntryContentPosDeletes {
+			continue
+		}
+		lo, hi := string(df.LowerBoundValues()[2147483546]), string(df.UpperBoundValues()[2147483546])
+		if lo == "" || lo != hi {
+			t.Fatalf("position delete %s is not file-scoped (%q..%q)", df.FilePath(), lo, hi)
+		}
+		out[lo]++
+	}
+	return out
+}
+
+// Conversions one after another keep one position-delete file per data file: a data file that
+// already has position deletes gets one new file holding its old positions and the new ones, and
+// the old file is dropped in the commit that drops the equality deletes. Without the merge every
+// conversion adds a file to every data file it touches, and scans (and the delete-files trigger
+// of compaction) grow with the number of conversions, not with the rows deleted.
+func TestPositionConversionMergesADataFilesPositionDeletes(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(300)
+	mt := testMaintainer(t, h.cat, positionConfig())
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	var tbl *table.Table
+	for b := 1; b <= 4; b++ {
+		m.batch(b, 300)
+		rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []string
+		rows, tbl = scanRows(t, h.cat)
+		eq(t, rows, m.want()...)
+		if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+			t.Fatalf("conversion %d: %d equality delete files left (%+v)", b, eqFiles, rep)
+		}
+		for path, n := range posDeletesPerDataFile(t, tbl) {
+			if n != 1 {
+				t.Fatalf("conversion %d: data file %s has %d position-delete files, want 1", b, path, n)
+			}
+		}
+	}
+	// The load's file carries the deletes of all four batches, in one file.
+	per := posDeletesPerDataFile(t, tbl)
+	if len(per) == 0 {
+		t.Fatal("no position deletes")
+	}
+	h.close()
+}
