@@ -113,6 +113,13 @@ bench-tables: ## many tables: 200 tables at 1,000 changes/s in total, records of
 	  DMS2ICEBERG_BENCH_TABLES=1 go test -run '^$$' -bench "^BenchmarkManyTables/record=$$size\$$" -benchtime=1x -timeout 30m ./cmd/dms2iceberg/ || exit 1; \
 	done
 
+.PHONY: bench-hot
+bench-hot: ## one hot table: 1, 2, 4 and 8 writers committing to it through the catalog servers' PostgreSQL (BENCH_CATALOG=rest|sqlite for others), commits/s, attempts per commit, rows/s, freshness (~3 min); BENCH_RATE (2000), BENCH_SECONDS (30)
+	@.ci/catalogs.sh status >/dev/null || { .ci/catalogs.sh status; \
+	  echo "bench-hot: the catalog servers are not (all) running: run 'make catalogs-up' first" >&2; exit 1; }
+	eval "$$(.ci/catalogs.sh env)" && DMS2ICEBERG_BENCH_HOT=1 \
+	  go test -run '^$$' -bench '^BenchmarkHotTable$$' -benchtime=1x -timeout 30m ./cmd/dms2iceberg/
+
 .PHONY: bench-maintenance
 bench-maintenance: ## CDC + background maintenance benchmark: 1M rows, 1,000 commits (~12 min); resize with BENCH_ROWS, BENCH_COMMITS, BENCH_KEYS, BENCH_FLUSH_INTERVAL; report also in BENCH_OUT
 	DMS2ICEBERG_BENCH_MAINTENANCE=1 BENCH_OUT=$${BENCH_OUT:-$(CURDIR)/bench-maintenance.md} \

@@ -154,6 +154,9 @@ func (w *writer) commitRows(ctx context.Context) error {
 	}
 	w.stuckSet = false
 	start := time.Now()
+	if err := w.refreshIfContended(ctx); err != nil {
+		return err
+	}
 	f := &flushing{w: w, lim: lim}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "commit " + w.name, Stage: f.stage, Reloaded: f.reloaded, Failed: f.failed,
@@ -233,6 +236,9 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took 
 			CompleteThrough: f.lim.completeThrough(), SourceNewest: w.buf.newestSource(b)}
 		w.env.metrics.Committed(info)
 		w.env.onCommit(info)
+		if attempts > 1 {
+			w.contended = time.Now()
+		}
 		w.log.Info("committed", zap.Int("rows", len(b.upserts)), zap.Int("deletes", len(b.deletes)),
 			zap.Int("trimmed", b.trimmed), zap.Int64("snapshot", info.SnapshotID), zap.Int("attempts", attempts),
 			zap.Duration("took", took))

@@ -109,6 +109,8 @@ type writer struct {
 	gatedLogged time.Time
 	stuckSet    bool
 	fresh       time.Time
+	// contended is when a commit of this writer last lost a race (contention.go).
+	contended time.Time
 	// risk: the first shard this table's records came from, and which risks were reported
 	// (ordering shard only).
 	riskShard string
