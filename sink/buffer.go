@@ -242,6 +242,10 @@ type batch struct {
 	deletes [][]dms.Datum // keys to delete (every touched key, for upsert semantics)
 	maxSeq  map[string]string
 	trimmed int
+	// loads and cdc count the rows the batch takes that the table does not hold yet, replays
+	// aside: load rows, and CDC changes (inserts, updates, deletes). A reload in progress counts
+	// the first and ends at the second (reload.go).
+	loads, cdc int
 	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
 	// that need the table's row, fill the rows found (by row index) on snapshot fillSnap;
 	// fromBuffer counts images completed within the batch, missing those of a key deleted
@@ -384,6 +388,11 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 func (b *batch) noteSeq(r *row) {
 	if r.replay {
 		return
+	}
+	if r.src.load {
+		b.loads++
+	} else {
+		b.cdc++
 	}
 	if change.CompareSeq(r.seq, b.maxSeq[r.shard]) > 0 {
 		b.maxSeq[r.shard] = r.seq

@@ -235,6 +235,13 @@ func (h *held) truncate() bool {
 	return h.ctl && h.ev.Control != nil && dms.IsTruncate(h.ev.Control.Op)
 }
 
+// waitsForData reports whether the held control record h waits for the strictly older data of
+// its table that another process holds (limit.olderData): a truncate, which removes the rows
+// before it, and a create-table, which may start a reload whose replace removes them (reload.go).
+func (h *held) waitsForData() bool {
+	return h.truncate() || h.ctl && h.ev.Control != nil && h.ev.Control.Op == "create-table"
+}
+
 // olderData reports whether another process holds uncommitted data of the table (a load row or
 // a CDC change, key changes included) that arrived before at. A truncate waits for it, as data
 // waits for older control records, so that it removes exactly the rows before it; strictly
@@ -334,7 +341,7 @@ func (b *buffer) dueFrom(lim limit, sc *dueScan) int {
 			return -1 // held events are sorted by arrival: every later one is past the bound too
 		}
 		if h.ctl {
-			if len(sc.blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at || h.truncate() && lim.olderData(h.at) {
+			if len(sc.blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at || h.waitsForData() && lim.olderData(h.at) {
 				return -1
 			}
 			sc.next = i

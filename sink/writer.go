@@ -117,6 +117,11 @@ type writer struct {
 	gauge bufferGauge
 	// identityNoted: noteNoIdentity logged (identity.go).
 	identityNoted bool
+	// reloadLoaded is when this writer last committed load rows of a reload in progress (or
+	// first saw one), for the quiet period; reloadShown: the reload metric shows a reload
+	// (reload.go).
+	reloadLoaded time.Time
+	reloadShown  bool
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
@@ -143,6 +148,12 @@ func (w *writer) run(ctx context.Context) error {
 		t := time.NewTicker(w.set.freshness)
 		defer t.Stop()
 		fresh = t.C
+	}
+	var quiet <-chan time.Time
+	if w.set.reloadReplace && w.set.reloadQuiet > 0 {
+		t := time.NewTicker(max(w.set.reloadQuiet/4, 100*time.Millisecond))
+		defer t.Stop()
+		quiet = t.C
 	}
 	for {
 		// A buffer that the last flush could not commit (the bound or a gate holds it) is
@@ -197,6 +208,10 @@ func (w *writer) run(ctx context.Context) error {
 			}
 		case <-fresh:
 			if err := w.freshen(ctx); err != nil {
+				return err
+			}
+		case <-quiet:
+			if err := w.reloadQuiet(ctx); err != nil {
 				return err
 			}
 		}
