@@ -37,6 +37,9 @@ type row struct {
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string
+	// built is its metadata.timestamp (when DMS built the message), which orders it against a
+	// create-table of the same arrival millisecond on another shard (held.builtAfter).
+	built string
 }
 
 // buffer holds what a table writer has taken in and not yet committed.

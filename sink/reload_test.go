@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -65,7 +66,6 @@ func TestReloadReplacesTableContent(t *testing.T) {
 				}
 				dir := t.TempDir()
 				var during []string
-				var snapsBefore int
 				run := func(first bool) *harness {
 					h := newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.Reload = mode; c.ReloadQuietPeriod = 0 }))
 					h.createTable("c", 1, def, tsFirst)
@@ -79,9 +79,7 @@ func TestReloadReplacesTableContent(t *testing.T) {
 					h.row("b", 1, change.OpLoad, 3, "v1")
 					h.flush()
 					if first {
-						rows, tbl := scanRows(t, h.cat, "items")
-						during = rows
-						snapsBefore = len(tbl.Metadata().Snapshots())
+						during, _ = scanRows(t, h.cat, "items")
 					}
 					h.row("b", 2, change.OpLoad, 5, "v1") // inserted at the source during the outage
 					// The cached changes, then ongoing CDC.
@@ -141,7 +139,6 @@ func TestReloadReplacesTableContent(t *testing.T) {
 				if n := len(tbl2.Metadata().Snapshots()); n != len(tbl.Metadata().Snapshots()) {
 					t.Fatalf("the replay made %d new snapshots", n-len(tbl.Metadata().Snapshots()))
 				}
-				_ = snapsBefore
 				h.close()
 			})
 		}
@@ -174,7 +171,9 @@ func TestReloadSurvivesRestartMidReload(t *testing.T) {
 		t.Fatalf("reload in progress %+v %v, want 2 load rows", m, ok)
 	}
 	h.stop() // the worker dies
-	<-h.done
+	if err := <-h.done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("Run: %v", err)
+	}
 	h.done <- nil
 
 	h = newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.ReloadQuietPeriod = 0 }))
@@ -247,5 +246,127 @@ func TestReloadEndsAfterQuietPeriod(t *testing.T) {
 	eq(t, rows, "id=2,name=v2")
 	if n := len(replaceSnapshots(tbl)); n != 1 {
 		t.Fatalf("%d replacing snapshots, want 1", n)
+	}
+}
+
+// A CDC change on another shard built before a create-table and arriving up to
+// createTableWindow after it (one PutRecords call) goes before it (else it would commit above
+// the reload's start and survive its replace); a load row, a change built after it, or one
+// arriving later goes after it.
+func TestCreateTableOrderWithinOnePutRecordsCall(t *testing.T) {
+	t.Parallel()
+	ct := held{ev: ctlEvent("c", 5, "items", "create-table", "id*:INT4"), at: 100, ctl: true}
+	ct.ev.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
+	trunc := held{ev: ctlEvent("c", 6, "items", "truncate", ""), at: 100, ctl: true}
+	mk := func(load bool, built string, at ...int64) *row {
+		r := &row{shard: "a", seq: "1", at: 100, src: srcPos{load: load}, built: built}
+		if len(at) > 0 {
+			r.at = at[0]
+		}
+		return r
+	}
+	older, newer := "2025-01-02T00:00:00.000400Z", "2025-01-02T00:00:00.000600Z"
+	for _, c := range []struct {
+		name string
+		h    *held
+		r    *row
+		want bool // the row precedes the held record
+	}{
+		{"change built before", &ct, mk(false, older), true},
+		{"change built after", &ct, mk(false, newer), false},
+		{"load built before", &ct, mk(true, older), false},
+		{"no timestamp", &ct, mk(false, ""), false},
+		{"truncate", &trunc, mk(false, older), false},
+		{"change built before, arrived within the window", &ct, mk(false, older, 100+createTableWindow), true},
+		{"change built before, arrived after the window", &ct, mk(false, older, 101+createTableWindow), false},
+		{"change arrived earlier", &trunc, mk(false, newer, 99), true},
+	} {
+		if got := c.h.after(c.r); got != c.want {
+			t.Errorf("%s: after = %v, want %v", c.name, got, c.want)
+		}
+		// The same for a data record held behind it.
+		op := change.OpUpdate
+		if c.r.src.load {
+			op = change.OpLoad
+		}
+		d := held{ev: &change.Event{Op: op, Meta: change.Metadata{Timestamp: c.r.built}, Pos: change.Position{Shard: "a", Seq: "1"}}, at: c.r.at}
+		if got := heldBefore(&d, c.h) || heldBeforeLater(&d, c.h); got != c.want {
+			t.Errorf("%s: heldBefore(data, control) = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// A create-table taken in after a CDC change of another shard that arrived a few milliseconds
+// after it but was built before it stays behind that change among the held events.
+func TestCreateTableHeldBehindChangeBuiltBefore(t *testing.T) {
+	t.Parallel()
+	b := newBuffer()
+	upd := &change.Event{Op: change.OpUpdate, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000400Z"}, Pos: change.Position{Shard: "a", Seq: "1"}}
+	b.hold(upd, 105)
+	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
+	ct.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
+	b.hold(ct, 100)
+	if len(b.held) != 2 || b.held[0].ev != upd {
+		t.Fatalf("held order: %+v, want the change first", b.held)
+	}
+	ld := &change.Event{Op: change.OpLoad, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000300Z"}, Pos: change.Position{Shard: "b", Seq: "1"}}
+	b.hold(ld, 104)
+	if len(b.held) != 3 || b.held[0].ev != upd || b.held[1].ev != ct || b.held[2].ev != ld {
+		t.Fatalf("held order: %+v, want the change, the create-table, the load", b.held)
+	}
+}
+
+// Under the ordering guard, a CDC change on another shard that shares its arrival millisecond
+// with a reload's create-table (one PutRecords call) but was built before it commits below the
+// reload's start, so the replace removes the row it updated when the load does not re-send it
+// (a row deleted at the source during the outage).
+func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
+	t.Parallel()
+	fb := &fakeBound{}
+	fb.ms.Store(1500)
+	h := guardHarness(t, OrderingArrival, fb, withConfig(func(c *Config) { c.ReloadQuietPeriod = 0 }))
+	def := "id*:INT4 name:WSTRING"
+	at := func(ev *change.Event, ms int64, built string) {
+		ev.Arrival = time.UnixMilli(ms)
+		ev.Meta.Timestamp = built
+		h.event(ev)
+	}
+	data := func(shard string, seq int, op change.Op, id int, name string) *change.Event {
+		return &change.Event{Table: "items", Op: op, Columns: []change.Column{col("id", fmt.Sprint(id)), col("name", "'"+name+"'")},
+			Meta: change.Metadata{RecordType: "data", Operation: op.String()}, Pos: change.Position{Shard: shard, Seq: fmt.Sprint(seq)}}
+	}
+	at(ctlEvent("c", 1, "items", "create-table", def), 1000, "2025-01-01T00:00:00.000000Z")
+	at(data("a", 1, change.OpInsert, 1, "v1"), 1100, "2025-01-01T00:00:01.000000Z")
+	at(data("a", 2, change.OpInsert, 2, "v1"), 1100, "2025-01-01T00:00:01.100000Z")
+	h.flush()
+	// One PutRecords call: an update of 2 built before the reload's create-table, both at 2000;
+	// 2 is deleted at the source during the outage, so the load does not re-send it.
+	at(data("a", 3, change.OpUpdate, 2, "v2"), 2000, "2025-01-01T00:00:02.000000Z")
+	at(ctlEvent("c", 2, "items", "create-table", def), 2000, "2025-01-01T00:00:03.000000Z")
+	at(data("b", 1, change.OpLoad, 1, "v3"), 2000, "2025-01-01T00:00:03.100000Z")
+	at(data("a", 4, change.OpInsert, 3, "v1"), 2100, "2025-01-01T00:00:04.000000Z")
+	fb.ms.Store(4000)
+	h.flush()
+	rows, tbl := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1,name=v3", "id=3,name=v1")
+	if n := len(replaceSnapshots(tbl)); n != 1 {
+		t.Fatalf("%d replacing snapshots, want 1", n)
+	}
+}
+
+// A CDC change taken in after a create-table and a load row of other shards, all of one
+// PutRecords call, goes before the create-table when it was built before it.
+func TestChangeHeldBeforeCreateTablePastLoadRows(t *testing.T) {
+	t.Parallel()
+	b := newBuffer()
+	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
+	ct.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
+	b.hold(ct, 100)
+	ld := &change.Event{Op: change.OpLoad, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000600Z"}, Pos: change.Position{Shard: "b", Seq: "1"}}
+	b.hold(ld, 100)
+	upd := &change.Event{Op: change.OpUpdate, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000400Z"}, Pos: change.Position{Shard: "a", Seq: "1"}}
+	b.hold(upd, 100)
+	if len(b.held) != 3 || b.held[0].ev != upd || b.held[1].ev != ct || b.held[2].ev != ld {
+		t.Fatalf("held order: %+v, want the change, the create-table, the load", b.held)
 	}
 }

@@ -244,7 +244,8 @@ func (w *writer) guarded() bool { return w.set.arrival && w.env.bound != nil }
 // limitNow is the limit of a commit made now: the commit bound when guarded, else unbounded.
 // A zero bound (nothing may commit yet) lets nothing commit.
 func (w *writer) limitNow() limit {
-	lim := limit{bound: unbounded, ordered: w.set.arrival}
+	lim := limit{bound: unbounded, ordered: w.set.arrival,
+		reloadWindow: w.set.reloadReplace && w.st.loaded() && w.st.tbl.CurrentSnapshot() != nil}
 	if w.guarded() {
 		b := w.env.bound()
 		t := b.At
@@ -359,7 +360,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts, r.built = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev), ev.Meta.Timestamp
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)
 	}
