@@ -6,9 +6,11 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
@@ -38,25 +40,11 @@ func TestReload(t *testing.T) {
 			t.Fatalf("reload with sink.reload replace: the tables differ from the expected state:\n%s\n%s", report, summarizeDiffs(report))
 		}
 		t.Logf("verify:\n%s", report)
-		ctx := context.Background()
-		cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(r.dataDir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		tbl, err := cat.LoadTable(ctx, table.Identifier{workload.Schema, workload.Customers})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var replaces []string
-		for _, snap := range tbl.Metadata().Snapshots() {
-			if snap.Summary != nil && snap.Summary.Properties[tableprop.SummaryReload] == tableprop.SummaryReloadReplace {
-				p := snap.Summary.Properties
-				replaces = append(replaces, p[tableprop.SummaryReloadRows]+" load rows, "+p[tableprop.SummaryReloadRemovedFiles]+" files removed")
-			}
-		}
+		replaces := replaceSnapshots(t, r)
 		if len(replaces) != 1 {
 			t.Fatalf("customers has %d replacing snapshots (%v), want exactly 1", len(replaces), replaces)
 		}
+		tbl := customersTable(t, r)
 		for _, k := range tableprop.ReloadProps {
 			if v, ok := tbl.Properties()[k]; ok {
 				t.Fatalf("customers still has %s=%s: the reload did not end", k, v)
@@ -76,4 +64,66 @@ func TestReload(t *testing.T) {
 		}
 		t.Logf("NEGATIVE CONTROL (sink.reload upsert): %s\nverify:\n%s", diffs, report)
 	})
+}
+
+// TestReloadCrashes (issue 16): the stream of TestReload consumed by one process that is killed
+// at each fault point inside the reload in turn (pkg/fault ReloadPoints: after its start is
+// committed, with its replace staged, after its replace committed; each before anything is
+// acknowledged) and restarted from its checkpoint. Every table ends equal to the expected state,
+// with exactly one replacing snapshot.
+func TestReloadCrashes(t *testing.T) {
+	RequireEmulators(t)
+	bin := BuildBinary(t)
+	s := newOrderingStream(t, bin, orderingCase{name: "reload-crash", layout: "dms-default", lagShard: -1, lateShard: -1, reload: workload.Customers, processes: 1})
+	r := s.newRun(t, "crash", nil)
+	for _, p := range fault.ReloadPoints {
+		svc := startCommand(t, bin, []string{"run", "--config", r.config},
+			[]string{"DMS2ICEBERG_WORKER_ID=w1", fault.EnvVar + "=" + p + "@1"}, "", ordLogTail)
+		select {
+		case <-svc.Done():
+		case <-time.After(3 * time.Minute):
+			t.Fatalf("fault point %s was not hit in 3 minutes", p)
+		}
+		if !strings.Contains(svc.Log(), "fault point "+p+": killing the process") {
+			t.Fatalf("the service armed with %s exited without being killed there:\n%s", p, tailFile(svc.LogPath, 8<<10))
+		}
+		t.Logf("killed at %s", p)
+	}
+	ok, report := r.consume(t)
+	if !ok {
+		t.Fatalf("after a crash at every fault point of the reload, the tables differ from the expected state:\n%s\n%s", report, summarizeDiffs(report))
+	}
+	if n := len(replaceSnapshots(t, r)); n != 1 {
+		t.Fatalf("customers has %d replacing snapshots, want exactly 1", n)
+	}
+	t.Logf("verify:\n%s", report)
+}
+
+// customersTable loads the run's customers table.
+func customersTable(t *testing.T, r *ordRun) *table.Table {
+	t.Helper()
+	ctx := context.Background()
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(r.dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := cat.LoadTable(ctx, table.Identifier{workload.Schema, workload.Customers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tbl
+}
+
+// replaceSnapshots describes the snapshots of the run's customers table that a reload's replace
+// made.
+func replaceSnapshots(t *testing.T, r *ordRun) []string {
+	t.Helper()
+	var out []string
+	for _, snap := range customersTable(t, r).Metadata().Snapshots() {
+		if snap.Summary != nil && snap.Summary.Properties[tableprop.SummaryReload] == tableprop.SummaryReloadReplace {
+			p := snap.Summary.Properties
+			out = append(out, p[tableprop.SummaryReloadRows]+" load rows, "+p[tableprop.SummaryReloadRemovedFiles]+" files removed")
+		}
+	}
+	return out
 }

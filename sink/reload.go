@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -116,6 +117,7 @@ func (w *writer) reloadStarted(ev *change.Event) {
 		zap.String("create_table_timestamp", ev.Meta.Timestamp), zap.Int64("replaces_files_up_to_sequence", m.before))
 	w.env.metrics.SchemaChanged(w.name, "reload_start", 1)
 	w.reportReload()
+	fault.Hit(fault.AfterReloadMark)
 }
 
 // reportReload publishes the reload in progress (rows staged, since when), or none.
@@ -176,6 +178,7 @@ func (w *writer) stageReload(ctx context.Context, txn *table.Transaction, rs *re
 				tableprop.SummaryReloadStarted:      rs.mark.started,
 			}
 			maps.Copy(summary, props) // the watermarks and complete-through, as on every commit
+			fault.Hit(fault.BeforeReloadReplace)
 			if err := txn.ReplaceFiles(ctx, data, nil, deletes, summary); err != nil {
 				return 0, fmt.Errorf("stage the replace of %s's reload: %w", w.name, err)
 			}
@@ -195,6 +198,7 @@ func (w *writer) reloadEnded(rs *reloadStage, removed int, how string) {
 			zap.String("ended_by", how), zap.Int64("load_rows", rows), zap.Int("files_removed", removed),
 			zap.String("create_table_timestamp", rs.mark.started), zap.Int64("snapshot", snapshotID(w.st.tbl)))
 		w.env.metrics.SchemaChanged(w.name, "reload_replace", 1)
+		fault.Hit(fault.AfterReloadReplace)
 	} else {
 		w.log.Info("reload cancelled: no load rows followed the create-table (a task resumed without full load); nothing removed",
 			zap.String("create_table_timestamp", rs.mark.started))
