@@ -31,6 +31,7 @@ import (
 //	key.go           the primary key: which columns may be key columns, giving a keyless table its key
 //	identity.go      the DMS record identity of keyless tables: re-sent records replace their copy
 //	truncate.go      control records on rows and names: truncate, rename-table
+//	reload.go        a DMS table reload: its start, its load rows, the replacing snapshot at its end
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
 //	owner.go         one source per target table: the owner property, claiming, refusing
 //
