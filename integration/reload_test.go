@@ -26,7 +26,8 @@ import (
 // change captured before the reload that shares the create-table's PutRecords call (design.md
 // §12 "Reload", Not covered; measured: 3 rows deleted at the source stay and one value is stale).
 //
-//   - replace (the default sink.reload): every table equals the expected state, and customers
+//   - replace (sink.reload: replace; the default is upsert until several workers are covered):
+//     every table equals the expected state, and customers
 //     has exactly one snapshot marked dms2iceberg.reload=replace.
 //   - upsert (sink.reload: upsert, the behaviour before reloads were handled): verify must find
 //     customers differing by the rows deleted during the outage (the negative control).
@@ -37,7 +38,7 @@ func TestReload(t *testing.T) {
 	t.Run("replace", func(t *testing.T) {
 		// A short quiet period: the replace must still come from the table's first CDC change
 		// (exactly one replacing snapshot either way).
-		r := s.newRun(t, "replace", map[string]any{"reload_quiet_period": "20s"})
+		r := s.newRun(t, "replace", map[string]any{"reload": "replace", "reload_quiet_period": "20s"})
 		ok, report := r.consume(t)
 		if !ok {
 			t.Fatalf("reload with sink.reload replace: the tables differ from the expected state:\n%s\n%s", report, summarizeDiffs(report))
@@ -78,7 +79,7 @@ func TestReloadCrashes(t *testing.T) {
 	RequireEmulators(t)
 	bin := BuildBinary(t)
 	s := newOrderingStream(t, bin, orderingCase{name: "reload-crash", layout: "dms-default", lagShard: -1, lateShard: -1, reload: workload.Customers, processes: 1})
-	r := s.newRun(t, "crash", nil)
+	r := s.newRun(t, "crash", map[string]any{"reload": "replace"})
 	for _, p := range fault.ReloadPoints {
 		svc := startCommand(t, bin, []string{"run", "--config", r.config},
 			[]string{"DMS2ICEBERG_WORKER_ID=w1", fault.EnvVar + "=" + p + "@1"}, "", ordLogTail)

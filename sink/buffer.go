@@ -54,6 +54,9 @@ type buffer struct {
 	// dups are acknowledgements of re-deliveries of buffered records: each is told when nothing
 	// at or before its sequence number is buffered on its shard any more.
 	dups []dup
+	// reloadOrder: create-table records may start a reload (sink.reload replace) and are
+	// ordered for it (held.reload).
+	reloadOrder bool
 	// lastAt is, per shard, the latest arrival taken in (makes arrivals monotonic per shard).
 	lastAt map[string]int64
 	keyBuf []byte // plan's scratch for encoded keys

@@ -231,6 +231,10 @@ type held struct {
 	ev  *change.Event
 	at  int64
 	ctl bool
+	// reload: the table's create-table records may start a reload (sink.reload replace), which
+	// orders them after the changes built before them (builtAfter) and makes them wait for
+	// other processes' older data (waitsForData). Without it they order as any control record.
+	reload bool
 }
 
 // truncate reports whether h is a truncate control record (dms.IsTruncate).
@@ -242,7 +246,7 @@ func (h *held) truncate() bool {
 // its table that another process holds (limit.olderData): a truncate, which removes the rows
 // before it, and a create-table, which may start a reload whose replace removes them (reload.go).
 func (h *held) waitsForData() bool {
-	return h.truncate() || h.createTable()
+	return h.truncate() || h.reload && h.createTable()
 }
 
 // olderData reports whether another process holds uncommitted data of the table (a load row or
@@ -304,7 +308,7 @@ func (h *held) createTable() bool {
 // build time is the only order the two records share; a load row never goes first (a reload's
 // load rows follow its create-table).
 func (h *held) builtAfter(load bool, built string) bool {
-	return !load && built != "" && h.createTable() && built < h.ev.Meta.Timestamp
+	return h.reload && !load && built != "" && h.createTable() && built < h.ev.Meta.Timestamp
 }
 
 // heldBefore orders held events: by arrival, within a shard by sequence, at the same time
@@ -350,7 +354,7 @@ func (b *buffer) arrival(ev *change.Event) int64 {
 // hold keeps ev, which arrived at at, until its turn. Events come mostly in arrival order, so
 // the sorted insert searches from the end.
 func (b *buffer) hold(ev *change.Event, at int64) {
-	h := held{ev: ev, at: at, ctl: ev.Op == change.OpControl}
+	h := held{ev: ev, at: at, ctl: ev.Op == change.OpControl, reload: b.reloadOrder}
 	i := len(b.held)
 	for i > 0 && (heldBefore(&h, &b.held[i-1]) && !heldBeforeLater(&b.held[i-1], &h) || heldBeforeLater(&h, &b.held[i-1])) {
 		i--

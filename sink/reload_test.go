@@ -164,7 +164,7 @@ func TestReloadSurvivesRestartMidReload(t *testing.T) {
 		h.flush()
 		h.row("b", 1, change.OpLoad, 3, "v1")
 	}
-	h := newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.ReloadQuietPeriod = 0 }))
+	h := newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 }))
 	prefix(h)
 	h.flush()
 	if m, ok := readReload(loadTable(t, h, "shop", "items").Properties()); !ok || m.rows != 2 {
@@ -176,7 +176,7 @@ func TestReloadSurvivesRestartMidReload(t *testing.T) {
 	}
 	h.done <- nil
 
-	h = newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.ReloadQuietPeriod = 0 }))
+	h = newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 }))
 	prefix(h) // replayed
 	h.row("b", 2, change.OpLoad, 5, "v1")
 	h.row("a", 11, change.OpUpdate, 3, "v3")
@@ -195,7 +195,7 @@ func TestReloadSurvivesRestartMidReload(t *testing.T) {
 func TestReloadWithoutLoadRowsIsCancelled(t *testing.T) {
 	t.Parallel()
 	def := "id*:INT4 name:WSTRING"
-	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.ReloadQuietPeriod = 0 }))
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 }))
 	h.createTable("c", 1, def, tsFirst)
 	h.row("a", 1, change.OpInsert, 1, "v1")
 	h.row("a", 2, change.OpInsert, 2, "v1")
@@ -226,7 +226,7 @@ func TestReloadWithoutLoadRowsIsCancelled(t *testing.T) {
 func TestReloadEndsAfterQuietPeriod(t *testing.T) {
 	t.Parallel()
 	def := "id*:INT4 name:WSTRING"
-	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.ReloadQuietPeriod = 300 * time.Millisecond }))
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 300 * time.Millisecond }))
 	h.createTable("c", 1, def, tsFirst)
 	h.row("a", 1, change.OpInsert, 1, "v1")
 	h.row("a", 2, change.OpInsert, 2, "v1")
@@ -255,9 +255,9 @@ func TestReloadEndsAfterQuietPeriod(t *testing.T) {
 // arriving later goes after it.
 func TestCreateTableOrderWithinOnePutRecordsCall(t *testing.T) {
 	t.Parallel()
-	ct := held{ev: ctlEvent("c", 5, "items", "create-table", "id*:INT4"), at: 100, ctl: true}
+	ct := held{ev: ctlEvent("c", 5, "items", "create-table", "id*:INT4"), at: 100, ctl: true, reload: true}
 	ct.ev.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
-	trunc := held{ev: ctlEvent("c", 6, "items", "truncate", ""), at: 100, ctl: true}
+	trunc := held{ev: ctlEvent("c", 6, "items", "truncate", ""), at: 100, ctl: true, reload: true}
 	mk := func(load bool, built string, at ...int64) *row {
 		r := &row{shard: "a", seq: "1", at: 100, src: srcPos{load: load}, built: built}
 		if len(at) > 0 {
@@ -293,6 +293,12 @@ func TestCreateTableOrderWithinOnePutRecordsCall(t *testing.T) {
 		if got := heldBefore(&d, c.h) || heldBeforeLater(&d, c.h); got != c.want {
 			t.Errorf("%s: heldBefore(data, control) = %v, want %v", c.name, got, c.want)
 		}
+		// With sink.reload upsert a create-table orders as any control record.
+		plain := *c.h
+		plain.reload = false
+		if got, want := plain.after(c.r), c.r.at < plain.at; got != want {
+			t.Errorf("%s, reload upsert: after = %v, want %v", c.name, got, want)
+		}
 	}
 }
 
@@ -301,6 +307,7 @@ func TestCreateTableOrderWithinOnePutRecordsCall(t *testing.T) {
 func TestCreateTableHeldBehindChangeBuiltBefore(t *testing.T) {
 	t.Parallel()
 	b := newBuffer()
+	b.reloadOrder = true
 	upd := &change.Event{Op: change.OpUpdate, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000400Z"}, Pos: change.Position{Shard: "a", Seq: "1"}}
 	b.hold(upd, 105)
 	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
@@ -324,7 +331,7 @@ func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
 	t.Parallel()
 	fb := &fakeBound{}
 	fb.ms.Store(1500)
-	h := guardHarness(t, OrderingArrival, fb, withConfig(func(c *Config) { c.ReloadQuietPeriod = 0 }))
+	h := guardHarness(t, OrderingArrival, fb, withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 }))
 	def := "id*:INT4 name:WSTRING"
 	at := func(ev *change.Event, ms int64, built string) {
 		ev.Arrival = time.UnixMilli(ms)
@@ -359,6 +366,7 @@ func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
 func TestChangeHeldBeforeCreateTablePastLoadRows(t *testing.T) {
 	t.Parallel()
 	b := newBuffer()
+	b.reloadOrder = true
 	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
 	ct.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
 	b.hold(ct, 100)

@@ -134,6 +134,7 @@ func newWriter(env writerEnv, src string, ident table.Identifier, set *settings,
 		buf: newBuffer(),
 		dl:  newDLWait(),
 	}
+	w.buf.reloadOrder = set.reloadReplace
 	w.st.status = tableprop.StatusActive
 	w.st.pub = TableStatus{Source: src, Table: name, Status: tableprop.StatusActive}
 	return w

@@ -14,8 +14,8 @@ dms2iceberg does not reload a table by itself: only DMS can send the table's row
 reload without them would empty the target table. This command prints how to make DMS reload
 the table, and exits with status 1 without touching anything.
 
-What the service does with a DMS reload (docs/design.md §12 "Reload", sink.reload replace,
-the default): DMS sends a create-table control record, every row of the table as a load
+What the service does with a DMS reload under sink.reload replace (opt-in, exact with one
+worker; the default upsert only upserts the load rows; docs/design.md §12 "Reload"): DMS sends a create-table control record, every row of the table as a load
 record, then the changes it cached meanwhile. The service upserts the load rows as they come
 (readers keep every row the table had, reloaded rows show their new values); at the table's
 first CDC change after them, or after sink.reload_quiet_period without one, one snapshot
@@ -48,8 +48,8 @@ func printReloadGuide(w io.Writer, schema, name, arn string) {
 		arn = "<replication-task-arn>"
 	}
 	fmt.Fprintf(w, `dms2iceberg reload: not done here. dms2iceberg cannot reload %[1]s.%[2]s by itself: only DMS
-can send its rows again. Reload it from DMS, and the running service replaces the target table's
-content when the reload ends:
+can send its rows again. Reload it from DMS; with sink.reload replace the running service replaces
+the target table's content when the reload ends:
 
   AWS CLI:
     aws dms reload-tables --replication-task-arn %[3]s \
@@ -61,8 +61,8 @@ content when the reload ends:
   A task restarted with full load ("Restart" of a full-load-and-CDC task) reloads every table
   the same way.
 
-Needs, on the service: sink.reload replace (the default) and sink.ordering arrival (the default)
-for the target table; the DMS Kinesis endpoint must send control records (create-table), which it
+Needs, on the service: sink.reload replace (opt-in; exact with one worker only) and
+sink.ordering arrival (the default) for the target table; the DMS Kinesis endpoint must send control records (create-table), which it
 does by default. Watch it with 'dms2iceberg status' (a "reload of ... in progress" line) or the
 metrics dms2iceberg_table_reload_rows and dms2iceberg_table_reload_started_timestamp_seconds.
 `, schema, name, arn)
