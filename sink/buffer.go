@@ -37,6 +37,9 @@ type row struct {
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string
+	// built is its metadata.timestamp (when DMS built the message), which orders it against a
+	// create-table of the same arrival millisecond on another shard (held.builtAfter).
+	built string
 }
 
 // buffer holds what a table writer has taken in and not yet committed.
@@ -51,6 +54,9 @@ type buffer struct {
 	// dups are acknowledgements of re-deliveries of buffered records: each is told when nothing
 	// at or before its sequence number is buffered on its shard any more.
 	dups []dup
+	// reloadOrder: create-table records may start a reload (sink.reload replace) and are
+	// ordered for it (held.reload).
+	reloadOrder bool
 	// lastAt is, per shard, the latest arrival taken in (makes arrivals monotonic per shard).
 	lastAt map[string]int64
 	keyBuf []byte // plan's scratch for encoded keys
@@ -242,6 +248,10 @@ type batch struct {
 	deletes [][]dms.Datum // keys to delete (every touched key, for upsert semantics)
 	maxSeq  map[string]string
 	trimmed int
+	// loads and cdc count the rows the batch takes that the table does not hold yet, replays
+	// aside: load rows, and CDC changes (inserts, updates, deletes). A reload in progress counts
+	// the first and ends at the second (reload.go).
+	loads, cdc int
 	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
 	// that need the table's row, fill the rows found (by row index) on snapshot fillSnap;
 	// fromBuffer counts images completed within the batch, missing those of a key deleted
@@ -384,6 +394,11 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 func (b *batch) noteSeq(r *row) {
 	if r.replay {
 		return
+	}
+	if r.src.load {
+		b.loads++
+	} else {
+		b.cdc++
 	}
 	if change.CompareSeq(r.seq, b.maxSeq[r.shard]) > 0 {
 		b.maxSeq[r.shard] = r.seq

@@ -91,7 +91,28 @@ type Config struct {
 	// tables created without the column keep appending. Tables override it with
 	// TableConfig.KeylessIdentity.
 	KeylessIdentity string `yaml:"keyless_identity"`
+	// Reload is what a DMS table reload does to the target table (design.md §12 "Reload"):
+	// "replace" (opt-in; correct with one worker only, design.md §12 "Reload", Not covered): a
+	// create-table newer than the last one applied, on a table with data,
+	// starts a reload; its load rows are upserted as they come, and at its end (the table's
+	// first CDC change after its load rows, or ReloadQuietPeriod without any) one snapshot
+	// removes every row the table held before the reload, so rows deleted at the source while
+	// the table was out of sync disappear. Needs ordering arrival (under ordering shard a reload
+	// is upserted and logged). "upsert" (default): load rows are upserted and nothing is removed
+	// (rows deleted at the source meanwhile stay). The default stays upsert until a reload is
+	// also exact with several workers.
+	Reload string `yaml:"reload"`
+	// ReloadQuietPeriod ends a reload when no CDC change of the table follows its load rows:
+	// once this long has passed since its last load rows were committed, with nothing buffered
+	// for the table. Default 5m; 0 turns it off (only a CDC change ends a reload).
+	ReloadQuietPeriod time.Duration `yaml:"reload_quiet_period"`
 }
+
+// The values of Config.Reload.
+const (
+	ReloadReplace = "replace"
+	ReloadUpsert  = "upsert"
+)
 
 // TableConfig holds the settings of one source table.
 type TableConfig struct {
@@ -200,6 +221,8 @@ func DefaultConfig() Config {
 		Ordering:          OrderingArrival,
 		FreshnessInterval: time.Minute,
 		KeylessIdentity:   KeylessIdentityAuto,
+		Reload:            ReloadUpsert,
+		ReloadQuietPeriod: 5 * time.Minute,
 		DeadLetters:       DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
 }
@@ -240,6 +263,14 @@ func (c Config) Validate() error {
 	}
 	if err := c.validKeylessIdentity(); err != nil {
 		return err
+	}
+	switch c.Reload {
+	case "", ReloadReplace, ReloadUpsert:
+	default:
+		return fmt.Errorf("sink.reload: %q is not replace or upsert", c.Reload)
+	}
+	if c.ReloadQuietPeriod < 0 {
+		return fmt.Errorf("sink.reload_quiet_period: must not be negative, got %s", c.ReloadQuietPeriod)
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)

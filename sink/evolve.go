@@ -292,7 +292,10 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 	clearDrop := op == "create-table" && w.st.status == tableprop.StatusDropped
 	planFor := func() dms.SchemaPlan { return dms.PlanSchema(w.st.lay.sourceStates(), desired, op == "rename-column") }
 	plan := planFor()
-	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 }
+	// A newer create-table of a table with data starts a reload (reload.go): its commit
+	// records the start with the record's watermark, even when the schema does not change.
+	reload := w.reloadStarts(ev, op)
+	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 && !reload }
 	committed := false // the plan's commit advanced the record's watermark
 	if !nothing(plan) {
 		if err := w.commitRows(ctx); err != nil {
@@ -300,10 +303,11 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 		}
 		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 			plan = planFor()
+			reload = reload && w.reloadStarts(ev, op) // re-checked on a reloaded table
 			if nothing(plan) {
 				return nil, nil
 			}
-			tbl, err := w.commitPlan(ctx, ev, plan, clearDrop)
+			tbl, err := w.commitPlan(ctx, ev, plan, clearDrop, reload)
 			if err != nil {
 				return nil, err
 			}
@@ -324,6 +328,9 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 		if res.Table != nil {
 			committed = true
 			w.reportPlan(op, plan)
+			if reload {
+				w.reloadStarted(ev)
+			}
 		}
 	}
 	if clearDrop {
@@ -363,7 +370,7 @@ func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.Ta
 
 // commitPlan commits the schema changes of plan together with the control record's watermark
 // and status properties.
-func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.SchemaPlan, clearDrop bool) (*table.Table, error) {
+func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.SchemaPlan, clearDrop, reload bool) (*table.Table, error) {
 	txn := w.st.tbl.NewTransaction()
 	if !plan.Empty() {
 		if err := stageSchemaPlan(txn, plan); err != nil {
@@ -378,6 +385,9 @@ func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.Sche
 	}
 	controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
 	w.throughProp(props)
+	if reload {
+		w.markReload(props, ev)
+	}
 	if len(plan.Incompatible) > 0 {
 		c := plan.Incompatible[0]
 		props[tableprop.IncompatibleChange] = fmt.Sprintf("%s: %s→%s not applied (%s, %s)", c.Name, c.From, c.To, ev.Control.Op, ev.Meta.Timestamp)

@@ -44,6 +44,10 @@ type flushing struct {
 	lim   limit
 	b     batch
 	files *staged
+	// reload is what the commit does about a reload in progress (nil: none), removed the number
+	// of files its replace removed.
+	reload  *reloadStage
+	removed int
 }
 
 // flush commits what may commit now. Guarded (ordering arrival with a commit bound), that is per
@@ -201,7 +205,10 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		f.files = files
 		fault.Hit(fault.AfterDataFiles)
 	}
-	return w.commitBatch(ctx, &f.b, f.files, f.lim.completeThrough())
+	f.reload = w.reloadFor(&f.b) // on the table this attempt commits on
+	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, f.lim.completeThrough(), f.reload)
+	f.removed = removed
+	return tbl, err
 }
 
 // reloaded adopts a table reloaded after a failed attempt and tells whether it already holds the
@@ -246,6 +253,14 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took 
 	}
 	if b.trimmed > 0 {
 		w.env.metrics.Skipped(w.name, b.trimmed)
+	}
+	if rs := f.reload; rs != nil && !b.empty() {
+		switch {
+		case rs.end:
+			w.reloadEnded(rs, f.removed, "first change after the load")
+		case rs.loads > 0:
+			w.reloadLoaded = time.Now()
+		}
 	}
 	fault.Hit(fault.AfterCommit)
 	w.buf.release(b)
@@ -319,7 +334,7 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 
 // commitBatch stages the files, the advanced watermarks and what the batch is complete through
 // in one transaction on the current table, commits it and adopts the committed table.
-func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time) (*table.Table, error) {
+func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time, rs *reloadStage) (*table.Table, int, error) {
 	props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
 	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes))}
 	if v, ok := completeThroughProp(w.st.tbl.Properties(), through); ok {
@@ -338,25 +353,34 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 	rd.AddRows(f.data...)
 	rd.AddDeletes(f.deletes...)
 	if err := rd.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("stage row delta: %w", err)
+		return nil, 0, fmt.Errorf("stage row delta: %w", err)
+	}
+	removed := 0
+	if rs != nil {
+		// A reload in progress: count its load rows, or end it in this commit (the replacing
+		// snapshot follows the batch's in the same catalog commit).
+		var err error
+		if removed, err = w.stageReload(ctx, txn, rs, props); err != nil {
+			return nil, 0, err
+		}
 	}
 	if len(props) > 0 {
 		if err := txn.SetProperties(props); err != nil {
-			return nil, fmt.Errorf("stage watermarks: %w", err)
+			return nil, 0, fmt.Errorf("stage watermarks: %w", err)
 		}
 	}
 	if w.st.tbl.Properties()[table.CommitNumRetriesKey] == "0" {
 		// Tables created by earlier versions carry commit.retry.num-retries=0, which also took
 		// Spark's and Glue's commit retries away; iceberg-go does not retry without it.
 		if err := txn.RemoveProperties([]string{table.CommitNumRetriesKey}); err != nil {
-			return nil, fmt.Errorf("stage removal of %s: %w", table.CommitNumRetriesKey, err)
+			return nil, 0, fmt.Errorf("stage removal of %s: %w", table.CommitNumRetriesKey, err)
 		}
 	}
 	tbl, err := txn.Commit(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
-	return tbl, w.adopt(tbl)
+	return tbl, removed, w.adopt(tbl)
 }
 
 // adopt uses a table the writer just committed. Its failure is not retried: the commit landed,

@@ -57,7 +57,8 @@ type Metrics interface {
 	// SchemaChanged counts applied schema changes of a table by kind: create_table, add_column,
 	// rename_column, widen_column, drop_column (kept, no longer required), revive_column,
 	// set_primary_key, incompatible (a change that was not applied), stale_control (a control
-	// record older than the last one applied, skipped), truncate (every row removed).
+	// record older than the last one applied, skipped), truncate (every row removed),
+	// reload_start, reload_replace and reload_cancel (a DMS table reload, reload.go).
 	SchemaChanged(table, kind string, n int)
 	// PartialImages counts, per flush, the partial update images (absent_columns keep) by where
 	// their absent columns came from: an earlier change of the key in the batch, the row the
@@ -72,6 +73,10 @@ type Metrics interface {
 	// Fresh reports that table is complete through t after a properties-only commit that only
 	// advanced its complete-through (a quiet table); commits with data report it in CommitInfo.
 	Fresh(table string, t time.Time)
+	// Reload reports a reload of table in progress (reload.go): the load rows committed since
+	// it started and when it started (the create-table's timestamp); rows 0 and a zero since
+	// once it ended. Called only for tables that have had a reload since the writer started.
+	Reload(table string, rows int64, since time.Time)
 }
 
 // Kinds of Metrics.OrderingRisk.
@@ -95,6 +100,7 @@ func (NopMetrics) PartialImages(string, int, int, int)     {}
 func (NopMetrics) DeadLettersCommitted(int, time.Duration) {}
 func (NopMetrics) OrderingRisk(string, string)             {}
 func (NopMetrics) Fresh(string, time.Time)                 {}
+func (NopMetrics) Reload(string, int64, time.Time)         {}
 
 // nopMetrics is NopMetrics under the name the maintenance tests embed.
 type nopMetrics = NopMetrics

@@ -80,6 +80,7 @@ func (w *writer) use(tbl *table.Table) error {
 		relayRows(w.buf.rows, w.st.lay, lay)
 	}
 	w.st.tbl, w.st.lay = tbl, lay
+	w.reportReload()
 	return nil
 }
 

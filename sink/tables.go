@@ -334,6 +334,10 @@ type settings struct {
 	// identity: a keyless table's inserts carry their DMS record identity (sink.keyless_identity
 	// auto, identity.go).
 	identity bool
+	// reloadReplace: a DMS reload replaces the table's content (sink.reload replace, reload.go);
+	// reloadQuiet is sink.reload_quiet_period.
+	reloadReplace bool
+	reloadQuiet   time.Duration
 }
 
 func (c Config) settingsFor(src string) *settings {
@@ -342,7 +346,7 @@ func (c Config) settingsFor(src string) *settings {
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
 		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval,
-		identity: c.KeylessIdentity != KeylessIdentityOff}
+		identity: c.KeylessIdentity != KeylessIdentityOff, reloadReplace: c.Reload != ReloadUpsert, reloadQuiet: c.ReloadQuietPeriod}
 	if tc.Ordering != "" {
 		st.arrival = tc.Ordering == OrderingArrival
 	}

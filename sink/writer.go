@@ -31,6 +31,7 @@ import (
 //	key.go           the primary key: which columns may be key columns, giving a keyless table its key
 //	identity.go      the DMS record identity of keyless tables: re-sent records replace their copy
 //	truncate.go      control records on rows and names: truncate, rename-table
+//	reload.go        a DMS table reload: its start, its load rows, the replacing snapshot at its end
 //	writer_dlq.go    dead letters of the writer and waiting for them before a commit
 //	owner.go         one source per target table: the owner property, claiming, refusing
 //
@@ -119,6 +120,11 @@ type writer struct {
 	gauge bufferGauge
 	// identityNoted: noteNoIdentity logged (identity.go).
 	identityNoted bool
+	// reloadLoaded is when this writer last committed load rows of a reload in progress (or
+	// first saw one), for the quiet period; reloadShown: the reload metric shows a reload
+	// (reload.go).
+	reloadLoaded time.Time
+	reloadShown  bool
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
@@ -130,6 +136,7 @@ func newWriter(env writerEnv, src string, ident table.Identifier, set *settings,
 		buf: newBuffer(),
 		dl:  newDLWait(),
 	}
+	w.buf.reloadOrder = set.reloadReplace
 	w.st.status = tableprop.StatusActive
 	w.st.pub = TableStatus{Source: src, Table: name, Status: tableprop.StatusActive}
 	return w
@@ -145,6 +152,12 @@ func (w *writer) run(ctx context.Context) error {
 		t := time.NewTicker(w.set.freshness)
 		defer t.Stop()
 		fresh = t.C
+	}
+	var quiet <-chan time.Time
+	if w.set.reloadReplace && w.set.reloadQuiet > 0 {
+		t := time.NewTicker(max(w.set.reloadQuiet/4, 100*time.Millisecond))
+		defer t.Stop()
+		quiet = t.C
 	}
 	for {
 		// A buffer that the last flush could not commit (the bound or a gate holds it) is
@@ -201,6 +214,10 @@ func (w *writer) run(ctx context.Context) error {
 			if err := w.freshen(ctx); err != nil {
 				return err
 			}
+		case <-quiet:
+			if err := w.reloadQuiet(ctx); err != nil {
+				return err
+			}
 		}
 		switch pending := w.buf.pending(); {
 		case armed && !pending:
@@ -231,7 +248,8 @@ func (w *writer) guarded() bool { return w.set.arrival && w.env.bound != nil }
 // limitNow is the limit of a commit made now: the commit bound when guarded, else unbounded.
 // A zero bound (nothing may commit yet) lets nothing commit.
 func (w *writer) limitNow() limit {
-	lim := limit{bound: unbounded, ordered: w.set.arrival}
+	lim := limit{bound: unbounded, ordered: w.set.arrival,
+		reloadWindow: w.set.reloadReplace && w.st.loaded() && w.st.tbl.CurrentSnapshot() != nil}
 	if w.guarded() {
 		b := w.env.bound()
 		t := b.At
@@ -346,7 +364,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts, r.built = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev), ev.Meta.Timestamp
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)
 	}

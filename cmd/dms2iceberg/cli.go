@@ -26,6 +26,7 @@ var commands = []command{
 	{"status", "per shard: owner, checkpoint, committed watermark, lag; per table: last commit, complete-through, rows, deletes", runStatus},
 	{"cut", "print a consistent cut: per table the first snapshot that holds every change that arrived by a time", runCut},
 	{"maintain", "compact, expire snapshots, rewrite manifests and remove orphan files now", runMaintain},
+	{"reload", "print how to make DMS reload a table (the service replaces the table's content); does nothing itself", runReload},
 	{"dlq", "list or replay the dead letters (records the service could not apply)", runDLQ},
 	{"decode", "read DMS JSON from stdin and print the normalised change events", runDecode},
 	{"config", "check: validate the configuration and print it with defaults filled in, secrets redacted", runConfig},

@@ -67,6 +67,8 @@ type promMetrics struct {
 	tableLastLag        *prometheus.GaugeVec
 	tableLastCommit     *prometheus.GaugeVec
 	tableDeadLetters    *prometheus.CounterVec
+	tableReloadRows     *prometheus.GaugeVec
+	tableReloadSince    *prometheus.GaugeVec
 	// The sink's queues and buffers, read at scrape time (metrics_buffers.go).
 	buffers *bufferCollector
 	// The process-wide byte budget, read at scrape time (metrics_buffers.go).
@@ -190,6 +192,8 @@ func newPromMetrics() *promMetrics {
 	m.register(m.budget)
 	m.tableLastCommit = gauge("table", "last_commit_timestamp_seconds", "Unix time of the table's last commit by this worker.", table)
 	m.tableDeadLetters = counter("table", "dead_letters_total", "Changes of the table sent to the dead-letter file (unconvertible, or updates and deletes of a keyless table).", table)
+	m.tableReloadRows = gauge("table", "reload_rows", "A DMS reload of the table in progress: load rows committed since it started (they replace the table's content when it ends); 0 when none is in progress.", table)
+	m.tableReloadSince = gauge("table", "reload_started_timestamp_seconds", "A DMS reload of the table in progress: Unix time of the create-table that started it; 0 when none is in progress.", table)
 
 	m.maintDeleteFiles = gauge("maintenance", "delete_files", "Equality-delete files outstanding in the current snapshot (every scan applies them).", table)
 	m.maintDeleteRows = gauge("maintenance", "delete_rows", "Equality-delete rows outstanding in the current snapshot.", table)
@@ -519,6 +523,15 @@ func (m *promMetrics) DeadLettersCommitted(rows int, _ time.Duration) {
 
 func (m *promMetrics) Fresh(table string, t time.Time) {
 	m.tableComplete.WithLabelValues(table).Set(float64(t.UnixMilli()) / 1e3)
+}
+
+func (m *promMetrics) Reload(table string, rows int64, since time.Time) {
+	m.tableReloadRows.WithLabelValues(table).Set(float64(rows))
+	s := 0.0
+	if !since.IsZero() {
+		s = float64(since.UnixMilli()) / 1e3
+	}
+	m.tableReloadSince.WithLabelValues(table).Set(s)
 }
 
 func (m *promMetrics) OrderingRisk(table, kind string) {

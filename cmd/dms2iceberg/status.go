@@ -34,7 +34,8 @@ Prints, for the service that the configuration describes:
              the checkpoint; 0 when the checkpoint is at the end of the shard)
   per table: last commit (current snapshot time), complete-through (every change of the stream
              that arrived at or before it is in the table), rows, data files, delete files,
-             equality deletes (from the snapshot summary), and its watermark per shard
+             equality deletes (from the snapshot summary), and its watermark per shard; a DMS
+             reload in progress (load rows staged, since when)
 It reads the lease table (DynamoDB), the stream (Kinesis: ListShards and one GetRecords per
 shard) and the catalog; it writes nothing.
 
@@ -170,7 +171,20 @@ type tableStatus struct {
 	// CompleteThrough is tableprop.CompleteThrough: the table holds every change of the stream
 	// that arrived at or before it (absent: never recorded, ordering shard).
 	CompleteThrough *time.Time `json:"complete_through,omitempty"`
-	Error           string     `json:"error,omitempty"`
+	// Reload is a DMS reload of the table in progress (design.md §12 "Reload"); absent: none.
+	Reload *reloadStatus `json:"reload,omitempty"`
+	Error  string        `json:"error,omitempty"`
+}
+
+// reloadStatus is a reload in progress, from the table's properties (tableprop.ReloadBefore,
+// ReloadStarted, ReloadRows).
+type reloadStatus struct {
+	// Since is the metadata.timestamp of the create-table that started it.
+	Since string `json:"since"`
+	// Rows counts the load rows committed since (they replace the table's content at its end).
+	Rows int64 `json:"rows_staged"`
+	// BeforeSeq is the sequence number at or below which every file is removed at its end.
+	BeforeSeq int64 `json:"replaces_up_to_sequence"`
 }
 
 type statusKinesis interface {
@@ -437,6 +451,11 @@ func tableStatusOf(name string, tbl *table.Table, stream string) tableStatus {
 	if ct, ok := tableprop.ParseCompleteThrough(tbl.Properties()[tableprop.CompleteThrough]); ok {
 		ts.CompleteThrough = &ct
 	}
+	if props := tbl.Properties(); props[tableprop.ReloadBefore] != "" {
+		before, _ := strconv.ParseInt(props[tableprop.ReloadBefore], 10, 64)
+		rows, _ := strconv.ParseInt(props[tableprop.ReloadRows], 10, 64)
+		ts.Reload = &reloadStatus{Since: props[tableprop.ReloadStarted], Rows: rows, BeforeSeq: before}
+	}
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return ts
@@ -552,6 +571,12 @@ func (r statusReport) render(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", t.Table, last, age, through, t.Rows, t.DataFiles, t.DeleteFiles, t.EqualityDeletes, t.SnapshotID)
 	}
 	_ = tw.Flush()
+	for _, t := range r.Tables {
+		if rl := t.Reload; rl != nil {
+			fmt.Fprintf(w, "\nreload of %s in progress since %s: %d load rows staged; its end (the table's first CDC change, or sink.reload_quiet_period without one) replaces the table's content in one snapshot\n",
+				t.Table, dash(rl.Since), rl.Rows)
+		}
+	}
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "\nerror: %s\n", e)
 	}

@@ -341,3 +341,21 @@ func TestStatusDoesNotCreateTheEmbeddedCatalog(t *testing.T) {
 		t.Fatalf("status created %s/data (%v)", dir, err)
 	}
 }
+
+// A reload in progress shows its staged rows and start, in text and JSON.
+func TestStatusShowsReloadInProgress(t *testing.T) {
+	rep := statusReport{Stream: "s", Tables: []tableStatus{{Table: "shop.customers",
+		Reload: &reloadStatus{Since: "2026-05-01T11:00:00.000000Z", Rows: 1234, BeforeSeq: 7}}}}
+	var out bytes.Buffer
+	rep.render(&out)
+	if want := "reload of shop.customers in progress since 2026-05-01T11:00:00.000000Z: 1234 load rows staged"; !strings.Contains(out.String(), want) {
+		t.Errorf("rendered status lacks %q:\n%s", want, out.String())
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `"reload":{"since":"2026-05-01T11:00:00.000000Z","rows_staged":1234,"replaces_up_to_sequence":7}`; !strings.Contains(string(b), want) {
+		t.Errorf("JSON lacks %s:\n%s", want, b)
+	}
+}

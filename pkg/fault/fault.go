@@ -14,6 +14,11 @@ const (
 	BeforeCheckpoint = "before-checkpoint" // a checkpoint is about to be written
 	AfterCheckpoint  = "after-checkpoint"  // a checkpoint was written
 	DuringShutdown   = "during-shutdown"   // graceful shutdown has started
+
+	// The points inside a table reload (design.md §12 "Reload"), hit only while a reload runs.
+	AfterReloadMark     = "after-reload-mark"     // a reload's start is committed, its create-table not acknowledged
+	BeforeReloadReplace = "before-reload-replace" // a reload's replace is staged, not committed
+	AfterReloadReplace  = "after-reload-replace"  // a reload's replace is committed, nothing acknowledged
 )
 
 // EnvVar names the spec's environment variable, read only by binaries built with -tags faults.
@@ -21,6 +26,11 @@ const EnvVar = "DMS2ICEBERG_FAULTS"
 
 // Points lists every fault point.
 var Points = []string{AfterDecode, AfterDataFiles, AfterCommit, BeforeCheckpoint, AfterCheckpoint, DuringShutdown}
+
+// ReloadPoints lists the fault points inside a table reload. They are not in Points (the chaos
+// run's workload has no reload, so they would never be hit there); integration.TestReloadCrashes
+// arms them.
+var ReloadPoints = []string{AfterReloadMark, BeforeReloadReplace, AfterReloadReplace}
 
 // rule is a parsed spec item.
 type rule struct {
@@ -64,7 +74,7 @@ func parse(item string) (string, *rule, error) {
 }
 
 func known(name string) error {
-	for _, p := range Points {
+	for _, p := range append(Points[:len(Points):len(Points)], ReloadPoints...) {
 		if p == name {
 			return nil
 		}

@@ -52,7 +52,7 @@ func (m *Maintainer) compact(ctx context.Context, rep *Report, trigger string) e
 	if err != nil {
 		return err
 	}
-	if src.CurrentSnapshot() == nil {
+	if src.CurrentSnapshot() == nil || m.reloading(src, "compaction") {
 		return nil
 	}
 	p, err := m.planCompaction(ctx, src)

@@ -13,6 +13,8 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 var (
@@ -178,6 +180,20 @@ func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error
 		fail("orphans", m.removeOrphans(ctx, rep))
 	}
 	return errs
+}
+
+// reloading reports whether a DMS reload of tbl is in progress (tableprop.ReloadBefore): step
+// (compaction, position conversion) is then skipped, because the files it would write carry the
+// rows of files at or below the reload's sequence number above it, where the reload's replacing
+// commit would not remove them (design.md §12 "Reload"). A step planned before the reload
+// started writes files at its planning snapshot's sequence number (compaction: removed by the
+// replace) or position deletes naming such files (removed with them).
+func (m *Maintainer) reloading(tbl *table.Table, step string) bool {
+	if tbl.Properties()[tableprop.ReloadBefore] == "" {
+		return false
+	}
+	m.log.Debug("a reload of the table is in progress: skipped", zap.String("step", step))
+	return true
 }
 
 // shape reads a table's data files, delete files and snapshots, and its metadata size and

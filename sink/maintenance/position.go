@@ -71,7 +71,7 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	if src.CurrentSnapshot() == nil {
+	if src.CurrentSnapshot() == nil || m.reloading(src, "position conversion") {
 		return nil
 	}
 	p, err := m.planConversion(ctx, src)

@@ -60,7 +60,24 @@ const (
 	LastCompaction = "dms2iceberg.maintenance.last-compaction"
 	// LastOrphanCleanup is when orphan files were last removed (RFC 3339, UTC).
 	LastOrphanCleanup = "dms2iceberg.maintenance.last-orphan-cleanup"
+
+	// ReloadBefore marks a reload of the table in progress (design.md §12 "Reload"): the
+	// table's last sequence number when a newer create-table started it. Every data and delete
+	// file of a sequence number at or below it holds the table's content from before the reload
+	// and is removed by the replacing commit; the reload's load rows are committed above it.
+	// Absent when no reload is in progress. Maintenance neither compacts nor converts deletes
+	// while it is set (a rewrite would carry old rows above it).
+	ReloadBefore = "dms2iceberg.reload.before-seq"
+	// ReloadStarted is the metadata.timestamp of the create-table that started the reload in
+	// progress.
+	ReloadStarted = "dms2iceberg.reload.started"
+	// ReloadRows counts the load rows committed since the reload started (rows staged for the
+	// replacing commit).
+	ReloadRows = "dms2iceberg.reload.rows"
 )
+
+// ReloadProps lists the properties of a reload in progress, which the replacing commit removes.
+var ReloadProps = []string{ReloadBefore, ReloadStarted, ReloadRows}
 
 // CompleteThroughLayout is the time layout of CompleteThrough (always UTC).
 const CompleteThroughLayout = "2006-01-02T15:04:05.000Z07:00"
@@ -118,7 +135,18 @@ const (
 	SummaryMaintenanceRun      = "dms2iceberg.maintenance.run"
 	SummaryMaintenanceTrigger  = "dms2iceberg.maintenance.trigger"
 	SummaryMaintenanceStarting = "dms2iceberg.maintenance.starting-snapshot"
+	// SummaryReload marks the replacing commit of a reload ("replace"): it removes every file
+	// at or below ReloadBefore. SummaryReloadRows is the number of load rows of the reload,
+	// SummaryReloadRemovedFiles the number of data and delete files it removed and
+	// SummaryReloadStarted the create-table's timestamp.
+	SummaryReload             = "dms2iceberg.reload"
+	SummaryReloadRows         = "dms2iceberg.reload.rows"
+	SummaryReloadRemovedFiles = "dms2iceberg.reload.removed-files"
+	SummaryReloadStarted      = "dms2iceberg.reload.started"
 )
+
+// SummaryReloadReplace is the value of SummaryReload on a reload's replacing snapshot.
+const SummaryReloadReplace = "replace"
 
 // Watermark is the watermark property of one shard of one stream.
 func Watermark(stream, shard string) string {
