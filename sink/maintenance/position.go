@@ -162,12 +162,6 @@ func removeFiles(fs icebergio.IO, files []iceberg.DataFile) {
 	}
 }
 
-// liveFiles lists a snapshot's live data and equality-delete files.
-func liveFiles(fs icebergio.IO, snap *table.Snapshot) (data, eqDels []liveFile, err error) {
-	data, eqDels, _, err = liveFilesAll(fs, snap)
-	return data, eqDels, err
-}
-
 // liveFilesAll lists a snapshot's live data, equality-delete and position-delete files.
 func liveFilesAll(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels []liveFile, err error) {
 	mans, err := snap.Manifests(fs)
