@@ -587,7 +587,8 @@ func syntaxErr(data []byte, reason string) *DecodeError {
 		}
 		if _, ok := nonFinite(string(data[start:end])); ok {
 			path, _ := fieldAt(data, start)
-			return decodeErr(ErrSyntax, start, path+": "+bareNonFinite+" "+quoteTrunc(string(data[start:end])))
+			// The path comes from the record's keys, which need not be UTF-8 here.
+			return decodeErr(ErrSyntax, start, strings.ToValidUTF8(path, "\uFFFD")+": "+bareNonFinite+" "+quoteTrunc(string(data[start:end])))
 		}
 	}
 	if len(reason) > 200 {
