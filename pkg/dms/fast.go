@@ -55,8 +55,8 @@ type fastState struct {
 }
 
 // decodeFast decodes data into ev when data has the common shape, and reports whether it did.
-// When it did not, ev is as it was, except that the backing array of cols may have been
-// written to.
+// When it did not, ev.Meta and the backing array of cols may have been written to (the general
+// path starts by clearing ev).
 func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column) bool {
 	if len(data) > 1<<30 || d.cfg.BeforeImageField == "metadata" || d.cfg.BeforeImageField == "data" {
 		return false
@@ -165,8 +165,11 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 	}
 
 	// Everything is checked but the escapes: copy the strings out, then fill in the event.
+	// From here on ev is written to; should a late escape send the record to the general path
+	// after all, Decode clears what was written.
 	d.arena = make([]byte, 0, len(data))
-	var m change.Metadata
+	m := &ev.Meta
+	*m = change.Metadata{}
 	dst := [...]*string{&m.Timestamp, &m.RecordType, &m.Operation, &m.PartitionKeyType,
 		&m.PartitionKeyValue, &m.SchemaName, &m.TableName, &m.TransactionID, &m.TransactionRecordID,
 		&m.PrevTransactionID, &m.PrevTransactionRecordID, &m.CommitTimestamp, &m.StreamPosition}
@@ -224,7 +227,6 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 	} else if front < n && op == change.OpUpdate {
 		before = buf[front:n:n]
 	}
-	ev.Meta = m
 	ev.Schema, ev.Table, ev.Op = m.SchemaName, m.TableName, op
 	ev.Columns, ev.Before, ev.Control = buf[:front], before, nil
 	return true
