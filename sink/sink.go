@@ -110,7 +110,7 @@ type Iceberg struct {
 	// routes caches what Submit needs per source table: its name "schema.table" and whether the
 	// configuration selects it, so that a record builds no string and matches no glob.
 	routes  map[sourceKey]route
-	defs    *tableDefs         // create-table definitions seen, shared by the writers
+	defs    *tableDefs // create-table definitions seen, shared by the writers
 	closed  bool
 	stop    chan struct{}
 	started chan struct{}

@@ -482,13 +482,13 @@ func scanString(data []byte, i int) (span, int, bool) {
 		if !strSpecial[c] {
 			continue
 		}
-		switch {
-		case c == '"':
+		switch c {
+		case '"':
 			if !ascii && !utf8.Valid(data[start:j]) {
 				return span{}, 0, false
 			}
 			return span{start: int32(start), end: int32(j), esc: esc}, j + 1, true
-		case c == '\\':
+		case '\\':
 			esc = true
 			j++ // the escaped byte is never the closing quote
 		default:
