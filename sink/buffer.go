@@ -88,6 +88,15 @@ func (b *buffer) add(r row, size int) {
 		b.high[r.shard] = r.seq
 	}
 	r.size = int32(size) + 64
+	if len(b.rows) == cap(b.rows) {
+		// Grow by doubling. append grows a large slice by about a quarter at a time, so a
+		// buffer of 240-byte rows filling up to a flush was copied about five times over (the
+		// largest allocation of the pipeline benchmark, and GC work); doubling copies it about
+		// twice. The capacity stays for the next flush.
+		grown := make([]row, len(b.rows), max(2*cap(b.rows), 64))
+		copy(grown, b.rows)
+		b.rows = grown
+	}
 	b.rows = append(b.rows, r)
 	b.bytes += int64(r.size)
 	b.started()
@@ -130,6 +139,7 @@ func (b *buffer) release(bt *batch) {
 	if bt == nil {
 		for i := range b.rows {
 			done(b.rows[i].ack)
+			clear(b.rows[i].vals) // its chunk (datums) may outlive it: let go of its strings
 		}
 		clear(b.rows)
 		b.rows = b.rows[:0]
@@ -143,6 +153,7 @@ func (b *buffer) release(bt *batch) {
 		for i := range b.rows {
 			if taken[i] {
 				done(b.rows[i].ack)
+				clear(b.rows[i].vals)
 				b.bytes -= int64(b.rows[i].size)
 				continue
 			}

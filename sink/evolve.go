@@ -101,7 +101,11 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 		return nil, &schemaError{fmt.Errorf("schema for %s: %w", w.src, err)}
 	}
 	props := maps.Clone(tableProperties)
-	maps.Copy(props, dictionaryProps(schema))
+	var configured []change.ColumnDef
+	for _, c := range w.set.tc.Columns {
+		configured = append(configured, c.def())
+	}
+	maps.Copy(props, dictionaryProps(schema, uniqueText(def, configured)))
 	props[tableprop.Source] = w.src
 	if def != nil && w.defTS != "" {
 		controlTSProp(props, nil, w.defTS)

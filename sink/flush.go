@@ -289,6 +289,8 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 	mem := memory.DefaultAllocator
 	if len(b.upserts) > 0 {
 		rb := array.NewRecordBuilder(mem, l.arrow)
+		rb.Reserve(len(b.upserts)) // sized once, not grown (and copied) while appending
+		reserveText(rb, w.buf.rows, b.upserts)
 		for _, ri := range b.upserts {
 			r := &w.buf.rows[ri]
 			vals := r.vals
@@ -315,6 +317,7 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 			cols, ids, sc = []int{l.idIdx}, []int{l.idID}, l.idArrow
 		}
 		rb := array.NewRecordBuilder(mem, sc)
+		rb.Reserve(len(b.deletes))
 		for _, key := range b.deletes {
 			for ki, ci := range cols {
 				dms.AppendDatum(rb.Field(ki), l.types[ci], key[ki])
@@ -330,6 +333,22 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 		out.deletes = files
 	}
 	return out, nil
+}
+
+// reserveText sizes the data buffers of rb's string and binary builders for the values of the
+// rows at idx, so that appending them does not grow (and copy) the buffers step by step.
+func reserveText(rb *array.RecordBuilder, rows []row, idx []int) {
+	for ci, f := range rb.Fields() {
+		rd, ok := f.(interface{ ReserveData(int) })
+		if !ok {
+			continue
+		}
+		n := 0
+		for _, ri := range idx {
+			n += len(rows[ri].vals[ci].S)
+		}
+		rd.ReserveData(n)
+	}
 }
 
 // commitBatch stages the files, the advanced watermarks and what the batch is complete through

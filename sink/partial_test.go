@@ -236,8 +236,9 @@ func TestPartialUpdateAndSchemaEvolution(t *testing.T) {
 	}
 }
 
-// The default null mode adds no allocation to converting an update; keep adds one for a partial
-// image only.
+// Converting a row allocates nothing of its own (its values come from a chunk per 32 rows,
+// datums, which AllocsPerRun's integer average rounds away) in the default null mode; keep adds
+// one for a partial image only.
 func TestConvertAllocations(t *testing.T) {
 	types := []iceberg.Type{iceberg.PrimitiveTypes.Int32, iceberg.PrimitiveTypes.String, iceberg.PrimitiveTypes.Int64}
 	l := &layout{names: []string{"id", "name", "qty"}, types: types,
@@ -248,7 +249,7 @@ func TestConvertAllocations(t *testing.T) {
 		keep bool
 		ev   *change.Event
 		want float64
-	}{{false, full, 1}, {false, partial, 1}, {true, full, 1}, {true, partial, 2}} {
+	}{{false, full, 0}, {false, partial, 0}, {true, full, 0}, {true, partial, 1}} {
 		w := &writer{set: &settings{keepAbsent: c.keep}}
 		w.st.lay = l
 		var r row

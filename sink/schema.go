@@ -29,18 +29,22 @@ var tableProperties = iceberg.Properties{
 }
 
 // dictionaryProps turns Parquet dictionary encoding off for the table and back on for the string
-// columns outside the key. Hashing every value into a dictionary is a large share of the write
-// cost; it pays off only where values repeat (status codes, names, countries), which in a CDC
-// table are the non-key strings. Keys, numbers, decimals and timestamps are mostly distinct per
-// row, and zstd compresses what repeats in them.
-func dictionaryProps(s *iceberg.Schema) iceberg.Properties {
+// columns outside the key, except those whose source type holds long or unique text (unique:
+// uniqueText). Hashing every value into a dictionary is a large share of the write cost; it pays
+// off only where values repeat (status codes, names, countries), which in a CDC table are the
+// short non-key strings. Keys, numbers, decimals and timestamps are mostly distinct per row, and
+// zstd compresses what repeats in them. Large objects, JSON, XML and UUIDs rarely repeat, and
+// their dictionary outgrows the dictionary page limit (write.parquet.dict-size-bytes, 2 MiB)
+// within a flush: arrow-go then writes the dictionary page it built and re-encodes the column
+// plain, paying for both (BenchmarkPipeline: ~7 % of its CPU, docs/benchmarks.md).
+func dictionaryProps(s *iceberg.Schema, unique map[string]bool) iceberg.Properties {
 	props := iceberg.Properties{"parquet.enable.dictionary": "false"}
 	keys := map[int]bool{}
 	for _, id := range s.IdentifierFieldIDs {
 		keys[id] = true
 	}
 	for _, f := range s.Fields() {
-		if keys[f.ID] || strings.HasPrefix(f.Doc, identityDoc) {
+		if keys[f.ID] || strings.HasPrefix(f.Doc, identityDoc) || unique[f.Name] {
 			continue // keys and the DMS record identity are distinct per row
 		}
 		if _, ok := f.Type.(iceberg.StringType); ok {
@@ -48,6 +52,22 @@ func dictionaryProps(s *iceberg.Schema) iceberg.Properties {
 		}
 	}
 	return props
+}
+
+// uniqueText lists the columns of def (or, without one, of the configured columns cols) whose
+// DMS type holds long or mostly unique text: large objects, JSON, XML, arrays, UUIDs.
+func uniqueText(def *change.TableDef, cols []change.ColumnDef) map[string]bool {
+	if def != nil && len(def.Columns) > 0 {
+		cols = def.Columns
+	}
+	out := map[string]bool{}
+	for _, c := range cols {
+		switch strings.ToUpper(c.Type) {
+		case "CLOB", "NCLOB", "TEXT", "JSON", "JSONB", "XML", "ARRAY", "UUID":
+			out[c.Name] = true
+		}
+	}
+	return out
 }
 
 // layout is what a writer needs to know about its table's current schema. It is rebuilt after

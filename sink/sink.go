@@ -107,7 +107,10 @@ type Iceberg struct {
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
-	defs    *tableDefs         // create-table definitions seen, shared by the writers
+	// routes caches what Submit needs per source table: its name "schema.table" and whether the
+	// configuration selects it, so that a record builds no string and matches no glob.
+	routes  map[sourceKey]route
+	defs    *tableDefs // create-table definitions seen, shared by the writers
 	closed  bool
 	stop    chan struct{}
 	started chan struct{}
@@ -134,7 +137,7 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 		return nil, err
 	}
 	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
-		writers: make(map[string]*writer), defs: newTableDefs(), started: make(chan struct{}),
+		writers: make(map[string]*writer), routes: make(map[sourceKey]route), defs: newTableDefs(), started: make(chan struct{}),
 		fileSlots: make(chan struct{}, fileWriters())}
 	for _, o := range opts {
 		o(s)
@@ -214,9 +217,9 @@ func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {
 		}
 		return nil
 	}
-	src := ev.Schema + "." + ev.Table
-	if !s.cfg.Selected(src) {
-		s.metrics.Filtered(src, 1)
+	rt := s.route(ev)
+	if !rt.selected {
+		s.metrics.Filtered(rt.src, 1)
 		if ev.Ack != nil {
 			ev.Ack.Done(1)
 		}
@@ -224,7 +227,7 @@ func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {
 	}
 	s.intake.RLock()
 	defer s.intake.RUnlock()
-	w, err := s.writer(ctx, src)
+	w, err := s.writer(ctx, rt.src)
 	if err != nil {
 		return err
 	}
@@ -236,6 +239,36 @@ func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {
 	case <-s.gctx.Done():
 		return fmt.Errorf("submit to %s: %w", w.name, context.Cause(s.gctx))
 	}
+}
+
+// sourceKey is a source table as a record names it.
+type sourceKey struct{ schema, table string }
+
+// route is what Submit knows of a source table: its name "schema.table" and whether the
+// configuration selects it (Config.Selected).
+type route struct {
+	src      string
+	selected bool
+}
+
+// route returns ev's source table's route, cached: the configuration does not change while the
+// sink runs.
+func (s *Iceberg) route(ev *change.Event) route {
+	k := sourceKey{ev.Schema, ev.Table}
+	s.mu.Lock()
+	rt, ok := s.routes[k]
+	s.mu.Unlock()
+	if ok {
+		return rt
+	}
+	src := ev.Schema + "." + ev.Table
+	rt = route{src: src, selected: s.cfg.Selected(src)}
+	// The key's strings may point into a decoded record's arena: keep copies, not the record.
+	k = sourceKey{strings.Clone(ev.Schema), strings.Clone(ev.Table)}
+	s.mu.Lock()
+	s.routes[k] = rt
+	s.mu.Unlock()
+	return rt
 }
 
 // ignored reports events that belong to no table: DMS's own awsdms_* tables and task-level

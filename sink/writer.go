@@ -98,6 +98,7 @@ type writer struct {
 	// closing is set once the queue is closed: the final flush of a graceful stop.
 	closing bool
 	seen    []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
+	slab    []dms.Datum // what is left of the chunk convert carves rows' values from (datums)
 	merged  []dms.Datum // writeFiles' scratch: a partial image completed from the table
 	maint   maintainer  // nil when maintenance is off
 	// lim is the limit of the flush in progress (nil outside a flush); stuck is the bound at

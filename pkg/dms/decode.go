@@ -30,6 +30,11 @@ type Decoder struct {
 	seen  uint16
 	err   *DecodeError
 
+	// fast is the scratch of the fast path (fast.go); slowOnly turns the fast path off (tests
+	// compare the two paths).
+	fast     fastState
+	slowOnly bool
+
 	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
 	visitMetaFn   func(key []byte, v *fastjson.Value)
 	visitDataFn   func(key []byte, v *fastjson.Value)
@@ -95,7 +100,9 @@ const (
 //     length/precision/scale from numbers or numeric strings, primary-key from an array of
 //     strings.
 //   - The JSON is parsed with fastjson, and for a duplicated envelope key the first occurrence
-//     wins. Every JSON string in the record (keys, values, metadata, table-def, strings nested
+//     wins. Data records of the common flat shape are read by a one-pass reader of our own
+//     instead (fast.go), which gives exactly the same event; everything else, and every error,
+//     goes through fastjson. Every JSON string in the record (keys, values, metadata, table-def, strings nested
 //     in JSON values) must be Unicode text, so that it is stored exactly: bytes that are not
 //     UTF-8 and \u escapes of unpaired surrogates are ErrBadString, escapes JSON does not
 //     define (\q, \u12) are ErrSyntax; the reason names the field (data.name, metadata.
@@ -109,6 +116,10 @@ const (
 // Meta holds whatever metadata was decoded before the problem was found (useful for logs).
 func (d *Decoder) Decode(data []byte, ev *change.Event) error {
 	cols := ev.Columns[:0]
+	if !d.slowOnly && d.decodeFast(data, ev, cols) {
+		d.arena = nil
+		return nil
+	}
 	ev.Schema, ev.Table, ev.Op = "", "", change.OpUnknown
 	ev.Columns, ev.Before, ev.Control = nil, nil, nil
 	ev.Meta = change.Metadata{}
@@ -576,7 +587,8 @@ func syntaxErr(data []byte, reason string) *DecodeError {
 		}
 		if _, ok := nonFinite(string(data[start:end])); ok {
 			path, _ := fieldAt(data, start)
-			return decodeErr(ErrSyntax, start, path+": "+bareNonFinite+" "+quoteTrunc(string(data[start:end])))
+			// The path comes from the record's keys, which need not be UTF-8 here.
+			return decodeErr(ErrSyntax, start, strings.ToValidUTF8(path, "\uFFFD")+": "+bareNonFinite+" "+quoteTrunc(string(data[start:end])))
 		}
 	}
 	if len(reason) > 200 {

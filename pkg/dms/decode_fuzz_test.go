@@ -3,6 +3,7 @@ package dms
 import (
 	"encoding/json"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -41,6 +42,17 @@ func FuzzDecode(f *testing.F) {
 		input := append([]byte(nil), data...)
 		var ev change.Event
 		err := d.Decode(input, &ev)
+		// The fast path (fast.go) gives what the general path gives, error or event.
+		slow := NewDecoder(cfg)
+		slow.slowOnly = true
+		var sev change.Event
+		serr := slow.Decode(append([]byte(nil), data...), &sev)
+		if (err == nil) != (serr == nil) || err != nil && err.Error() != serr.Error() {
+			t.Fatalf("fast path error %v, general path error %v", err, serr)
+		}
+		if err == nil && !reflect.DeepEqual(ev, sev) {
+			t.Fatalf("fast path event\n%s\ngeneral path event\n%s", dumpEvent(&ev), dumpEvent(&sev))
+		}
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {

@@ -1,0 +1,558 @@
+package dms
+
+import (
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// The fast path of Decode: one pass over a data record of the common shape, without fastjson.
+//
+// fastjson parses the whole record into a tree, then Decode visits it, checkText scans it again
+// for UTF-8 and escapes, and every string is unescaped and copied once more: in
+// BenchmarkPipeline's profile that was about a third of the process's CPU, the largest part of
+// it. Most records are flat: an envelope of metadata (strings and numbers), a data object (and
+// maybe a before-image) of strings, numbers, booleans and nulls. decodeFast reads exactly that
+// shape in one pass, keeping spans of data, checks and copies each string once, and builds the
+// same Event the general path builds. Anything else (a control or truncate record, an object or
+// array value, a duplicated envelope or metadata key, an escaped key, a null or unusual metadata
+// value, and every error) makes it give up, and Decode runs the general path, which gives the
+// answer and the error exactly as before. FuzzDecode checks that both paths give equal events.
+
+// span is the content of a JSON string (between its quotes) or a number token in the record.
+type span struct {
+	start, end int32
+	esc        bool // has a backslash escape
+}
+
+// fastCol is a column of a data or before-image object.
+type fastCol struct {
+	key  span
+	kind change.Kind
+	val  span // string content or number token; unused for booleans and null
+	bi   bool // an add-before-image-columns column (key is the source column name)
+}
+
+// metaFields are the metadata keys, in the order of the spans decodeFast keeps.
+var metaFields = [...]string{"timestamp", "record-type", "operation", "partition-key-type",
+	"partition-key-value", "schema-name", "table-name", "transaction-id", "transaction-record-id",
+	"prev-transaction-id", "prev-transaction-record-id", "commit-timestamp", "stream-position"}
+
+const (
+	metaRecordType = 1
+	metaOperation  = 2
+	metaSchema     = 5
+	metaTable      = 6
+)
+
+// fastState is decodeFast's scratch, kept in the Decoder between records.
+type fastState struct {
+	meta    [len(metaFields)]span
+	metaSet uint16
+	cols    []fastCol
+	before  []fastCol
+}
+
+// decodeFast decodes data into ev when data has the common shape, and reports whether it did.
+// When it did not, ev.Meta and the backing array of cols may have been written to (the general
+// path starts by clearing ev).
+func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column) bool {
+	if len(data) > 1<<30 || d.cfg.BeforeImageField == "metadata" || d.cfg.BeforeImageField == "data" {
+		return false
+	}
+	s := &d.fast
+	s.metaSet, s.cols, s.before = 0, s.cols[:0], s.before[:0]
+	i := skipWS(data)
+	if i == len(data) || data[i] != '{' {
+		return false
+	}
+	i = skipWS1(data, i+1)
+	var seen uint8 // 1 metadata, 2 data, 4 before-image
+	hasBefore := false
+	for {
+		key, j, ok := scanString(data, i)
+		if !ok || key.esc {
+			return false
+		}
+		i = skipWS1(data, j)
+		if i >= len(data) || data[i] != ':' {
+			return false
+		}
+		i = skipWS1(data, i+1)
+		if i >= len(data) {
+			return false
+		}
+		k := data[key.start:key.end]
+		switch {
+		case string(k) == "metadata":
+			if seen&1 != 0 || data[i] != '{' {
+				return false
+			}
+			seen |= 1
+			if i, ok = d.fastMeta(data, i); !ok {
+				return false
+			}
+		case string(k) == "data":
+			if seen&2 != 0 || data[i] != '{' {
+				return false
+			}
+			seen |= 2
+			if s.cols, i, ok = d.fastObject(data, i, s.cols, d.cfg.BIEnabled); !ok {
+				return false
+			}
+		case d.cfg.BeforeImageField != "" && string(k) == d.cfg.BeforeImageField:
+			if seen&4 != 0 {
+				return false
+			}
+			seen |= 4
+			switch data[i] {
+			case '{':
+				hasBefore = true
+				if s.before, i, ok = d.fastObject(data, i, s.before, false); !ok {
+					return false
+				}
+			case 'n':
+				if i, ok = scanLiteral(data, i, "null"); !ok {
+					return false
+				}
+			default:
+				return false
+			}
+		default:
+			if _, i, ok = scanScalar(data, i); !ok {
+				return false
+			}
+		}
+		i = skipWS1(data, i)
+		if i >= len(data) {
+			return false
+		}
+		if data[i] == '}' {
+			i++
+			break
+		}
+		if data[i] != ',' {
+			return false
+		}
+		i = skipWS1(data, i+1)
+	}
+	if skipWS1(data, i) != len(data) || seen&3 != 3 {
+		return false
+	}
+	const need = 1<<metaRecordType | 1<<metaOperation | 1<<metaSchema | 1<<metaTable
+	if s.metaSet&need != need || string(d.metaBytes(data, metaRecordType)) != "data" {
+		return false
+	}
+	var op change.Op
+	switch string(d.metaBytes(data, metaOperation)) {
+	case "load":
+		op = change.OpLoad
+	case "insert":
+		op = change.OpInsert
+	case "update":
+		op = change.OpUpdate
+	case "delete":
+		op = change.OpDelete
+	default:
+		return false
+	}
+	if t := s.meta[metaTable]; t.end == t.start {
+		return false
+	}
+	if len(s.before) == 0 {
+		hasBefore = false
+	}
+
+	// Everything is checked but the escapes: copy the strings out, then fill in the event.
+	// From here on ev is written to; should a late escape send the record to the general path
+	// after all, Decode clears what was written.
+	d.arena = make([]byte, 0, len(data))
+	m := &ev.Meta
+	*m = change.Metadata{}
+	dst := [...]*string{&m.Timestamp, &m.RecordType, &m.Operation, &m.PartitionKeyType,
+		&m.PartitionKeyValue, &m.SchemaName, &m.TableName, &m.TransactionID, &m.TransactionRecordID,
+		&m.PrevTransactionID, &m.PrevTransactionRecordID, &m.CommitTimestamp, &m.StreamPosition}
+	for f := range metaFields {
+		if s.metaSet&(1<<f) == 0 {
+			continue
+		}
+		v, ok := d.fastStr(data, s.meta[f])
+		if !ok {
+			return false
+		}
+		*dst[f] = v
+	}
+	n := len(s.cols)
+	total := n
+	if hasBefore {
+		total += len(s.before)
+	}
+	var buf []change.Column
+	switch {
+	case total == 0 && cols == nil:
+		buf = noColumns
+	case cap(cols) >= total:
+		buf = cols[:total]
+	default:
+		buf = make([]change.Column, total)
+	}
+	front, back := 0, n-1
+	for _, c := range s.cols {
+		col, ok := d.fastColumn(data, c)
+		if !ok {
+			return false
+		}
+		if c.bi {
+			buf[back] = col
+			back--
+		} else {
+			buf[front] = col
+			front++
+		}
+	}
+	for i, j := front, n-1; i < j; i, j = i+1, j-1 {
+		buf[i], buf[j] = buf[j], buf[i]
+	}
+	var before []change.Column
+	if hasBefore {
+		for k, c := range s.before {
+			col, ok := d.fastColumn(data, c)
+			if !ok {
+				return false
+			}
+			buf[n+k] = col
+		}
+		before = buf[n:total:total]
+	} else if front < n && op == change.OpUpdate {
+		before = buf[front:n:n]
+	}
+	ev.Schema, ev.Table, ev.Op = m.SchemaName, m.TableName, op
+	ev.Columns, ev.Before, ev.Control = buf[:front], before, nil
+	return true
+}
+
+// metaBytes is the raw content of metadata field f (escaped fields are never compared: their
+// raw bytes differ from every name they are compared with, and the general path decides).
+func (d *Decoder) metaBytes(data []byte, f int) []byte {
+	sp := d.fast.meta[f]
+	if sp.esc {
+		return nil
+	}
+	return data[sp.start:sp.end]
+}
+
+// fastMeta reads the metadata object at data[i] ('{').
+func (d *Decoder) fastMeta(data []byte, i int) (int, bool) {
+	s := &d.fast
+	i = skipWS1(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return i + 1, true
+	}
+	for {
+		key, j, ok := scanString(data, i)
+		if !ok || key.esc {
+			return 0, false
+		}
+		i = skipWS1(data, j)
+		if i >= len(data) || data[i] != ':' {
+			return 0, false
+		}
+		i = skipWS1(data, i+1)
+		kind, val, j2, ok := scanValue(data, i)
+		if !ok {
+			return 0, false
+		}
+		i = j2
+		f := metaIndex(data[key.start:key.end])
+		if f >= 0 {
+			// Known fields: a string or a number once; null, other kinds and repeats are left to
+			// the general path.
+			if s.metaSet&(1<<f) != 0 || (kind != change.KindString && kind != change.KindNumber) {
+				return 0, false
+			}
+			s.meta[f] = val
+			s.metaSet |= 1 << f
+		}
+		i = skipWS1(data, i)
+		if i >= len(data) {
+			return 0, false
+		}
+		if data[i] == '}' {
+			return i + 1, true
+		}
+		if data[i] != ',' {
+			return 0, false
+		}
+		i = skipWS1(data, i+1)
+	}
+}
+
+func metaIndex(k []byte) int {
+	switch string(k) {
+	case "timestamp":
+		return 0
+	case "record-type":
+		return metaRecordType
+	case "operation":
+		return metaOperation
+	case "partition-key-type":
+		return 3
+	case "partition-key-value":
+		return 4
+	case "schema-name":
+		return metaSchema
+	case "table-name":
+		return metaTable
+	case "transaction-id":
+		return 7
+	case "transaction-record-id":
+		return 8
+	case "prev-transaction-id":
+		return 9
+	case "prev-transaction-record-id":
+		return 10
+	case "commit-timestamp":
+		return 11
+	case "stream-position":
+		return 12
+	}
+	return -1
+}
+
+// fastObject reads the data or before-image object at data[i] ('{') into cols.
+func (d *Decoder) fastObject(data []byte, i int, cols []fastCol, bi bool) ([]fastCol, int, bool) {
+	i = skipWS1(data, i+1)
+	if i < len(data) && data[i] == '}' {
+		return cols, i + 1, true
+	}
+	for {
+		key, j, ok := scanString(data, i)
+		if !ok || key.esc {
+			return nil, 0, false
+		}
+		i = skipWS1(data, j)
+		if i >= len(data) || data[i] != ':' {
+			return nil, 0, false
+		}
+		i = skipWS1(data, i+1)
+		kind, val, j2, ok := scanValue(data, i)
+		if !ok {
+			return nil, 0, false
+		}
+		i = j2
+		c := fastCol{key: key, kind: kind, val: val}
+		if bi {
+			if name, ok := d.stripBI(data[key.start:key.end]); ok {
+				c.bi = true
+				c.key.start = key.start + int32(len(d.cfg.BIPrefix))
+				c.key.end = c.key.start + int32(len(name))
+			}
+		}
+		cols = append(cols, c)
+		i = skipWS1(data, i)
+		if i >= len(data) {
+			return nil, 0, false
+		}
+		if data[i] == '}' {
+			return cols, i + 1, true
+		}
+		if data[i] != ',' {
+			return nil, 0, false
+		}
+		i = skipWS1(data, i+1)
+	}
+}
+
+// fastColumn copies a column's name and value into the arena.
+func (d *Decoder) fastColumn(data []byte, c fastCol) (change.Column, bool) {
+	name := d.str(data[c.key.start:c.key.end])
+	switch c.kind {
+	case change.KindString, change.KindNumber:
+		v, ok := d.fastStr(data, c.val)
+		return change.Column{Name: name, Value: change.Value{Kind: c.kind, Text: v}}, ok
+	case change.KindBool:
+		t := "false"
+		if c.val.start == 1 {
+			t = "true"
+		}
+		return change.Column{Name: name, Value: change.Value{Kind: change.KindBool, Text: t}}, true
+	default:
+		return change.Column{Name: name, Value: change.Value{Kind: change.KindNull}}, true
+	}
+}
+
+// fastStr copies a string's content (unescaped) or a number token into the arena; false for an
+// escape that the general path must judge (invalid, or a lone surrogate).
+func (d *Decoder) fastStr(data []byte, sp span) (string, bool) {
+	raw := data[sp.start:sp.end]
+	if !sp.esc {
+		return d.str(raw), true
+	}
+	start := len(d.arena)
+	out, ok := appendUnescaped(d.arena, raw)
+	if !ok {
+		return "", false
+	}
+	// Unescaped text is never longer than its source, and the arena has room for the whole
+	// record, so out is still the arena's array.
+	d.arena = out
+	if len(out) == start {
+		return "", true
+	}
+	return unsafe.String(&out[start], len(out)-start), true
+}
+
+// appendUnescaped appends the JSON string content s, unescaped, to dst.
+func appendUnescaped(dst, s []byte) ([]byte, bool) {
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c != '\\' {
+			dst = append(dst, c)
+			i++
+			continue
+		}
+		if i+1 >= len(s) {
+			return nil, false
+		}
+		switch s[i+1] {
+		case '"', '\\', '/':
+			dst = append(dst, s[i+1])
+		case 'b':
+			dst = append(dst, '\b')
+		case 'f':
+			dst = append(dst, '\f')
+		case 'n':
+			dst = append(dst, '\n')
+		case 'r':
+			dst = append(dst, '\r')
+		case 't':
+			dst = append(dst, '\t')
+		case 'u':
+			r, ok := hex4(s, i+2)
+			if !ok {
+				return nil, false
+			}
+			switch {
+			case r >= 0xD800 && r < 0xDC00:
+				r2, ok := hex4(s, i+8)
+				if !ok || s[i+6] != '\\' || s[i+7] != 'u' || r2 < 0xDC00 || r2 >= 0xE000 {
+					return nil, false
+				}
+				dst = utf8.AppendRune(dst, (r-0xD800)<<10|(r2-0xDC00)+0x10000)
+				i += 12
+				continue
+			case r >= 0xDC00 && r < 0xE000:
+				return nil, false
+			}
+			dst = utf8.AppendRune(dst, r)
+			i += 6
+			continue
+		default:
+			return nil, false
+		}
+		i += 2
+	}
+	return dst, true
+}
+
+// skipWS1 skips JSON whitespace from data[i].
+func skipWS1(data []byte, i int) int {
+	for i < len(data) {
+		switch data[i] {
+		case ' ', '\t', '\n', '\r':
+			i++
+		default:
+			return i
+		}
+	}
+	return i
+}
+
+// scanString reads the string whose opening quote is at data[i]: its content span and the index
+// after the closing quote. Its bytes must be UTF-8.
+func scanString(data []byte, i int) (span, int, bool) {
+	if i >= len(data) || data[i] != '"' {
+		return span{}, 0, false
+	}
+	start := i + 1
+	esc, ascii := false, true
+	for j := start; j < len(data); j++ {
+		c := data[j]
+		if !strSpecial[c] {
+			continue
+		}
+		switch c {
+		case '"':
+			if !ascii && !utf8.Valid(data[start:j]) {
+				return span{}, 0, false
+			}
+			return span{start: int32(start), end: int32(j), esc: esc}, j + 1, true
+		case '\\':
+			esc = true
+			j++ // the escaped byte is never the closing quote
+		default:
+			ascii = false
+		}
+	}
+	return span{}, 0, false
+}
+
+// strSpecial marks the bytes scanString must look at: the quote, the backslash, and non-ASCII.
+var strSpecial = func() (t [256]bool) {
+	t['"'], t['\\'] = true, true
+	for c := utf8.RuneSelf; c < 256; c++ {
+		t[c] = true
+	}
+	return t
+}()
+
+// scanValue reads a scalar value at data[i]. For booleans val.start is 1 for true, 0 for false.
+func scanValue(data []byte, i int) (change.Kind, span, int, bool) {
+	if i >= len(data) {
+		return 0, span{}, 0, false
+	}
+	switch c := data[i]; {
+	case c == '"':
+		sp, j, ok := scanString(data, i)
+		return change.KindString, sp, j, ok
+	case c == '-' || c >= '0' && c <= '9':
+		j := i
+		for j < len(data) && (data[j] >= '0' && data[j] <= '9' || data[j] == '-' || data[j] == '+' || data[j] == '.' || data[j] == 'e' || data[j] == 'E') {
+			j++
+		}
+		if !validNumber(unsafe.String(&data[i], j-i)) || j < len(data) && !delimiter(data[j]) {
+			return 0, span{}, 0, false
+		}
+		return change.KindNumber, span{start: int32(i), end: int32(j)}, j, true
+	case c == 't':
+		j, ok := scanLiteral(data, i, "true")
+		return change.KindBool, span{start: 1}, j, ok
+	case c == 'f':
+		j, ok := scanLiteral(data, i, "false")
+		return change.KindBool, span{}, j, ok
+	case c == 'n':
+		j, ok := scanLiteral(data, i, "null")
+		return change.KindNull, span{}, j, ok
+	}
+	return 0, span{}, 0, false // objects, arrays and anything else: the general path
+}
+
+// scanScalar reads a scalar value of a key decodeFast does not use.
+func scanScalar(data []byte, i int) (change.Kind, int, bool) {
+	k, _, j, ok := scanValue(data, i)
+	return k, j, ok
+}
+
+func scanLiteral(data []byte, i int, lit string) (int, bool) {
+	j := i + len(lit)
+	if j > len(data) || string(data[i:j]) != lit || j < len(data) && !delimiter(data[j]) {
+		return 0, false
+	}
+	return j, true
+}
+
+// delimiter reports a byte that may follow a scalar value.
+func delimiter(c byte) bool {
+	return c == ',' || c == '}' || c == ']' || c == ' ' || c == '\t' || c == '\n' || c == '\r'
+}
