@@ -21,7 +21,6 @@ type flakyCatalog struct {
 	catalog.Catalog
 	mu        sync.Mutex
 	loadFails int // LoadTable calls still to fail
-	lostEvery bool
 	creates   int
 	loads     int
 }
