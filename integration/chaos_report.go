@@ -23,9 +23,10 @@ var (
 	fencedLine  = regexp.MustCompile(`lease moved on; this processor stops checkpointing`)
 	trimmedLine = regexp.MustCompile(`"trimmed": ([1-9][0-9]*)`)
 	landedLine  = regexp.MustCompile(`commit outcome was unknown; the table already holds this batch`)
-	// attemptsLine captures the attempts of a writer's commit; conflictLine is one lost attempt.
+	// attemptsLine captures the attempts of a writer's commit; conflictLine is one failed attempt.
 	attemptsLine = regexp.MustCompile(`\tcommitted\t\{[^\n]*"attempts": ([0-9]+)`)
-	conflictLine = regexp.MustCompile(`commit failed; reloading`)
+	// (The writer logs "commit failed" at WARN for every failed attempt, lost race or not.)
+	conflictLine = regexp.MustCompile(`\tcommit failed\t`)
 	// errorLine matches a console log line at ERROR level and captures its component and message.
 	errorLine = regexp.MustCompile(`(?m)^\S+\tERROR\t([^\n]*?)(?:\t\{[^\n]*)?$`)
 	// numbers and workerName make messages that differ only by shard, line or worker one.
@@ -115,7 +116,7 @@ func (c *chaosRun) report() {
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (lost attempts %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
+	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
 		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
 		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, landed,
 		commits, conflicts, contended, maxAttempts, st.slowStops, len(st.problems))
