@@ -66,10 +66,10 @@ func startProxy(t *testing.T, upstream string, seed uint64, onInject func(faultp
 // state, read directly from the server.
 func TestDependencyFaultsREST(t *testing.T) {
 	uri := RequireCatalogServer(t, EnvRESTURI)
-	// Live traffic, so that there are many commits: 300 records/s for about 15 s.
-	p, gen := newPipelineLive(t, 2, 3000, 17, 300)
+	// Live traffic, so that there are many commits: 300 records/s for about 10 s.
+	p, gen := newPipelineLive(t, 2, 2000, 17, 300)
 	px := startProxy(t, uri, 17, nil)
-	px.SetRules(restFaultRules(0.25, 0.1, time.Second)...)
+	px.SetRules(restFaultRules(0.25, 0.05, 500*time.Millisecond)...)
 	ns := uniqueNamespace("it_depf")
 	svcCfg := p.withCatalog(t, "restfaults", t.TempDir(), map[string]any{"type": "rest", "uri": px.URL()}, ns)
 	direct := p.withCatalog(t, "restdirect", t.TempDir(), map[string]any{"type": "rest", "uri": uri}, ns)
@@ -164,7 +164,7 @@ func loadCatalogConfig(t *testing.T, path string) sink.CatalogConfig {
 // table equal to the expected state; then the orphan oracle: after cleanup no unreferenced data
 // file is left, and the tables still verify.
 func TestDependencyFaultsS3(t *testing.T) {
-	p, gen := newPipelineLive(t, 2, 3000, 23, 300)
+	p, gen := newPipelineLive(t, 2, 2000, 23, 300)
 	s3url := os.Getenv("AWS_ENDPOINT_URL_S3")
 	px := startProxy(t, s3url, 23, nil)
 	px.SetRules(s3FaultRules(0.1, 0.03, time.Second)...)
