@@ -12,6 +12,10 @@ export GOTOOLCHAIN ?= local
 
 FUZZTIME ?= 60s
 CHAOS_CYCLES ?= 200
+# Production-like chaos (issue 12): CHAOS_RATE records/s, CHAOS_DEPS=rest for faults in the
+# REST catalog (empty: the embedded SQL catalog, no proxy).
+CHAOS_RATE ?=
+CHAOS_DEPS ?=
 BENCHTIME ?= 1s
 DEMO_ARGS ?=
 EMU_ENV = eval "$$(.ci/emulators.sh env)" && eval "$$(.ci/catalogs.sh env)" && eval "$$(.ci/spark.sh env)"
@@ -46,6 +50,7 @@ chaos: ## long crash-anywhere run: CHAOS_CYCLES (200) randomized kills, fault po
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
 	  echo "chaos: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} DMS2ICEBERG_CHAOS_CYCLES=$(CHAOS_CYCLES) \
+	  DMS2ICEBERG_CHAOS_RATE=$(CHAOS_RATE) DMS2ICEBERG_CHAOS_DEPS=$(CHAOS_DEPS) \
 	  go test -race -count=1 -tags integration -run '^TestChaos$$' -timeout 6h -v ./integration/
 
 lint: tools ## golangci-lint (pinned v2) with .ci/golangci.yml

@@ -40,6 +40,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
+	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
 // Environment variables of the chaos run.
@@ -53,6 +55,14 @@ const (
 	// process's log (default: a new directory under $TMPDIR). They are removed when the run
 	// passes and kept, for the reproduction, when it fails.
 	EnvChaosKeep = "DMS2ICEBERG_CHAOS_KEEP"
+	// EnvChaosRate sets the generator's records per second (default: sized so that traffic
+	// lasts about as long as the cycles, about 10/s); the workload grows to last as long.
+	EnvChaosRate = "DMS2ICEBERG_CHAOS_RATE"
+	// EnvChaosDeps puts faults in the dependencies: "rest" runs the workers on Apache Iceberg's
+	// REST catalog server behind the fault proxy (integration/faultproxy), which injects 5xx,
+	// unanswered requests, resets and lost answers (commits that land while the worker cannot
+	// know). Default "": the embedded SQL catalog, no proxy.
+	EnvChaosDeps = "DMS2ICEBERG_CHAOS_DEPS"
 )
 
 // chaosOptions sizes a run.
@@ -75,6 +85,8 @@ type chaosOptions struct {
 	CheckEvery time.Duration
 	// Dwell bounds the random pause after each cycle.
 	MinDwell, MaxDwell time.Duration
+	// Deps is EnvChaosDeps.
+	Deps string
 }
 
 // cycleEstimate sizes the generator's rate: traffic is to last about cycles × cycleEstimate,
@@ -104,6 +116,19 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 	o.Changes = max(1500, 110*o.Cycles)
 	records := float64(5 + 4*o.LoadRows + o.Changes)
 	o.Rate = max(5, records/(float64(o.Cycles)*cycleEstimate.Seconds()))
+	if v := os.Getenv(EnvChaosRate); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 1 {
+			t.Fatalf("%s=%q: want records per second", EnvChaosRate, v)
+		}
+		o.Rate = r
+		o.Changes = max(o.Changes, int(r*float64(o.Cycles)*cycleEstimate.Seconds())-(5+4*o.LoadRows))
+	}
+	switch o.Deps = os.Getenv(EnvChaosDeps); o.Deps {
+	case "", "rest":
+	default:
+		t.Fatalf("%s=%q: want rest or nothing", EnvChaosDeps, o.Deps)
+	}
 	return o
 }
 
@@ -133,6 +158,11 @@ type chaosStats struct {
 	rows         int // rows compared by verify
 	files        int // data and delete files checked for double references
 
+	genStart, genEnd time.Time // the generator's traffic
+	// The orphan oracle (orphans.go): unreferenced data files before cleanup, files removed by
+	// it, and data files left unreferenced after it (each a difference).
+	orphansBefore, orphansRemoved, orphansAfter int
+
 	violations []string // broken invariants: the differences
 	problems   []string // hangs, unexpected exits, failed stops
 }
@@ -155,6 +185,15 @@ type chaosRun struct {
 	kc                                                        *kinesis.Client
 	ddb                                                       *dynamodb.Client
 	gen                                                       *Service
+
+	// catCfg is the catalog the oracle reads (directly, never through the fault proxy);
+	// verifyConfig the service configuration `verify` runs with; namespace the target
+	// namespace ("" the source schema); proxy the fault proxy in front of the REST catalog (nil
+	// without EnvChaosDeps).
+	catCfg       sink.CatalogConfig
+	verifyConfig string
+	namespace    string
+	proxy        *faultproxy.Proxy
 
 	workers map[string]*chaosWorker // running (or frozen) workers by id (the driver's goroutine only)
 	logs    []string                // every process's log
@@ -258,8 +297,9 @@ func (c *chaosRun) between(lo, hi time.Duration) time.Duration {
 func (c *chaosRun) run() {
 	t := c.t
 	c.start = time.Now()
-	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d); workload %d load rows per table + %d changes at %.1f records/s; failover %s",
-		c.opt.Seed, c.opt.Cycles, EnvChaosSeed, c.opt.Seed, EnvChaosCycles, c.opt.Cycles, c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover)
+	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q); workload %d load rows per table + %d changes at %.1f records/s; failover %s",
+		c.opt.Seed, c.opt.Cycles, EnvChaosSeed, c.opt.Seed, EnvChaosCycles, c.opt.Cycles, EnvChaosRate, c.opt.Rate, EnvChaosDeps, c.opt.Deps,
+		c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover)
 	c.setup()
 	plan := chaosSchedule(c.rng, c.opt.Cycles)
 	c.startWorker("w1", "")
@@ -329,6 +369,17 @@ func (c *chaosRun) finish(stopObserver func()) {
 	if code, _ := c.gen.ExitCode(); code != 0 {
 		t.Fatalf("gen failed (status %d); the traffic is incomplete:\n%s", code, tailFile(c.gen.LogPath, 8<<10))
 	}
+	c.mu.Lock()
+	if c.st.genEnd.IsZero() {
+		c.st.genEnd = time.Now()
+	}
+	c.mu.Unlock()
+	if c.proxy != nil {
+		// The last worker drains without dependency faults: the run's end is judged on a
+		// healthy catalog.
+		c.proxy.Enable(false)
+		c.logf("dependency faults off; injected %s (by rule: %s)", c.proxy.Summary(), c.proxy.SummaryByRule())
+	}
 	for _, w := range c.sortedWorkers() {
 		c.term(w)
 	}
@@ -372,6 +423,7 @@ func (c *chaosRun) finish(stopObserver func()) {
 		c.st.files += n
 		c.mu.Unlock()
 	}
+	c.checkOrphans()
 	if b, err := os.ReadFile(filepath.Join(c.dataDir, "dead-letters.jsonl")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		c.violation("the workload has no bad record, but the dead-letter file holds:\n%s", tailFile(filepath.Join(c.dataDir, "dead-letters.jsonl"), 4<<10))
 	}

@@ -25,6 +25,8 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
+	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
 // setup creates the stream, starts the generator in the background and writes the service
@@ -41,6 +43,7 @@ func (c *chaosRun) setup() {
 		"--seed", strconv.FormatInt(c.opt.Seed, 10), "--rate", strconv.FormatFloat(c.opt.Rate, 'f', 1, 64),
 		"--layout", "dms-default", "--expected", c.expected}, nil, c.logDir, 16<<10)
 	c.logs = append(c.logs, c.gen.LogPath)
+	c.st.genStart = time.Now()
 	WaitFor(t, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
 		if c.gen.Exited() {
 			return false, fmt.Errorf("gen exited:\n%s", tailFile(c.gen.LogPath, 8<<10))
@@ -52,6 +55,24 @@ func (c *chaosRun) setup() {
 	cfg := map[string]any{}
 	snk := map[string]any{}
 	snk["flush_interval"] = "1s"
+	c.catCfg = sink.DefaultCatalogConfig(c.dataDir)
+	if c.opt.Deps == "rest" {
+		// The workers reach Iceberg's REST catalog server through the fault proxy; the oracle
+		// and verify reach it directly. The shared server outlives the run: a namespace of its
+		// own.
+		uri := RequireCatalogServer(t, EnvRESTURI)
+		px, err := faultproxy.New(uri, faultproxy.Options{Seed: uint64(c.opt.Seed)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = px.Close() })
+		px.SetRules(restFaultRules(0.15, 0.03, 2*time.Second)...)
+		c.proxy = px
+		c.namespace = uniqueNamespace("chaos")
+		c.catCfg = sink.CatalogConfig{Type: "rest", Name: "dms2iceberg", URI: uri}
+		snk["catalog"] = map[string]any{"type": "rest", "uri": px.URL()}
+		snk["namespace"] = c.namespace
+	}
 	cfg["sink"] = snk
 	cfg["stream"] = c.stream
 	cfg["data_dir"] = c.dataDir
@@ -65,6 +86,18 @@ func (c *chaosRun) setup() {
 	c.config = filepath.Join(c.dataDir, "config.yaml")
 	if err := os.WriteFile(c.config, out, 0o644); err != nil {
 		t.Fatal(err)
+	}
+	c.verifyConfig = c.config
+	if c.proxy != nil {
+		snk["catalog"] = map[string]any{"type": "rest", "uri": c.catCfg.URI}
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.verifyConfig = filepath.Join(c.dataDir, "verify-config.yaml")
+		if err := os.WriteFile(c.verifyConfig, out, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 

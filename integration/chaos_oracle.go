@@ -212,7 +212,7 @@ func (rc *recordCache) tables() []string {
 }
 
 func (c *chaosRun) openCatalog(ctx context.Context) (catalog.Catalog, func(), error) {
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(c.dataDir))
+	cat, err := sink.OpenCatalog(ctx, c.catCfg)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -228,6 +228,15 @@ func ident(src string) table.Identifier {
 	return table.Identifier{schema, name}
 }
 
+// tableIdent is the identifier of the target table of source table src.
+func (c *chaosRun) tableIdent(src string) table.Identifier {
+	id := ident(src)
+	if c.namespace != "" {
+		id[0] = c.namespace
+	}
+	return id
+}
+
 // watermarks loads the per-shard watermarks of every table (a table that does not exist has
 // none). A load is retried: metadata files are replaced under a reader.
 func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]map[string]string, error) {
@@ -240,7 +249,7 @@ func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]
 	for _, src := range tables {
 		var tbl *table.Table
 		for attempt := 0; ; attempt++ {
-			tbl, err = cat.LoadTable(ctx, ident(src))
+			tbl, err = cat.LoadTable(ctx, c.tableIdent(src))
 			if err == nil || errors.Is(err, catalog.ErrNoSuchTable) || errors.Is(err, catalog.ErrNoSuchNamespace) || attempt == 4 {
 				break
 			}
@@ -330,7 +339,7 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 		return 0, err
 	}
 	defer closeCat()
-	tbl, err := cat.LoadTable(ctx, ident(src))
+	tbl, err := cat.LoadTable(ctx, c.tableIdent(src))
 	if err != nil {
 		return 0, fmt.Errorf("load %s: %w", src, err)
 	}
@@ -437,7 +446,7 @@ func (c *chaosRun) complete() (bool, string) {
 var verifyTableLine = regexp.MustCompile(`(?m)^table (\S+): rows=(\d+) expected=(\d+) (ok|DIFF.*)$`)
 
 func (c *chaosRun) verify() {
-	stdout, stderr, err := RunCLI(c.t, c.bin, "verify", "--config", c.config, "--expected", c.expected, "--max-diffs", "20")
+	stdout, stderr, err := RunCLI(c.t, c.bin, "verify", "--config", c.verifyConfig, "--expected", c.expected, "--max-diffs", "20")
 	out := stdout + stderr
 	rows := 0
 	for _, m := range verifyTableLine.FindAllStringSubmatch(out, -1) {
@@ -459,4 +468,44 @@ func (c *chaosRun) verify() {
 		return
 	}
 	c.logf("verify:\n%s", strings.TrimSpace(out))
+}
+
+// checkOrphans applies the orphan oracle (orphans.go) to every table once no worker runs: after
+// cleanup no data file may be unreferenced by every snapshot, and verify must still pass.
+func (c *chaosRun) checkOrphans() {
+	cat, closeCat, err := c.openCatalog(c.ctx)
+	if err != nil {
+		c.t.Fatalf("orphan oracle: %v", err)
+	}
+	defer closeCat()
+	for _, src := range c.recs.tables() {
+		id := c.tableIdent(src)
+		before, _, err := unreferencedDataFiles(c.ctx, cat, id, nil)
+		if err != nil {
+			c.t.Fatalf("orphan oracle: %v", err)
+		}
+		removed, err := cleanupOrphans(c.ctx, cat, id)
+		if err != nil {
+			c.t.Fatalf("orphan oracle: %v", err)
+		}
+		after, _, err := unreferencedDataFiles(c.ctx, cat, id, nil)
+		if err != nil {
+			c.t.Fatalf("orphan oracle: %v", err)
+		}
+		c.mu.Lock()
+		c.st.orphansBefore += len(before)
+		c.st.orphansRemoved += removed
+		c.st.orphansAfter += len(after)
+		c.mu.Unlock()
+		for _, f := range after {
+			c.violation("table %s: data file %s is referenced by no snapshot after cleanup", src, f)
+		}
+	}
+	c.mu.Lock()
+	rows := c.st.rows
+	c.mu.Unlock()
+	c.verify() // the cleanup removed no referenced file
+	c.mu.Lock()
+	c.st.rows = rows // the same rows, checked again
+	c.mu.Unlock()
 }

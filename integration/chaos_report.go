@@ -7,6 +7,7 @@ package integration
 
 import (
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 )
 
@@ -21,9 +23,10 @@ var (
 	fencedLine  = regexp.MustCompile(`lease moved on; this processor stops checkpointing`)
 	trimmedLine = regexp.MustCompile(`"trimmed": ([1-9][0-9]*)`)
 	landedLine  = regexp.MustCompile(`commit outcome was unknown; the table already holds this batch`)
-	// attemptsLine captures the attempts of a writer's commit; conflictLine is one lost attempt.
+	// attemptsLine captures the attempts of a writer's commit; conflictLine is one failed attempt.
 	attemptsLine = regexp.MustCompile(`\tcommitted\t\{[^\n]*"attempts": ([0-9]+)`)
-	conflictLine = regexp.MustCompile(`commit failed; reloading`)
+	// (The writer logs "commit failed" at WARN for every failed attempt, lost race or not.)
+	conflictLine = regexp.MustCompile(`\tcommit failed\t`)
 	// errorLine matches a console log line at ERROR level and captures its component and message.
 	errorLine = regexp.MustCompile(`(?m)^\S+\tERROR\t([^\n]*?)(?:\t\{[^\n]*)?$`)
 	// numbers and workerName make messages that differ only by shard, line or worker one.
@@ -89,11 +92,31 @@ func (c *chaosRun) report() {
 	for _, a := range []string{actKill, actFault, actStop, actTerm, actAdd, actRemove, actSplit, actMerge} {
 		actions = append(actions, fmt.Sprintf("%s=%d", a, st.actions[a]))
 	}
-	c.t.Logf("CHAOS: seed=%d cycles=%d duration=%s kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d rowsChecked=%d differences=%d",
-		c.opt.Seed, st.cycles, time.Since(c.start).Round(time.Second), st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges, st.rows, len(st.violations))
+	rate := 0.0
+	if d := st.genEnd.Sub(st.genStart).Seconds(); d > 0 {
+		rate = float64(st.records) / d
+	}
+	depFaults, lostCommits := 0, 0
+	if c.proxy != nil {
+		depFaults = c.proxy.Total()
+		for _, e := range c.proxy.Events() {
+			if e.Rule == "rest-commit" && (e.Kind == faultproxy.KindLost || e.Kind == faultproxy.KindLost5xx) && e.Upstream == http.StatusOK {
+				lostCommits++
+			}
+		}
+	}
+	c.t.Logf("CHAOS: seed=%d cycles=%d duration=%s kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%d records=%d recordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
+		c.opt.Seed, st.cycles, time.Since(c.start).Round(time.Second), st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges,
+		depFaults, landed, st.records, rate, st.rows, st.orphansAfter, len(st.violations))
+	if c.proxy != nil {
+		c.t.Logf("CHAOS dependency faults (REST catalog): %s; by rule %s; commits that landed at the server with their answer lost %d; batches found in the reloaded table after a failed commit (unknown outcomes and lost races) %d",
+			c.proxy.Summary(), c.proxy.SummaryByRule(), lostCommits, landed)
+	}
+	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
+		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (lost attempts %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
+	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
 		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
 		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, landed,
 		commits, conflicts, contended, maxAttempts, st.slowStops, len(st.problems))

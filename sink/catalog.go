@@ -16,7 +16,7 @@ import (
 
 	// Catalog and FileIO implementations register themselves on import.
 	_ "github.com/apache/iceberg-go/catalog/glue"
-	_ "github.com/apache/iceberg-go/catalog/rest"
+	"github.com/apache/iceberg-go/catalog/rest"
 	_ "github.com/apache/iceberg-go/catalog/sql"
 	_ "github.com/apache/iceberg-go/io/gocloud/s3"
 
@@ -149,12 +149,26 @@ func OpenCatalog(ctx context.Context, c CatalogConfig) (catalog.Catalog, error) 
 		// Opening creates the catalog's tables; two processes opening a new SQLite file at the
 		// same moment (the service and `verify`, say) can get SQLITE_BUSY without the busy
 		// timeout applying. Opening again is safe.
-		if err == nil || !sqliteBusy(err) || attempt >= 20 {
+		if err == nil || ctx.Err() != nil {
 			break
 		}
-		if err := commit.Sleep(ctx, time.Duration(100+attempt*100)*time.Millisecond); err != nil {
-			return nil, err
+		if sqliteBusy(err) && attempt < 20 {
+			if err := commit.Sleep(ctx, time.Duration(100+attempt*100)*time.Millisecond); err != nil {
+				return nil, err
+			}
+			continue
 		}
+		// A REST catalog reads its configuration from the server (GET /v1/config): a refused,
+		// reset or unanswered request is a server blip, not a wrong configuration, so it is asked
+		// again a few times (about 6 s in all) before the service gives up.
+		if c.Type == "rest" && attempt < 5 && !errors.Is(err, rest.ErrUnauthorized) &&
+			!errors.Is(err, rest.ErrForbidden) && !errors.Is(err, rest.ErrBadRequest) {
+			if err := commit.Sleep(ctx, time.Duration(200<<attempt)*time.Millisecond); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		break
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s catalog %s: %w", c.Type, c.Name, err)

@@ -51,7 +51,42 @@ func (w *writer) reloadedUse(holds func() bool) func(*table.Table) (bool, error)
 // invalid partition spec) pauses the writer instead of failing the service: its records are
 // dead-lettered with the reason until a table-def or a restart with fixed configuration lets it
 // be created.
+//
+// A failed catalog call (the load, the namespace or the table creation: a refused request, a
+// reset connection, a create that the server carried out while its answer was lost) is tried
+// again in process, like a failed commit, after the same waits and as often (commit_retries;
+// while closing, until shutdown_timeout): a catalog blip must not stop the service. A create
+// whose answer was lost finds its table on the next load.
 func (w *writer) open(ctx context.Context, ev *change.Event) error {
+	return w.retryCatalog(ctx, func() error { return w.openOnce(ctx, ev) })
+}
+
+// retryCatalog runs call until it returns no catalogCallError, at most commit_retries times
+// more (until the context ends while closing), after the waits of a failed commit.
+func (w *writer) retryCatalog(ctx context.Context, call func() error) error {
+	for attempt := 0; ; attempt++ {
+		err := call()
+		var ce *catalogCallError
+		if err == nil || !errors.As(err, &ce) || ctx.Err() != nil {
+			return err
+		}
+		if attempt >= w.env.retries && !w.closing {
+			return fmt.Errorf("%w (giving up after %d attempts)", err, attempt+1)
+		}
+		w.log.Warn("open table failed; trying again", zap.Int("attempt", attempt+1), zap.Error(err))
+		if err := commit.Sleep(ctx, commit.RetryDelay(attempt, false, w.closing)); err != nil {
+			return err
+		}
+	}
+}
+
+// catalogCallError is a failed catalog call of open: worth another attempt.
+type catalogCallError struct{ err error }
+
+func (e *catalogCallError) Error() string { return e.err.Error() }
+func (e *catalogCallError) Unwrap() error { return e.err }
+
+func (w *writer) openOnce(ctx context.Context, ev *change.Event) error {
 	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
 		var bad *schemaError
@@ -60,6 +95,8 @@ func (w *writer) open(ctx context.Context, ev *change.Event) error {
 			w.pause(bad.Error())
 			return nil
 		}
+	} else if err != nil {
+		err = &catalogCallError{err}
 	}
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", w.name, err)
@@ -70,14 +107,23 @@ func (w *writer) open(ctx context.Context, ev *change.Event) error {
 	return w.opened(ctx)
 }
 
-// load opens the table when it exists, never creating it; found reports whether it does.
+// load opens the table when it exists, never creating it; found reports whether it does. A
+// failed load is tried again as in open.
 func (w *writer) load(ctx context.Context) (found bool, err error) {
+	err = w.retryCatalog(ctx, func() error {
+		found, err = w.loadOnce(ctx)
+		return err
+	})
+	return found, err
+}
+
+func (w *writer) loadOnce(ctx context.Context) (found bool, err error) {
 	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
 	switch {
 	case errors.Is(err, catalog.ErrNoSuchTable):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("open table %s: %w", w.name, err)
+		return false, fmt.Errorf("open table %s: %w", w.name, &catalogCallError{err})
 	}
 	if err := w.use(tbl); err != nil {
 		return false, err
@@ -123,14 +169,19 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 	}
 	ns := w.ident[:len(w.ident)-1]
 	if err := cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-		return nil, fmt.Errorf("create namespace %v: %w", ns, err)
+		return nil, &catalogCallError{fmt.Errorf("create namespace %v: %w", ns, err)}
 	}
 	tbl, err := cat.CreateTable(ctx, w.ident, schema, opts...)
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
-		return cat.LoadTable(ctx, w.ident) // another worker was first
+		// Another worker was first, or an earlier attempt whose answer was lost.
+		tbl, err = cat.LoadTable(ctx, w.ident)
+		if err != nil {
+			return nil, &catalogCallError{err}
+		}
+		return tbl, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, &catalogCallError{err}
 	}
 	w.log.Info("created table", zap.String("schema_from", source), zap.Stringer("schema", tbl.Schema()))
 	w.env.metrics.SchemaChanged(w.name, "create_table", 1)

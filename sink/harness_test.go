@@ -57,6 +57,8 @@ type harnessConfig struct {
 	maintSet bool
 	tableDLQ bool
 	opts     []Option
+	// wrap, if set, wraps the catalog the sink uses (h.cat stays the plain one).
+	wrap func(catalog.Catalog) catalog.Catalog
 }
 
 // harnessOption configures newHarness.
@@ -79,6 +81,12 @@ func withMaintenance(mod func(*maintenance.Config)) harnessOption {
 // withTableDLQ makes the sink run its own dead-letter table (asynchronous dead letters) instead
 // of the in-memory one.
 func withTableDLQ() harnessOption { return func(c *harnessConfig) { c.tableDLQ = true } }
+
+// withCatalogWrap makes the sink use wrap(catalog) (a catalog with faults); the harness reads
+// through the plain one.
+func withCatalogWrap(wrap func(catalog.Catalog) catalog.Catalog) harnessOption {
+	return func(c *harnessConfig) { c.wrap = wrap }
+}
 
 // withOptions passes sink options to New.
 func withOptions(opts ...Option) harnessOption {
@@ -117,7 +125,11 @@ func newHarness(t *testing.T, dir string, opts ...harnessOption) *harness {
 	if hc.tableDLQ {
 		dlq = nil
 	}
-	h.s, err = New(cfg, cat, dlq, hc.opts...)
+	sinkCat := cat
+	if hc.wrap != nil {
+		sinkCat = hc.wrap(cat)
+	}
+	h.s, err = New(cfg, sinkCat, dlq, hc.opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

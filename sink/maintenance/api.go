@@ -25,6 +25,10 @@ type RunOptions struct {
 	IgnoreLease bool
 	// SkipOrphans leaves orphan files alone.
 	SkipOrphans bool
+	// OrphansOfAnyAge removes orphan files however young (cfg.OrphanMinAge is ignored): only for
+	// tests and the chaos oracle, once no writer runs, since a file being written is an orphan
+	// until its commit.
+	OrphansOfAnyAge bool
 	// BeforeCommit, for tests, is called before each maintenance commit with the step
 	// ("compact", "expire", "manifests", "orphans") and the attempt (0 first), after staging:
 	// a commit that lands meanwhile makes the attempt lose and be restaged.
@@ -51,6 +55,9 @@ func RunTable(ctx context.Context, cat catalog.Catalog, ident table.Identifier, 
 	m.ignoreLease = opts.IgnoreLease
 	m.onDemand = true
 	m.beforeCommit = opts.BeforeCommit
+	if opts.OrphansOfAnyAge {
+		m.cfg.OrphanMinAge = 0
+	}
 	tbl, err := cat.LoadTable(ctx, ident)
 	if err != nil {
 		return Report{Table: name}, fmt.Errorf("load %s: %w", name, err)

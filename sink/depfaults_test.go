@@ -1,0 +1,94 @@
+package sink
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// flakyCatalog fails the first loads and creates of tables the way a catalog server behind a
+// load balancer does now and then: a refused request (5xx), and a create that the server
+// carried out while its answer was lost.
+type flakyCatalog struct {
+	catalog.Catalog
+	mu        sync.Mutex
+	loadFails int // LoadTable calls still to fail
+	creates   int
+	loads     int
+}
+
+var errInjected = errors.New("ServiceFailureException: injected (503)")
+
+func (c *flakyCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	c.mu.Lock()
+	c.loads++
+	fail := c.loadFails > 0
+	if fail {
+		c.loadFails--
+	}
+	c.mu.Unlock()
+	if fail {
+		return nil, errInjected
+	}
+	return c.Catalog.LoadTable(ctx, ident)
+}
+
+func (c *flakyCatalog) CreateTable(ctx context.Context, ident table.Identifier, sc *iceberg.Schema, opts ...catalog.CreateTableOpt) (*table.Table, error) {
+	c.mu.Lock()
+	c.creates++
+	first := c.creates == 1
+	c.mu.Unlock()
+	tbl, err := c.Catalog.CreateTable(ctx, ident, sc, opts...)
+	if err == nil && first {
+		return nil, errors.New("Post \"http://catalog/v1/namespaces/shop/tables\": read: connection reset by peer") // created, answer lost
+	}
+	return tbl, err
+}
+
+// TestOpenSurvivesTransientCatalogErrors: a table writer that meets a refused load and a create
+// whose answer was lost tries again in process (the create then finds the table), instead of
+// stopping the service on the first catalog error (found by the dependency-fault test through
+// the REST catalog: one injected 503 on a load stopped the worker).
+func TestOpenSurvivesTransientCatalogErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fc := &flakyCatalog{loadFails: 2}
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
+		withCatalogWrap(func(c catalog.Catalog) catalog.Catalog { fc.Catalog = c; return fc }))
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	if err := h.s.Flush(context.Background()); err != nil {
+		t.Fatalf("flush after transient catalog errors: %v", err)
+	}
+	rows, _ := scanRows(t, h.cat, "users")
+	if got := strings.Join(rows, ";"); got != "id=1,name=a,amount=null;id=2,name=b,amount=null" {
+		t.Fatalf("rows %q", got)
+	}
+	fc.mu.Lock()
+	if fc.creates != 1 || fc.loads < 4 {
+		t.Fatalf("creates %d loads %d: want one create (the lost one) and the loads tried again", fc.creates, fc.loads)
+	}
+	fc.mu.Unlock()
+	h.close()
+
+	// A restart: the table exists, and the first loads of it fail.
+	fc2 := &flakyCatalog{loadFails: 3}
+	h = newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
+		withCatalogWrap(func(c catalog.Catalog) catalog.Catalog { fc2.Catalog = c; return fc2 }))
+	h.submit("s0", 3, change.OpInsert, "users", []change.Column{col("id", "3"), col("name", "'c'")}, nil)
+	if err := h.s.Flush(context.Background()); err != nil {
+		t.Fatalf("flush after transient catalog errors on an existing table: %v", err)
+	}
+	rows, _ = scanRows(t, h.cat, "users")
+	if got := strings.Join(rows, ";"); !strings.HasSuffix(got, "id=3,name=c,amount=null") || fc2.creates != 0 {
+		t.Fatalf("rows %q, creates %d", got, fc2.creates)
+	}
+}
