@@ -553,14 +553,7 @@ func (w *writer) drop(ctx context.Context, ev *change.Event) error {
 		controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
 		w.controlWatermark(props, ev)
 		w.throughProp(props)
-		if err := txn.SetProperties(props); err != nil {
-			return nil, err
-		}
-		tbl, err := txn.Commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, w.adopt(tbl)
+		return w.commitProps(ctx, txn, props)
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "mark " + w.name + " dropped", Stage: stage, Reloaded: w.reloadedControl(ev),

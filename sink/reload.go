@@ -240,16 +240,7 @@ func (w *writer) reloadQuiet(ctx context.Context) error {
 		if removed, err = w.stageReload(ctx, txn, rs, props); err != nil {
 			return nil, err
 		}
-		if len(props) > 0 {
-			if err := txn.SetProperties(props); err != nil {
-				return nil, fmt.Errorf("stage properties: %w", err)
-			}
-		}
-		tbl, err := txn.Commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, w.adopt(tbl)
+		return w.commitProps(ctx, txn, props)
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "replace " + w.name + " after its reload", Stage: stage,

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
@@ -122,6 +123,21 @@ func (w *writer) commitSchema(ctx context.Context, txn *table.Transaction, us *t
 	}
 	if err := stamp(txn, w.st.tbl); err != nil {
 		return nil, err
+	}
+	tbl, err := txn.Commit(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return tbl, w.adopt(tbl)
+}
+
+// commitProps commits txn (a transaction on the writer's table) with the properties props, if
+// any, and adopts the committed table: the tail of every control commit.
+func (w *writer) commitProps(ctx context.Context, txn *table.Transaction, props iceberg.Properties) (*table.Table, error) {
+	if len(props) > 0 {
+		if err := txn.SetProperties(props); err != nil {
+			return nil, fmt.Errorf("stage properties: %w", err)
+		}
 	}
 	tbl, err := txn.Commit(ctx)
 	if err != nil {

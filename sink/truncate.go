@@ -73,16 +73,7 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 				return nil, fmt.Errorf("stage truncate: %w", err)
 			}
 		}
-		if len(props) > 0 {
-			if err := txn.SetProperties(props); err != nil {
-				return nil, fmt.Errorf("stage watermark: %w", err)
-			}
-		}
-		tbl, err := txn.Commit(ctx)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, w.adopt(tbl)
+		return w.commitProps(ctx, txn, props)
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "truncate " + w.name, Stage: stage,

@@ -339,40 +339,7 @@ func fileScoped(posDels []liveFile) map[string][]liveFile {
 // readPositions reads a position-delete file and calls fn with each position it holds for the
 // data file dataPath.
 func readPositions(ctx context.Context, fs icebergio.IO, path, dataPath string, fn func(pos int64)) error {
-	f, err := fs.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	pf, err := file.NewParquetReader(f)
-	if err != nil {
-		return err
-	}
-	defer pf.Close()
-	cols := []int{-1, -1}
-	psch := pf.MetaData().Schema
-	for ci := 0; ci < psch.NumColumns(); ci++ {
-		switch psch.Column(ci).SchemaNode().FieldID() {
-		case posPathField:
-			cols[0] = ci
-		case posPosField:
-			cols[1] = ci
-		}
-	}
-	if cols[0] < 0 || cols[1] < 0 {
-		return errors.New("not a position-delete file (no file_path and pos columns)")
-	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
-	if err != nil {
-		return err
-	}
-	rr, err := fr.GetRecordReader(ctx, cols, nil)
-	if err != nil {
-		return err
-	}
-	defer rr.Release()
-	for rr.Next() {
-		rec := rr.RecordBatch()
+	return readColumns(ctx, fs, path, []int{posPathField, posPosField}, func(rec arrow.RecordBatch) error {
 		paths, ok1 := rec.Column(0).(*array.String)
 		poss, ok2 := rec.Column(1).(*array.Int64)
 		if !ok1 || !ok2 {
@@ -383,11 +350,8 @@ func readPositions(ctx context.Context, fs icebergio.IO, path, dataPath string, 
 				fn(poss.Value(i))
 			}
 		}
-	}
-	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
-		return err
-	}
-	return nil
+		return nil
+	})
 }
 
 // index sorts the scope's single-column integer or string keys for bound checks.
@@ -458,49 +422,17 @@ func decodeInt(b []byte) (int64, bool) {
 // readKeys reads only the key columns (by field id) of a Parquet file and calls fn with each
 // row's key, rendered as text and joined by NUL, and its position in the file.
 func readKeys(ctx context.Context, fs icebergio.IO, path string, schema *iceberg.Schema, keyIDs []int, fn func(key string, pos int64)) error {
-	f, err := fs.Open(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	pf, err := file.NewParquetReader(f)
-	if err != nil {
-		return err
-	}
-	defer pf.Close()
-	cols := make([]int, len(keyIDs))
 	types := make([]iceberg.Type, len(keyIDs))
-	psch := pf.MetaData().Schema
 	for ki, id := range keyIDs {
-		cols[ki] = -1
-		for ci := 0; ci < psch.NumColumns(); ci++ {
-			if psch.Column(ci).SchemaNode().FieldID() == int32(id) {
-				cols[ki] = ci
-				break
-			}
-		}
-		if cols[ki] < 0 {
-			return fmt.Errorf("key column %d not in the file", id)
-		}
 		fld, ok := schema.FindFieldByID(id)
 		if !ok {
 			return fmt.Errorf("key column %d not in the table schema", id)
 		}
 		types[ki] = fld.Type
 	}
-	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
-	if err != nil {
-		return err
-	}
-	rr, err := fr.GetRecordReader(ctx, cols, nil)
-	if err != nil {
-		return err
-	}
-	defer rr.Release()
 	var pos int64
 	parts := make([]string, len(keyIDs))
-	for rr.Next() {
-		rec := rr.RecordBatch()
+	return readColumns(ctx, fs, path, keyIDs, func(rec arrow.RecordBatch) error {
 		for i := 0; i < int(rec.NumRows()); i++ {
 			null := false
 			for ki := range keyIDs {
@@ -512,6 +444,50 @@ func readKeys(ctx context.Context, fs icebergio.IO, path string, schema *iceberg
 				fn(strings.Join(parts, "\x00"), pos)
 			}
 			pos++
+		}
+		return nil
+	})
+}
+
+// readColumns reads only the columns of the given field ids of a Parquet file, in that order,
+// and calls fn with each record batch (valid only during the call).
+func readColumns(ctx context.Context, fs icebergio.IO, path string, fieldIDs []int, fn func(rec arrow.RecordBatch) error) error {
+	f, err := fs.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	pf, err := file.NewParquetReader(f)
+	if err != nil {
+		return err
+	}
+	defer pf.Close()
+	cols := make([]int, len(fieldIDs))
+	psch := pf.MetaData().Schema
+	for k, id := range fieldIDs {
+		cols[k] = -1
+		for ci := 0; ci < psch.NumColumns(); ci++ {
+			if psch.Column(ci).SchemaNode().FieldID() == int32(id) {
+				cols[k] = ci
+				break
+			}
+		}
+		if cols[k] < 0 {
+			return fmt.Errorf("column %d not in the file", id)
+		}
+	}
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 64 << 10}, memory.DefaultAllocator)
+	if err != nil {
+		return err
+	}
+	rr, err := fr.GetRecordReader(ctx, cols, nil)
+	if err != nil {
+		return err
+	}
+	defer rr.Release()
+	for rr.Next() {
+		if err := fn(rr.RecordBatch()); err != nil {
+			return err
 		}
 	}
 	if err := rr.Err(); err != nil && !errors.Is(err, io.EOF) {
