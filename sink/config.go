@@ -25,6 +25,12 @@ type Config struct {
 	// CommitRetries bounds how often one batch is re-staged after a failed commit. Default 20. The
 	// final flush of a graceful stop is bounded by the shutdown deadline instead.
 	CommitRetries int `yaml:"commit_retries"`
+	// CommitTimeout bounds each commit attempt of a table writer (writing its files, staging,
+	// the catalog commit) and each reload after a failed one. Default 2m. An attempt past it
+	// counts as failed with an unknown outcome: the table is reloaded and its watermarks tell
+	// whether it landed. iceberg-go's REST client and the AWS SDK set no request timeout, so
+	// without it a dependency that accepts a request and never answers holds the writer.
+	CommitTimeout time.Duration `yaml:"commit_timeout"`
 	// TimestampTZ stores DMS DATETIME columns as timestamptz instead of timestamp. Default false.
 	TimestampTZ bool `yaml:"timestamptz"`
 	// TimeType is how DMS TIME columns are stored: "string" (default; the source text, readable
@@ -215,6 +221,7 @@ func DefaultConfig() Config {
 		FlushBytes:        64 << 20,
 		QueueLength:       8192,
 		CommitRetries:     20,
+		CommitTimeout:     2 * time.Minute,
 		Maintenance:       maintenance.DefaultConfig(),
 		DropTable:         DropTableIgnore,
 		AbsentColumns:     AbsentNull,
@@ -274,6 +281,9 @@ func (c Config) Validate() error {
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.commit_retries: must not be negative, got %d", c.CommitRetries)
+	}
+	if c.CommitTimeout < 0 {
+		return fmt.Errorf("sink.commit_timeout: must not be negative, got %s", c.CommitTimeout)
 	}
 	if err := c.Maintenance.Validate(); err != nil {
 		return err

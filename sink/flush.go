@@ -34,7 +34,7 @@ type staged struct {
 // policy is how the writer's commits are tried: CommitRetries attempts after the first, and
 // until the context ends in the final flush of a graceful stop.
 func (w *writer) policy() commit.Policy {
-	return commit.Policy{Retries: w.env.retries, Closing: func() bool { return w.closing }}
+	return commit.Policy{Retries: w.env.retries, Closing: func() bool { return w.closing }, AttemptTimeout: w.env.attemptTimeout}
 }
 
 // flushing is one commit of rows in progress: its limit, the batch being committed and the

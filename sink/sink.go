@@ -322,7 +322,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 func (s *Iceberg) newWriter(src string) *writer {
 	set := s.cfg.settingsFor(src)
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
-		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, dropMark: s.cfg.DropTable == DropTableMark,
+		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, attemptTimeout: s.cfg.CommitTimeout, dropMark: s.cfg.DropTable == DropTableMark,
 		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards, fileSlots: s.fileSlots}
 	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
 }

@@ -53,11 +53,12 @@ type writerEnv struct {
 	onCommit func(CommitInfo)
 	// defs shares the table-defs seen in control records between the sink's writers.
 	defs *tableDefs
-	// stream is the Kinesis stream the watermarks are kept for; retries bounds commit attempts;
-	// dropMark is sink.drop_table mark.
-	stream   string
-	retries  int
-	dropMark bool
+	// stream is the Kinesis stream the watermarks are kept for; retries bounds commit attempts,
+	// attemptTimeout each of them (sink.commit_timeout); dropMark is sink.drop_table mark.
+	stream         string
+	retries        int
+	attemptTimeout time.Duration
+	dropMark       bool
 	// bound is the commit bound provider (WithCommitBound); nil: no bound, everything may commit.
 	bound func() Bound
 	// boundChanged is WithBoundsChanged (nil: none).

@@ -31,6 +31,20 @@ type Policy struct {
 	// Yield makes every wait the long, capped backoff, for commits that should give way to the
 	// table writers (maintenance).
 	Yield bool
+	// AttemptTimeout bounds each attempt (Stage) and each reload after one; 0: only ctx bounds
+	// them. iceberg-go's REST client and the AWS SDK set no request timeout of their own, so a
+	// catalog or store that accepts a request and never answers would hold the committer until
+	// ctx ends. An attempt past the timeout is a failed attempt whose outcome is unknown: the
+	// reload and Reloaded tell whether it landed, as after any other error.
+	AttemptTimeout time.Duration
+}
+
+// bounded returns ctx bounded by the policy's attempt timeout.
+func (p Policy) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if p.AttemptTimeout <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, p.AttemptTimeout)
 }
 
 // Op is one kind of commit.
@@ -101,7 +115,9 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 		}
 		committed, err := (*table.Table)(nil), ReplayGuard(head)
 		if err == nil {
-			committed, err = op.Stage(ctx, head, attempt)
+			actx, cancel := p.bounded(ctx)
+			committed, err = op.Stage(actx, head, attempt)
+			cancel()
 		}
 		if err == nil {
 			return Result{Table: committed, Attempts: attempt + 1}, nil
@@ -113,7 +129,9 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 			return Result{Attempts: attempt + 1}, err
 		}
 		conflict := errors.Is(err, table.ErrCommitFailed)
-		fresh, rerr := reload(ctx)
+		rctx, cancel := p.bounded(ctx)
+		fresh, rerr := reload(rctx)
+		cancel()
 		if op.Failed != nil {
 			op.Failed(attempt, err, rerr)
 		}

@@ -316,3 +316,33 @@ func TestRunRefusesATableThatMakesIcebergGoReplay(t *testing.T) {
 		}
 	}
 }
+
+// A dependency that accepts a request and never answers: an attempt that outlives the policy's
+// AttemptTimeout ends with its context's deadline, counts as a failed attempt, and the next one
+// goes ahead; the outer context is untouched. Without the timeout the first attempt would wait
+// for ever.
+func TestRunBoundsEachAttempt(t *testing.T) {
+	t.Parallel()
+	cat := newFakeCatalog(t)
+	var failed []error
+	op := Op{
+		Name: "commit db.t",
+		Stage: func(ctx context.Context, tbl *table.Table, attempt int) (*table.Table, error) {
+			if attempt == 0 {
+				<-ctx.Done() // the server never answers
+				return nil, ctx.Err()
+			}
+			return tbl, nil
+		},
+		Failed: func(_ int, err, _ error) { failed = append(failed, err) },
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang bound for the test
+	defer cancel()
+	res, err := Run(ctx, cat, ident, cat.current(), Policy{Retries: 3, AttemptTimeout: 50 * time.Millisecond}, op)
+	if err != nil || res.Attempts != 2 {
+		t.Fatalf("Run = %+v, %v; want success at the second attempt", res, err)
+	}
+	if len(failed) != 1 || !errors.Is(failed[0], context.DeadlineExceeded) {
+		t.Fatalf("failed attempts %v, want one that ran past its deadline", failed)
+	}
+}
