@@ -262,7 +262,8 @@ func (w *writer) reloadQuiet(ctx context.Context) error {
 
 // filesUpTo lists the live data and delete files of tbl's current snapshot whose data sequence
 // number is at or below seq, and the position-delete files above it that name only such a data
-// file (file-scoped ones written by the position conversion, design.md §11.1).
+// file (file-scoped ones written by the position conversion, design.md §11.1). A truncate takes
+// every live file (seq math.MaxInt64).
 func filesUpTo(ctx context.Context, tbl *table.Table, seq int64) (data, deletes []iceberg.DataFile, err error) {
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
@@ -297,6 +298,7 @@ func filesUpTo(ctx context.Context, tbl *table.Table, seq int64) (data, deletes 
 			}
 		}
 	}
+
 	const filePathID = 2147483546 // iceberg.PositionalDeleteSchema's file_path
 	for _, df := range later {
 		lo, hi := df.LowerBoundValues()[filePathID], df.UpperBoundValues()[filePathID]

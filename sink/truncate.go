@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"math"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -60,7 +61,7 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 		w.controlWatermark(props, ev)
 		w.throughProp(props)
 		txn := w.st.tbl.NewTransaction()
-		data, deletes, err := liveFiles(ctx, w.st.tbl)
+		data, deletes, err := filesUpTo(ctx, w.st.tbl, math.MaxInt64) // every live file
 		if err != nil {
 			return nil, fmt.Errorf("list the files of %s: %w", w.name, err)
 		}
@@ -118,33 +119,4 @@ func (w *writer) renameTable(ctx context.Context, ev *change.Event) error {
 	return w.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("rename-table of %s is not applied (DMS does not say which name the record carries): "+
 		"to keep the data in the existing target table, map the new source name to it (sink.tables[\"<schema>.<new name>\"].name / namespace) "+
 		"or rename the Iceberg table in the catalog to the new name's target, then restart", w.src))
-}
-
-// liveFiles lists the data files and the delete files of tbl's current snapshot.
-func liveFiles(ctx context.Context, tbl *table.Table) (data, deletes []iceberg.DataFile, err error) {
-	snap := tbl.CurrentSnapshot()
-	if snap == nil {
-		return nil, nil, nil
-	}
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	mans, err := snap.Manifests(fs)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, mf := range mans {
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				return nil, nil, err
-			}
-			if df := e.DataFile(); df.ContentType() == iceberg.EntryContentData {
-				data = append(data, df)
-			} else {
-				deletes = append(deletes, df)
-			}
-		}
-	}
-	return data, deletes, nil
 }
