@@ -374,7 +374,7 @@ func (b *buffer) hold(ev *change.Event, at int64) {
 // meanwhile (the reload's load rows) sit between them; never before an event of its own shard
 // (its shard's order) or another control record.
 func (b *buffer) beforeCreateTable(h *held, i int) int {
-	if h.ctl || h.ev.Op == change.OpLoad {
+	if !b.reloadOrder || h.ctl || h.ev.Op == change.OpLoad {
 		return i
 	}
 	to := i

@@ -366,7 +366,10 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack, r.kind, r.ts, r.built = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev), ev.Meta.Timestamp
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
+	if w.buf.reloadOrder {
+		r.built = ev.Meta.Timestamp // only a reload's create-table ordering reads it (held.after)
+	}
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)
 	}
