@@ -44,17 +44,7 @@ func TestDependencyFaultsREST(t *testing.T) {
 	svcCfg := p.withCatalog(t, "restfaults", t.TempDir(), map[string]any{"type": "rest", "uri": px.URL()}, ns)
 	direct := p.withCatalog(t, "restdirect", t.TempDir(), map[string]any{"type": "rest", "uri": uri}, ns)
 
-	start := time.Now()
-	svc := StartService(t, p.bin, svcCfg.config)
-	<-gen.Done()
-	p.records = countRecords(t, p.stream)
-	direct.waitVerified(6*time.Minute, svc)
-	elapsed := time.Since(start)
-	px.Enable(false)
-	if err := svc.Stop(90 * time.Second); err != nil {
-		t.Fatalf("graceful stop: %v", err)
-	}
-	direct.mustVerify()
+	svc, elapsed := p.runBehindProxy(px, gen, svcCfg, direct)
 	log := svc.Log()
 	landed := len(landedLine.FindAllString(log, -1))
 	lostCommits := 0
@@ -68,12 +58,39 @@ func TestDependencyFaultsREST(t *testing.T) {
 	if lostCommits == 0 || landed == 0 {
 		t.Fatalf("no commit landed with its answer lost (%d) or none was resolved in process (%d): the unknown-outcome path did not run", lostCommits, landed)
 	}
+	everyKindInjected(t, px)
+	direct.checkOrphans(ns, nil)
+}
+
+// runBehindProxy runs one service with configuration svc (its dependency behind px) while gen
+// sends, waits until direct (the same catalog without the proxy) verifies, turns the faults off
+// and stops the service gracefully, and verifies again. It returns the service and the time
+// from its start to the first verification.
+func (p *pipeline) runBehindProxy(px *faultproxy.Proxy, gen *Service, svcCfg, direct *pipeline) (*Service, time.Duration) {
+	t := p.t
+	t.Helper()
+	start := time.Now()
+	svc := StartService(t, p.bin, svcCfg.config)
+	<-gen.Done()
+	p.records = countRecords(t, p.stream)
+	direct.waitVerified(6*time.Minute, svc)
+	elapsed := time.Since(start)
+	px.Enable(false)
+	if err := svc.Stop(90 * time.Second); err != nil {
+		t.Fatalf("graceful stop: %v", err)
+	}
+	direct.mustVerify()
+	return svc, elapsed
+}
+
+// everyKindInjected fails the test unless px injected every kind of fault.
+func everyKindInjected(t *testing.T, px *faultproxy.Proxy) {
+	t.Helper()
 	for _, k := range faultproxy.Kinds {
 		if px.Counts()[k] == 0 {
 			t.Errorf("no %s fault was injected", k)
 		}
 	}
-	direct.checkOrphans(ns, nil)
 }
 
 // checkOrphans applies the orphan oracle (orphans.go) to the namespace's tables, through the
@@ -155,23 +172,9 @@ func TestDependencyFaultsS3(t *testing.T) {
 	svcCfg := p.withCatalog(t, "s3faults", dir, catalogFor(dir, px.URL()), ns)
 	direct := p.withCatalog(t, "s3direct", t.TempDir(), catalogFor(dir, s3url), ns)
 
-	start := time.Now()
-	svc := StartService(t, p.bin, svcCfg.config)
-	<-gen.Done()
-	p.records = countRecords(t, p.stream)
-	direct.waitVerified(6*time.Minute, svc)
-	elapsed := time.Since(start)
-	px.Enable(false)
-	if err := svc.Stop(90 * time.Second); err != nil {
-		t.Fatalf("graceful stop: %v", err)
-	}
-	direct.mustVerify()
+	_, elapsed := p.runBehindProxy(px, gen, svcCfg, direct)
 	t.Logf("MEASURED: S3 through the fault proxy: %d records verified in %s; faults %s (by rule: %s); forwarded %d",
 		p.records, elapsed.Round(time.Millisecond), px.Summary(), px.SummaryByRule(), px.Forwarded())
-	for _, k := range faultproxy.Kinds {
-		if px.Counts()[k] == 0 {
-			t.Errorf("no %s fault was injected", k)
-		}
-	}
+	everyKindInjected(t, px)
 	direct.checkOrphans(ns, S3(t))
 }

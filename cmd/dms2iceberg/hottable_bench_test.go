@@ -131,15 +131,9 @@ func benchHotTable(b *testing.B, writers int) {
 			ack := &benchAcker{}
 			rng := rand.New(rand.NewPCG(uint64(wi), 1))
 			shard := fmt.Sprintf("shardId-%012d", wi)
-			seq, next := 0, time.Now()
+			seq, tk := 0, newTicks(tick)
 			for time.Now().Before(deadline) {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				next = next.Add(tick)
-				if now := time.Now(); next.Before(now) {
-					next = now
-				}
+				tk.wait()
 				for range perTick {
 					// This writer's keys: a key's changes stay on one shard (primary-key partitioning).
 					id := rng.IntN(100_000)*writers + wi

@@ -79,6 +79,26 @@ func peakRSS(b *testing.B) int64 {
 	return 0
 }
 
+// ticks paces a benchmark's sender: one round every tick; a sender that falls behind does not
+// catch up (the achieved rate is what is reported).
+type ticks struct {
+	every time.Duration
+	next  time.Time
+}
+
+func newTicks(every time.Duration) *ticks { return &ticks{every: every, next: time.Now()} }
+
+// wait sleeps until the next round is due.
+func (t *ticks) wait() {
+	if d := time.Until(t.next); d > 0 {
+		time.Sleep(d)
+	}
+	t.next = t.next.Add(t.every)
+	if now := time.Now(); t.next.Before(now) {
+		t.next = now
+	}
+}
+
 // benchRecord is a DMS insert of table bench.<tbl> of about size bytes.
 func benchRecord(tbl string, id int, pad string) []byte {
 	return fmt.Appendf(nil, `{"data":{"id":%d,"payload":%q},"metadata":{"timestamp":"2026-12-01T00:00:00.000000Z","record-type":"data","operation":"insert","partition-key-type":"schema-table","schema-name":"bench","table-name":"%s"}}`,
@@ -153,15 +173,9 @@ func benchManyTables(b *testing.B, size int) {
 			dec := dms.NewDecoder(dms.DefaultConfig())
 			ack := &benchAcker{}
 			shard := fmt.Sprintf("shardId-%012d", r)
-			seq, next := 0, time.Now()
+			seq, tk := 0, newTicks(tick)
 			for time.Now().Before(deadline) {
-				if d := time.Until(next); d > 0 {
-					time.Sleep(d)
-				}
-				next = next.Add(tick)
-				if now := time.Now(); next.Before(now) {
-					next = now
-				}
+				tk.wait()
 				recs := make([][]byte, perTick)
 				var n int64
 				for i := range recs {
