@@ -92,3 +92,30 @@ func TestOpenSurvivesTransientCatalogErrors(t *testing.T) {
 		t.Fatalf("rows %q, creates %d", got, fc2.creates)
 	}
 }
+
+// A control record for a table that exists loads it (w.load, never creating it) before it
+// applies: refused loads there are tried again in process too, and the change lands.
+func TestControlLoadSurvivesTransientCatalogErrors(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	def := "id*:INT4 name:WSTRING"
+	h := newHarness(t, dir)
+	h.ctl("c", 1, "items", "create-table", def)
+	h.flush()
+	h.close()
+	fc := &flakyCatalog{loadFails: 2}
+	h = newHarness(t, dir, withCatalogWrap(func(c catalog.Catalog) catalog.Catalog { fc.Catalog = c; return fc }))
+	h.ctl("c", 2, "items", "add-column", def+" tier:WSTRING")
+	if err := h.s.Flush(context.Background()); err != nil {
+		t.Fatalf("flush after transient catalog errors on the control record's load: %v", err)
+	}
+	tbl := loadTable(t, h, "shop", "items")
+	if _, ok := tbl.Schema().FindFieldByName("tier"); !ok {
+		t.Fatalf("column tier not added: %s", tbl.Schema())
+	}
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	if fc.loads < 3 || fc.creates != 0 {
+		t.Fatalf("loads %d creates %d: want the failed loads tried again and no create", fc.loads, fc.creates)
+	}
+}
