@@ -37,8 +37,8 @@ type row struct {
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string
-	// built is its metadata.timestamp (when DMS built the message), which orders it against a
-	// create-table of the same arrival millisecond on another shard (held.builtAfter).
+	// built is its metadata.timestamp (when DMS built the message): a CDC change built before
+	// the create-table of a reload in progress is superseded by it (batch.superseded).
 	built string
 }
 
@@ -54,8 +54,8 @@ type buffer struct {
 	// dups are acknowledgements of re-deliveries of buffered records: each is told when nothing
 	// at or before its sequence number is buffered on its shard any more.
 	dups []dup
-	// reloadOrder: create-table records may start a reload (sink.reload replace) and are
-	// ordered for it (held.reload).
+	// reloadOrder: create-table records may start a reload (sink.reload replace): they wait for
+	// older data like a truncate (held.reload), and rows keep their build time (row.built).
 	reloadOrder bool
 	// lastAt is, per shard, the latest arrival taken in (makes arrivals monotonic per shard).
 	lastAt map[string]int64
@@ -263,6 +263,14 @@ type batch struct {
 	// aside: load rows, and CDC changes (inserts, updates, deletes). A reload in progress counts
 	// the first and ends at the second (reload.go).
 	loads, cdc int
+	// superseded counts the CDC changes the batch takes without writing them: built before the
+	// create-table of the reload in progress (limit.supersede), they arrived after it started
+	// (from another worker's shard, which the cross-process gates cannot order by build time),
+	// and the reload's load rows, read from the source after they were captured, already
+	// reflect them. Applied on the reload branch they would survive its replace and could bring
+	// back a row deleted at the source, or win over their key's load row. Their sequence
+	// numbers still advance the watermarks (maxSeq), so a replay skips them.
+	superseded int
 	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
 	// that need the table's row, fill the rows found (by row index) on snapshot fillSnap;
 	// fromBuffer counts images completed within the batch, missing those of a key deleted
@@ -275,7 +283,21 @@ type batch struct {
 }
 
 // empty reports whether the batch has nothing the table does not already hold.
-func (b *batch) empty() bool { return len(b.upserts) == 0 && len(b.deletes) == 0 }
+func (b *batch) empty() bool { return len(b.upserts) == 0 && len(b.deletes) == 0 && b.superseded == 0 }
+
+// supersedes reports whether the batch planned under lim takes r without writing it: a CDC
+// change built before the create-table of the reload in progress (batch.superseded).
+func (lim *limit) supersedes(r *row) bool {
+	return lim.supersede != "" && !r.replay && !r.src.load && r.built != "" && r.built < lim.supersede
+}
+
+// noteSuperseded counts r, a superseded change, and advances the batch's watermarks over it.
+func (b *batch) noteSuperseded(r *row) {
+	b.superseded++
+	if change.CompareSeq(r.seq, b.maxSeq[r.shard]) > 0 {
+		b.maxSeq[r.shard] = r.seq
+	}
+}
 
 // lookup is a surviving partial image that needs the stored row of key.
 type lookup struct {
@@ -298,6 +320,10 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			r := &b.rows[i]
 			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 				out.trimmed++
+				continue
+			}
+			if lim.supersedes(r) {
+				out.noteSuperseded(r)
 				continue
 			}
 			out.noteSeq(r)
@@ -349,6 +375,10 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 		r := &b.rows[i]
 		if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 			out.trimmed++
+			continue
+		}
+		if lim.supersedes(r) {
+			out.noteSuperseded(r)
 			continue
 		}
 		out.noteSeq(r)

@@ -442,6 +442,11 @@ func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.Sche
 	w.throughProp(props)
 	if reload {
 		w.markReload(props, ev)
+		// An empty snapshot moves main: a writer that staged rows on main before the mark loses
+		// its race, reloads and stages them on the reload branch instead.
+		if err := txn.AddFiles(ctx, nil, iceberg.Properties{tableprop.SummaryReload: tableprop.SummaryReloadStart}, false); err != nil {
+			return nil, fmt.Errorf("stage the start of %s's reload: %w", w.name, err)
+		}
 	}
 	if len(plan.Incompatible) > 0 {
 		c := plan.Incompatible[0]

@@ -179,8 +179,12 @@ func (w *writer) commitRows(ctx context.Context) error {
 // table already holds everything the batch takes.
 func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 	w := f.w
-	nb := w.buf.plan(w.st.lay, f.lim)
-	if f.files == nil || nb.trimmed != f.b.trimmed {
+	lim := f.lim
+	if m, ok := w.reloading(); ok && w.set.reloadReplace {
+		lim.supersede = m.started
+	}
+	nb := w.buf.plan(w.st.lay, lim)
+	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded {
 		f.b, f.files = nb, nil
 	}
 	if f.b.empty() {
@@ -188,7 +192,7 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 	}
 	// Partial images keep values read from the snapshot the commit is staged on: read them for
 	// new files, and again after a reload moved the table.
-	if len(f.b.lookups) > 0 && (f.files == nil || !f.b.filled || f.b.fillSnap != snapshotID(w.st.tbl)) {
+	if len(f.b.lookups) > 0 && (f.files == nil || !f.b.filled || f.b.fillSnap != w.dataSnapshotID()) {
 		changed, err := w.lookup(ctx, &f.b)
 		if err != nil {
 			return nil, err
@@ -253,6 +257,11 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took 
 	}
 	if b.trimmed > 0 {
 		w.env.metrics.Skipped(w.name, b.trimmed)
+	}
+	if b.superseded > 0 {
+		w.env.metrics.Skipped(w.name, b.superseded)
+		w.log.Info("reload: changes built before its create-table arrived after it started; its load rows already reflect them, so they are not written",
+			zap.Int("superseded", b.superseded))
 	}
 	if rs := f.reload; rs != nil && !b.empty() {
 		switch {
@@ -367,13 +376,18 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 			summary[k] = seq
 		}
 	}
-	txn := w.st.tbl.NewTransaction()
-	rd := txn.NewRowDelta(summary)
-	rd.AddRows(f.data...)
-	rd.AddDeletes(f.deletes...)
-	if err := rd.Commit(ctx); err != nil {
-		return nil, 0, fmt.Errorf("stage row delta: %w", err)
+	txn := w.dataTxn() // on the reload branch while a reload is in progress
+	if b.superseded > 0 {
+		summary[tableprop.SummarySuperseded] = strconv.Itoa(b.superseded)
 	}
+	if len(f.data)+len(f.deletes) > 0 {
+		rd := txn.NewRowDelta(summary)
+		rd.AddRows(f.data...)
+		rd.AddDeletes(f.deletes...)
+		if err := rd.Commit(ctx); err != nil {
+			return nil, 0, fmt.Errorf("stage row delta: %w", err)
+		}
+	} // else only superseded changes: their watermarks alone
 	removed := 0
 	if rs != nil {
 		// A reload in progress: count its load rows, or end it in this commit (the replacing
@@ -395,7 +409,11 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 			return nil, 0, fmt.Errorf("stage removal of %s: %w", table.CommitNumRetriesKey, err)
 		}
 	}
-	tbl, err := txn.Commit(ctx)
+	do := txn.Commit
+	if rs != nil && rs.end {
+		do = func(ctx context.Context) (*table.Table, error) { return w.publishReload(ctx, txn) }
+	}
+	tbl, err := do(ctx)
 	if err != nil {
 		return nil, 0, err
 	}

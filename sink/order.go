@@ -91,9 +91,9 @@ type limit struct {
 	cut      *held
 	ordered  bool
 	through  time.Time
-	// reloadWindow: a create-table may start a reload of the table (it has data, sink.reload
-	// replace), so it waits for createTableWindow past its arrival.
-	reloadWindow bool
+	// supersede is the metadata.timestamp of the create-table of the reload in progress (empty:
+	// none): a CDC change built before it is superseded by the reload's load (batch.superseded).
+	supersede string
 }
 
 // limitKey is what decides which rows a limit admits, to tell whether a limit moved.
@@ -232,8 +232,7 @@ type held struct {
 	at  int64
 	ctl bool
 	// reload: the table's create-table records may start a reload (sink.reload replace), which
-	// orders them after the changes built before them (builtAfter) and makes them wait for
-	// other processes' older data (waitsForData). Without it they order as any control record.
+	// makes them wait for other processes' older data (waitsForData), as a truncate does.
 	reload bool
 }
 
@@ -271,49 +270,25 @@ func (b *buffer) firstCtl() *held {
 
 // after reports whether row r precedes h, so that it may commit before h applies: it arrived
 // earlier, or at the same time on h's shard before it. At the same time on another shard the
-// held event goes first, except that a CDC change built before a create-table and arriving
-// within createTableWindow after it on another shard goes before it (builtAfter).
+// held event goes first. (A CDC change built before a reload's create-table that arrives with or
+// after it, on another shard or another worker, is superseded by the reload: batch.superseded.)
 func (h *held) after(r *row) bool {
 	switch {
 	case r.at < h.at:
 		return true
 	case r.shard == h.ev.Pos.Shard:
 		return r.at == h.at && change.CompareSeq(r.seq, h.ev.Pos.Seq) < 0
-	case r.at-h.at <= createTableWindow:
-		return h.builtAfter(r.src.load, r.built)
 	}
 	return false
 }
-
-// createTableWindow (ms) is how long after a create-table a CDC change of another shard built
-// before it may arrive and still go before it. DMS puts records in PutRecords calls of up to 500
-// records, and the arrival times of one call's records on different shards have no order of
-// their own (the same millisecond on Kinesis; the emulator stamps a call's records shard by
-// shard, milliseconds apart), so arrival order alone would put a change captured before a
-// reload after its create-table, above the reload's start, where the replace does not remove
-// it and where it would win over the reload's load row of its key (reload.go). A create-table
-// waits until the commit bound has passed its arrival plus this window (buffer.dueFrom).
-const createTableWindow = 1000
 
 // createTable reports whether h is a create-table control record.
 func (h *held) createTable() bool {
 	return h.ctl && h.ev.Control != nil && h.ev.Control.Op == "create-table"
 }
 
-// builtAfter reports whether h, a create-table, goes after a CDC change (not a load) of the same
-// arrival millisecond on another shard whose metadata.timestamp built is older than h's. DMS
-// puts records in PutRecords batches, whose records on different shards share their arrival
-// millisecond; the change captured before a reload's create-table must commit before it, or it
-// would be committed above the reload's start and survive its replace (reload.go). The message
-// build time is the only order the two records share; a load row never goes first (a reload's
-// load rows follow its create-table).
-func (h *held) builtAfter(load bool, built string) bool {
-	return h.reload && !load && built != "" && h.createTable() && built < h.ev.Meta.Timestamp
-}
-
 // heldBefore orders held events: by arrival, within a shard by sequence, at the same time
-// control records first (a CDC change built before a create-table before it), else in the
-// order they came.
+// control records first, else in the order they came.
 func heldBefore(a, b *held) bool {
 	if a.at != b.at {
 		return a.at < b.at
@@ -321,21 +296,7 @@ func heldBefore(a, b *held) bool {
 	if a.ev.Pos.Shard == b.ev.Pos.Shard {
 		return change.CompareSeq(a.ev.Pos.Seq, b.ev.Pos.Seq) < 0
 	}
-	switch {
-	case a.ctl && !b.ctl:
-		return !a.builtAfter(b.ev.Op == change.OpLoad, b.ev.Meta.Timestamp)
-	case b.ctl && !a.ctl:
-		return b.builtAfter(a.ev.Op == change.OpLoad, a.ev.Meta.Timestamp)
-	}
-	return false
-}
-
-// heldBeforeLater is heldBefore for a data event a that arrived after the control record b,
-// within createTableWindow, on another shard: a goes first when b is a create-table built after
-// it.
-func heldBeforeLater(a, b *held) bool {
-	return !a.ctl && b.ctl && a.at > b.at && a.at-b.at <= createTableWindow &&
-		a.ev.Pos.Shard != b.ev.Pos.Shard && b.builtAfter(a.ev.Op == change.OpLoad, a.ev.Meta.Timestamp)
+	return a.ctl && !b.ctl
 }
 
 // arrival is ev's arrival in unix ms, raised to the latest arrival of its shard taken in.
@@ -356,41 +317,15 @@ func (b *buffer) arrival(ev *change.Event) int64 {
 func (b *buffer) hold(ev *change.Event, at int64) {
 	h := held{ev: ev, at: at, ctl: ev.Op == change.OpControl, reload: b.reloadOrder}
 	i := len(b.held)
-	for i > 0 && (heldBefore(&h, &b.held[i-1]) && !heldBeforeLater(&b.held[i-1], &h) || heldBeforeLater(&h, &b.held[i-1])) {
+	for i > 0 && heldBefore(&h, &b.held[i-1]) {
 		i--
 	}
-	i = b.beforeCreateTable(&h, i)
 	b.held = slices.Insert(b.held, i, h)
 	if !ev.Replay && change.CompareSeq(ev.Pos.Seq, b.high[ev.Pos.Shard]) > 0 {
 		b.high[ev.Pos.Shard] = ev.Pos.Seq
 	}
 	b.bytes += int64(len(ev.Raw)) + 64
 	b.started()
-}
-
-// beforeCreateTable returns where the held data event h goes, i being its place by heldBefore:
-// before a held create-table that it was built before and that arrived at most
-// createTableWindow earlier on another shard, even when held events of other shards taken in
-// meanwhile (the reload's load rows) sit between them; never before an event of its own shard
-// (its shard's order) or another control record.
-func (b *buffer) beforeCreateTable(h *held, i int) int {
-	if !b.reloadOrder || h.ctl || h.ev.Op == change.OpLoad {
-		return i
-	}
-	to := i
-	for j := i - 1; j >= 0; j-- {
-		c := &b.held[j]
-		if c.ev.Pos.Shard == h.ev.Pos.Shard || h.at-c.at > createTableWindow {
-			break
-		}
-		if c.ctl {
-			if !c.builtAfter(false, h.ev.Meta.Timestamp) {
-				break
-			}
-			to = j
-		}
-	}
-	return to
 }
 
 // due returns the index of the next held event to take under lim, or -1. Held events are taken
@@ -421,9 +356,6 @@ func (b *buffer) dueFrom(lim limit, sc *dueScan) int {
 			return -1 // held events are sorted by arrival: every later one is past the bound too
 		}
 		if h.ctl {
-			if h.createTable() && lim.reloadWindow && lim.bound != unbounded && h.at+createTableWindow > lim.bound {
-				return -1 // changes built before it may still arrive (createTableWindow)
-			}
 			if len(sc.blocked) > 0 || lim.waitFrom > 0 && lim.waitFrom < h.at || h.waitsForData() && lim.olderData(h.at) {
 				return -1
 			}

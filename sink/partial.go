@@ -53,7 +53,7 @@ func (w *writer) completed(r *row, stored []dms.Datum) []dms.Datum {
 // b.fill. changed reports whether the data files written for an earlier lookup (if any) are
 // stale: some image completes differently now.
 func (w *writer) lookup(ctx context.Context, b *batch) (changed bool, err error) {
-	snap := snapshotID(w.st.tbl)
+	snap := w.dataSnapshotID()
 	fill, err := w.storedRows(ctx, b.lookups)
 	if err != nil {
 		return false, fmt.Errorf("read the rows partial updates of %s keep values from: %w", w.name, err)
@@ -91,7 +91,8 @@ func sameAbsent(absent []int32, a, b []dms.Datum) bool {
 func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Datum, error) {
 	l := w.st.lay
 	fill := make(map[int][]dms.Datum, len(lks))
-	if len(lks) == 0 || w.st.tbl.CurrentSnapshot() == nil {
+	head := w.dataHead() // the reload branch's while a reload is in progress
+	if len(lks) == 0 || head == nil {
 		return fill, nil
 	}
 	want := make(map[string][]int, len(lks)) // encoded key -> indexes into lks
@@ -131,7 +132,7 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 			fields = append(fields, n)
 		}
 	}
-	scan := w.st.tbl.Scan(table.WithRowFilter(filter), table.WithSelectedFields(fields...))
+	scan := w.st.tbl.Scan(table.WithSnapshotID(head.SnapshotID), table.WithRowFilter(filter), table.WithSelectedFields(fields...))
 	defer func() { _ = scan.Close() }()
 	_, recs, err := scan.ToArrowRecords(ctx)
 	if err != nil {

@@ -27,26 +27,34 @@ import (
 //     control-timestamp (a previous create-table was applied) on a table that has a snapshot,
 //     with ordering arrival and sink.reload replace. Its commit (the schema plan, or a
 //     properties-only commit) records, with its watermark, tableprop.ReloadBefore: the table's
-//     last sequence number. Every file at or below it is the table before the reload.
-//   - Load: load rows commit as always (upserts with their watermarks, exactly once); each
-//     commit adds its load rows to tableprop.ReloadRows. Readers keep every row the table had;
-//     re-sent rows show their reloaded values.
+//     last sequence number. Every file at or below it is the table before the reload. The same
+//     commit adds an empty snapshot to main (summary dms2iceberg.reload=start), so a writer of
+//     another process that staged a commit on main before it loses its race, reloads, sees the
+//     reload and re-stages on the branch.
+//   - Load (write-audit-publish): while the mark is set, every data commit of the table goes to
+//     the branch tableprop.ReloadBranch, which forks from main at the first one. Load rows commit
+//     there as always (upserts with their watermarks, exactly once: the watermarks are table
+//     properties, shared by all branches); each commit adds its load rows to
+//     tableprop.ReloadRows. Readers of main keep the table as it was before the reload.
 //   - End: the first commit that takes a CDC change of the table (in arrival order, after its
 //     load rows: the ordering guard and its load gate put every older load row of every worker
-//     first), or, when none follows, a quiet period with nothing buffered. If load rows were
-//     committed since the start, the same catalog commit removes every data and delete file at
-//     or below ReloadBefore (the rows not re-sent, and the old copies of the re-sent ones,
-//     which the load's equality deletes hid already): one snapshot with the summary
-//     dms2iceberg.reload=replace. Without load rows (a task resumed without full load sends a
-//     create-table and then changes) the reload is cancelled and nothing is removed.
+//     first), or, when none follows, a quiet period with nothing buffered. It stages on the
+//     branch the batch and, if load rows were committed since the start, the removal of every
+//     data and delete file at or below ReloadBefore (the rows not re-sent, and the old copies of
+//     the re-sent ones, which the load's equality deletes hid already): a snapshot with the
+//     summary dms2iceberg.reload=replace. One catalog commit then adds the staged snapshots,
+//     points main at the last one and removes the branch (publish): readers go from the table
+//     before the reload to the reloaded one in one step. Without load rows (a task resumed
+//     without full load sends a create-table and then changes) the reload is cancelled: nothing
+//     is removed, and the branch, if anything was committed to it, is published as it is.
 //
 // The correctness of the replace does not depend on when it happens: every row of the reload is
-// committed above ReloadBefore, before or after it, and nothing else is committed above it
-// before the end (a create-table waits for older data of its table on other workers, as a
-// truncate does), so what the replace removes is exactly what the table held before the reload.
-// Crashes are harmless: the marker, the load rows and the replace are each committed with their
-// watermarks, and a replayed create-table is covered by its watermark (so it never moves the
-// marker over committed load rows).
+// committed above ReloadBefore, and nothing else is committed above it before the end (a
+// create-table waits for older data of its table on other workers, as a truncate does), so what
+// the replace removes is exactly what the table held before the reload. Crashes are harmless:
+// the marker, the load rows and the publish are each committed with their watermarks, the branch
+// survives a restart (the restarted writer stages on it again), and a replayed create-table is
+// covered by its watermark (so it never moves the marker over committed load rows).
 
 // reloadMark is the reload in progress recorded in a table's properties.
 type reloadMark struct {
@@ -75,6 +83,112 @@ func (w *writer) reloading() (reloadMark, bool) {
 		return reloadMark{}, false
 	}
 	return readReload(w.st.tbl.Properties())
+}
+
+// reloadHead returns the head of tbl's reload branch, nil when it has none.
+func reloadHead(tbl *table.Table) *table.Snapshot {
+	meta := tbl.Metadata()
+	for name, ref := range meta.Refs() {
+		if name == tableprop.ReloadBranch {
+			return meta.SnapshotByID(ref.SnapshotID)
+		}
+	}
+	return nil
+}
+
+// dataTxn starts a transaction for a commit of the table's rows: on the reload branch while a
+// reload is in progress (the branch forks from main at its first commit), on main otherwise.
+func (w *writer) dataTxn() *table.Transaction {
+	if _, ok := w.reloading(); ok {
+		return w.st.tbl.NewTransactionOnBranch(tableprop.ReloadBranch)
+	}
+	return w.st.tbl.NewTransaction()
+}
+
+// dataHead is the snapshot that holds the rows the writer's next data commit builds on: the
+// reload branch's head while a reload is in progress and the branch exists, main's otherwise.
+func (w *writer) dataHead() *table.Snapshot {
+	if _, ok := w.reloading(); ok {
+		if s := reloadHead(w.st.tbl); s != nil {
+			return s
+		}
+	}
+	return w.st.tbl.CurrentSnapshot()
+}
+
+// dataSnapshotID is the id of dataHead, 0 when there is none.
+func (w *writer) dataSnapshotID() int64 {
+	if s := w.dataHead(); s != nil {
+		return s.SnapshotID
+	}
+	return 0
+}
+
+// publishReload commits txn, a transaction staged on the reload branch of the writer's table, to main
+// (the end of a reload): one catalog commit adds the snapshots txn staged, points main at the
+// last of them (or at the branch's head when txn staged none), removes the branch and applies
+// txn's property changes. It requires main and the branch to be where the writer's table has
+// them, so a commit of another writer on either in between makes this attempt lose its race.
+// The caller adopts the returned table.
+func (w *writer) publishReload(ctx context.Context, txn *table.Transaction) (*table.Table, error) {
+	staged, err := txn.StagedTable()
+	if err != nil {
+		return nil, err
+	}
+	base, next := w.st.tbl.Metadata(), staged.Metadata()
+	if next.CurrentSchema().ID != base.CurrentSchema().ID || next.DefaultPartitionSpec() != base.DefaultPartitionSpec() {
+		return nil, commit.Permanent(fmt.Errorf("publish the reload of %s: the staged commit changes the schema or the partition spec", w.name))
+	}
+	var updates []table.Update
+	var head int64
+	if b := reloadHead(w.st.tbl); b != nil {
+		head = b.SnapshotID
+	}
+	for _, s := range next.Snapshots() {
+		if base.SnapshotByID(s.SnapshotID) == nil {
+			updates = append(updates, table.NewAddSnapshotUpdate(&s))
+			head = s.SnapshotID
+		}
+	}
+	set := iceberg.Properties{}
+	for k, v := range next.Properties() {
+		if old, ok := base.Properties()[k]; !ok || old != v {
+			set[k] = v
+		}
+	}
+	var removed []string
+	for k := range base.Properties() {
+		if _, ok := next.Properties()[k]; !ok {
+			removed = append(removed, k)
+		}
+	}
+	if len(set) > 0 {
+		updates = append(updates, table.NewSetPropertiesUpdate(set))
+	}
+	if len(removed) > 0 {
+		updates = append(updates, table.NewRemovePropertiesUpdate(removed))
+	}
+	var mainID, branchID *int64
+	if s := w.st.tbl.CurrentSnapshot(); s != nil {
+		mainID = &s.SnapshotID
+	}
+	if b := reloadHead(w.st.tbl); b != nil {
+		branchID = &b.SnapshotID
+		updates = append(updates, table.NewRemoveSnapshotRefUpdate(tableprop.ReloadBranch))
+	}
+	if head != 0 && (mainID == nil || *mainID != head) {
+		updates = append(updates, table.NewSetSnapshotRefUpdate(table.MainBranch, head, table.BranchRef, 0, 0, 0))
+	}
+	reqs := []table.Requirement{
+		table.AssertTableUUID(base.TableUUID()),
+		table.AssertRefSnapshotID(table.MainBranch, mainID),
+		table.AssertRefSnapshotID(tableprop.ReloadBranch, branchID),
+	}
+	meta, loc, err := w.env.cat.CommitTable(ctx, w.ident, reqs, updates)
+	if err != nil {
+		return nil, err
+	}
+	return table.New(w.ident, meta, loc, w.st.tbl.FS, w.env.cat), nil
 }
 
 // reloadStarts reports whether the control record ev (of operation op), applied to the loaded
@@ -165,7 +279,7 @@ func (w *writer) stageReload(ctx context.Context, txn *table.Transaction, rs *re
 		return 0, nil
 	}
 	if rs.replace {
-		data, deletes, err := filesUpTo(ctx, w.st.tbl, rs.mark.before)
+		data, deletes, err := filesUpTo(ctx, w.st.tbl, w.dataHead(), rs.mark.before)
 		if err != nil {
 			return 0, fmt.Errorf("list the files of %s before its reload: %w", w.name, err)
 		}
@@ -235,12 +349,19 @@ func (w *writer) reloadQuiet(ctx context.Context) error {
 		}
 		rs = &reloadStage{mark: m, end: true, replace: true}
 		props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
-		txn := w.st.tbl.NewTransaction()
+		txn := w.dataTxn()
 		var err error
 		if removed, err = w.stageReload(ctx, txn, rs, props); err != nil {
 			return nil, err
 		}
-		return w.commitProps(ctx, txn, props)
+		if err := txn.SetProperties(props); err != nil {
+			return nil, fmt.Errorf("stage properties: %w", err)
+		}
+		tbl, err := w.publishReload(ctx, txn)
+		if err != nil {
+			return nil, err
+		}
+		return tbl, w.adopt(tbl)
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "replace " + w.name + " after its reload", Stage: stage,
@@ -260,12 +381,11 @@ func (w *writer) reloadQuiet(ctx context.Context) error {
 	return nil
 }
 
-// filesUpTo lists the live data and delete files of tbl's current snapshot whose data sequence
+// filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence
 // number is at or below seq, and the position-delete files above it that name only such a data
 // file (file-scoped ones written by the position conversion, design.md §11.1). A truncate takes
 // every live file (seq math.MaxInt64).
-func filesUpTo(ctx context.Context, tbl *table.Table, seq int64) (data, deletes []iceberg.DataFile, err error) {
-	snap := tbl.CurrentSnapshot()
+func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq int64) (data, deletes []iceberg.DataFile, err error) {
 	if snap == nil {
 		return nil, nil, nil
 	}

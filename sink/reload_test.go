@@ -50,7 +50,7 @@ const (
 // A reload (a newer create-table, then load rows, then CDC) replaces the table's content in one
 // snapshot at its first CDC change: rows deleted at the source during the outage (never re-sent)
 // disappear, re-sent rows keep their reloaded values, CDC after it applies on top. Until then
-// the table keeps every row it had. A replay of every record after a restart changes nothing.
+// readers see the table as it was before the reload. A replay of every record after a restart changes nothing.
 // With sink.reload upsert the deleted rows stay (the behaviour before reloads were handled).
 // Keyed and keyless tables alike (a keyless table's reload would otherwise duplicate every row).
 func TestReloadReplacesTableContent(t *testing.T) {
@@ -116,12 +116,12 @@ func TestReloadReplacesTableContent(t *testing.T) {
 				if s := replaces[0].Summary.Properties; s[tableprop.SummaryReloadRows] != "3" || s[tableprop.SummaryReloadStarted] != tsReload {
 					t.Fatalf("replacing snapshot summary %v, want 3 load rows started at %s", s, tsReload)
 				}
-				// While the reload ran, every row the table had stayed readable.
-				wantDuring := []string{"id=1,name=v2", "id=2,name=v1", "id=3,name=v1", "id=4,name=v1"}
-				if !keyed {
-					wantDuring = append(wantDuring, "id=1,name=v1", "id=3,name=v1")
+				// While the reload ran, readers of main saw the table as it was before it (the load
+				// rows went to the reload branch), and the branch is gone after the publish.
+				eq(t, during, "id=1,name=v1", "id=2,name=v1", "id=3,name=v1", "id=4,name=v1")
+				if b := reloadHead(tbl); b != nil {
+					t.Fatalf("reload branch left after the reload ended (snapshot %d)", b.SnapshotID)
 				}
-				eq(t, during, wantDuring...)
 				for _, k := range tableprop.ReloadProps {
 					if v, ok := tbl.Properties()[k]; ok {
 						t.Fatalf("property %s=%q left after the reload ended", k, v)
@@ -249,84 +249,34 @@ func TestReloadEndsAfterQuietPeriod(t *testing.T) {
 	}
 }
 
-// A CDC change on another shard built before a create-table and arriving up to
-// createTableWindow after it (one PutRecords call) goes before it (else it would commit above
-// the reload's start and survive its replace); a load row, a change built after it, or one
-// arriving later goes after it.
-func TestCreateTableOrderWithinOnePutRecordsCall(t *testing.T) {
-	t.Parallel()
-	ct := held{ev: ctlEvent("c", 5, "items", "create-table", "id*:INT4"), at: 100, ctl: true, reload: true}
-	ct.ev.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
-	trunc := held{ev: ctlEvent("c", 6, "items", "truncate", ""), at: 100, ctl: true, reload: true}
-	mk := func(load bool, built string, at ...int64) *row {
-		r := &row{shard: "a", seq: "1", at: 100, src: srcPos{load: load}, built: built}
-		if len(at) > 0 {
-			r.at = at[0]
-		}
-		return r
-	}
-	older, newer := "2025-01-02T00:00:00.000400Z", "2025-01-02T00:00:00.000600Z"
-	for _, c := range []struct {
-		name string
-		h    *held
-		r    *row
-		want bool // the row precedes the held record
-	}{
-		{"change built before", &ct, mk(false, older), true},
-		{"change built after", &ct, mk(false, newer), false},
-		{"load built before", &ct, mk(true, older), false},
-		{"no timestamp", &ct, mk(false, ""), false},
-		{"truncate", &trunc, mk(false, older), false},
-		{"change built before, arrived within the window", &ct, mk(false, older, 100+createTableWindow), true},
-		{"change built before, arrived after the window", &ct, mk(false, older, 101+createTableWindow), false},
-		{"change arrived earlier", &trunc, mk(false, newer, 99), true},
-	} {
-		if got := c.h.after(c.r); got != c.want {
-			t.Errorf("%s: after = %v, want %v", c.name, got, c.want)
-		}
-		// The same for a data record held behind it.
-		op := change.OpUpdate
-		if c.r.src.load {
-			op = change.OpLoad
-		}
-		d := held{ev: &change.Event{Op: op, Meta: change.Metadata{Timestamp: c.r.built}, Pos: change.Position{Shard: "a", Seq: "1"}}, at: c.r.at}
-		if got := heldBefore(&d, c.h) || heldBeforeLater(&d, c.h); got != c.want {
-			t.Errorf("%s: heldBefore(data, control) = %v, want %v", c.name, got, c.want)
-		}
-		// With sink.reload upsert a create-table orders as any control record.
-		plain := *c.h
-		plain.reload = false
-		if got, want := plain.after(c.r), c.r.at < plain.at; got != want {
-			t.Errorf("%s, reload upsert: after = %v, want %v", c.name, got, want)
-		}
-	}
-}
-
-// A create-table taken in after a CDC change of another shard that arrived a few milliseconds
-// after it but was built before it stays behind that change among the held events.
-func TestCreateTableHeldBehindChangeBuiltBefore(t *testing.T) {
+// A create-table orders as any control record, reload or not: at the same arrival on another
+// shard it goes first, whatever the build times (a change built before it is superseded by the
+// reload instead: TestReloadChangeInTheCreateTablesPutRecordsCall). Reordering by build time
+// made a change wait for another worker's load row while that load row waited for the
+// create-table held behind the change: two processes waiting for each other.
+func TestCreateTableOrdersAsAnyControlRecord(t *testing.T) {
 	t.Parallel()
 	b := newBuffer()
 	b.reloadOrder = true
 	upd := &change.Event{Op: change.OpUpdate, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000400Z"}, Pos: change.Position{Shard: "a", Seq: "1"}}
-	b.hold(upd, 105)
+	b.hold(upd, 100)
 	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
 	ct.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
 	b.hold(ct, 100)
-	if len(b.held) != 2 || b.held[0].ev != upd {
-		t.Fatalf("held order: %+v, want the change first", b.held)
+	ld := &change.Event{Op: change.OpLoad, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000600Z"}, Pos: change.Position{Shard: "b", Seq: "1"}}
+	b.hold(ld, 100)
+	if len(b.held) != 3 || b.held[0].ev != ct {
+		t.Fatalf("held order: %+v, want the create-table first", b.held)
 	}
-	ld := &change.Event{Op: change.OpLoad, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000300Z"}, Pos: change.Position{Shard: "b", Seq: "1"}}
-	b.hold(ld, 104)
-	if len(b.held) != 3 || b.held[0].ev != upd || b.held[1].ev != ct || b.held[2].ev != ld {
-		t.Fatalf("held order: %+v, want the change, the create-table, the load", b.held)
+	if h := &b.held[0]; h.after(&row{shard: "a", seq: "2", at: 100, built: "2025-01-02T00:00:00.000400Z"}) {
+		t.Fatalf("a change of another shard at the create-table's arrival goes before it")
 	}
 }
 
 // Under the ordering guard, a CDC change on another shard that shares its arrival millisecond
-// with a reload's create-table (one PutRecords call) but was built before it commits below the
-// reload's start, so the replace removes the row it updated when the load does not re-send it
-// (a row deleted at the source during the outage).
+// with a reload's create-table (one PutRecords call) but was built before it is ordered after the
+// create-table and superseded by the reload, so the row it updated is gone when the load does not
+// re-send it (a row deleted at the source during the outage).
 func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
 	t.Parallel()
 	fb := &fakeBound{}
@@ -361,20 +311,99 @@ func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
 	}
 }
 
-// A CDC change taken in after a create-table and a load row of other shards, all of one
-// PutRecords call, goes before the create-table when it was built before it.
-func TestChangeHeldBeforeCreateTablePastLoadRows(t *testing.T) {
+// A writer that loaded the table before a reload started (another process, which has not seen
+// the mark yet) and then commits load rows must not put them on main behind the reload's back:
+// the reload's start moves main (an empty snapshot), so that commit loses its race, and the
+// writer reloads, stages on the reload branch and counts its load rows. Without the fence its
+// rows land on main uncounted (a reload whose load rows all came from such writers would be
+// cancelled instead of replacing), and once the branch exists only Iceberg's sequence-number
+// check stops them from landing on a main that the publish discards.
+func TestReloadFencesAWriterThatStagedOnMain(t *testing.T) {
 	t.Parallel()
-	b := newBuffer()
-	b.reloadOrder = true
-	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
-	ct.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
-	b.hold(ct, 100)
-	ld := &change.Event{Op: change.OpLoad, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000600Z"}, Pos: change.Position{Shard: "b", Seq: "1"}}
-	b.hold(ld, 100)
-	upd := &change.Event{Op: change.OpUpdate, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000400Z"}, Pos: change.Position{Shard: "a", Seq: "1"}}
-	b.hold(upd, 100)
-	if len(b.held) != 3 || b.held[0].ev != upd || b.held[1].ev != ct || b.held[2].ev != ld {
-		t.Fatalf("held order: %+v, want the change, the create-table, the load", b.held)
+	dir := t.TempDir()
+	def := "id*:INT4 name:WSTRING"
+	opts := []harnessOption{withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 })}
+	a := newHarness(t, dir, opts...)
+	b := newHarness(t, dir, opts...)
+	a.createTable("c", 1, def, tsFirst)
+	a.row("a", 1, change.OpInsert, 1, "v1")
+	a.row("a", 2, change.OpInsert, 2, "v1")
+	a.flush()
+	b.row("b", 1, change.OpInsert, 3, "v1") // b loads the table before the reload
+	b.flush()
+
+	a.createTable("c", 2, def, tsReload) // the reload starts; 2 was deleted at the source
+	a.flush()
+	b.row("b", 2, change.OpLoad, 3, "v2") // b's view predates the start
+	b.flush()
+	a.row("a", 10, change.OpLoad, 1, "v2")
+	a.flush()
+	if rows, _ := scanRows(t, a.cat, "items"); len(rows) != 3 || rows[0] != "id=1,name=v1" {
+		t.Fatalf("main during the reload: %v, want the table before it", rows)
 	}
+	a.row("a", 11, change.OpInsert, 6, "v1") // the first change after the load
+	a.flush()
+
+	rows, tbl := scanRows(t, a.cat, "items")
+	eq(t, rows, "id=1,name=v2", "id=3,name=v2", "id=6,name=v1")
+	if n := len(replaceSnapshots(tbl)); n != 1 {
+		t.Fatalf("%d replacing snapshots, want 1", n)
+	}
+	if s := replaceSnapshots(tbl)[0].Summary.Properties; s[tableprop.SummaryReloadRows] != "2" {
+		t.Fatalf("replacing snapshot summary %v, want the 2 load rows of both writers", s)
+	}
+	a.close()
+	b.close()
+}
+
+// A CDC change built before the reload's create-table that reaches the table only after the
+// reload started (on another worker's shard: the gates order arrivals, not build times) is
+// superseded: the load rows, read from the source after it was captured, reflect it. Written
+// on the reload branch it would bring back a row deleted at the source during the outage, and
+// as the reload's first change it would cancel the reload before its load rows came. Its
+// watermark still advances, so a replay skips it.
+func TestReloadSupersedesChangesBuiltBeforeItsCreateTable(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	def := "id*:INT4 name:WSTRING"
+	opts := []harnessOption{withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 })}
+	a := newHarness(t, dir, opts...)
+	b := newHarness(t, dir, opts...)
+	rowAt := func(h *harness, shard string, seq int, op change.Op, id int, name, ts string) {
+		t.Helper()
+		cols := []change.Column{col("id", fmt.Sprint(id))}
+		if op != change.OpDelete {
+			cols = append(cols, col("name", "'"+name+"'"))
+		}
+		h.event(&change.Event{Table: "items", Op: op, Columns: cols,
+			Meta: change.Metadata{RecordType: "data", Operation: op.String(), Timestamp: ts},
+			Pos:  change.Position{Shard: shard, Seq: fmt.Sprint(seq)}})
+	}
+	a.createTable("c", 1, def, tsFirst)
+	for i := 1; i <= 3; i++ {
+		rowAt(a, "a", i, change.OpInsert, i, "v1", tsFirst)
+	}
+	a.flush()
+
+	a.createTable("c", 2, def, tsReload) // 2 is deleted at the source during the outage
+	a.flush()
+	// Built a second before the create-table, read by b after the reload started.
+	rowAt(b, "b", 1, change.OpUpdate, 2, "stale", "2025-01-01T23:59:59.000000Z")
+	b.flush()
+	rowAt(a, "a", 10, change.OpLoad, 1, "v2", "2025-01-02T00:00:01.000000Z")
+	rowAt(a, "a", 11, change.OpLoad, 3, "v2", "2025-01-02T00:00:01.000000Z")
+	a.flush()
+	rowAt(a, "a", 12, change.OpInsert, 4, "v1", "2025-01-02T00:00:05.000000Z") // the first change after the load
+	a.flush()
+
+	rows, tbl := scanRows(t, a.cat, "items")
+	eq(t, rows, "id=1,name=v2", "id=3,name=v2", "id=4,name=v1")
+	if n := len(replaceSnapshots(tbl)); n != 1 {
+		t.Fatalf("%d replacing snapshots, want 1", n)
+	}
+	if wm := tbl.Properties()[tableprop.Watermark("st", "b")]; wm != "1" {
+		t.Fatalf("watermark of shard b %q, want 1 (the superseded change taken)", wm)
+	}
+	a.close()
+	b.close()
 }

@@ -60,8 +60,9 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 		props := iceberg.Properties{}
 		w.controlWatermark(props, ev)
 		w.throughProp(props)
-		txn := w.st.tbl.NewTransaction()
-		data, deletes, err := filesUpTo(ctx, w.st.tbl, math.MaxInt64) // every live file
+		// During a reload the truncate applies to the reload branch, where the table's rows go.
+		txn := w.dataTxn()
+		data, deletes, err := filesUpTo(ctx, w.st.tbl, w.dataHead(), math.MaxInt64) // every live file
 		if err != nil {
 			return nil, fmt.Errorf("list the files of %s: %w", w.name, err)
 		}

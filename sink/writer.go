@@ -250,8 +250,7 @@ func (w *writer) guarded() bool { return w.set.arrival && w.env.bound != nil }
 // limitNow is the limit of a commit made now: the commit bound when guarded, else unbounded.
 // A zero bound (nothing may commit yet) lets nothing commit.
 func (w *writer) limitNow() limit {
-	lim := limit{bound: unbounded, ordered: w.set.arrival,
-		reloadWindow: w.set.reloadReplace && w.st.loaded() && w.st.tbl.CurrentSnapshot() != nil}
+	lim := limit{bound: unbounded, ordered: w.set.arrival}
 	if w.guarded() {
 		b := w.env.bound()
 		t := b.At
@@ -368,7 +367,7 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 	}
 	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
 	if w.buf.reloadOrder {
-		r.built = ev.Meta.Timestamp // only a reload's create-table ordering reads it (held.after)
+		r.built = ev.Meta.Timestamp // only a reload's supersession reads it (batch.superseded)
 	}
 	if !w.set.arrival && !ev.Replay {
 		w.noteRisk(&r)

@@ -76,6 +76,13 @@ const (
 	ReloadRows = "dms2iceberg.reload.rows"
 )
 
+// ReloadBranch is the branch a reload in progress stages its commits on (write-audit-publish):
+// it forks from main at the reload's first data commit, takes the load rows (and anything else
+// committed to the table's data before the reload ends), and the replacing commit publishes it
+// as main in one catalog commit and removes it. Readers of main keep the table as it was before
+// the reload until then.
+const ReloadBranch = "dms2iceberg-reload"
+
 // ReloadProps lists the properties of a reload in progress, which the replacing commit removes.
 var ReloadProps = []string{ReloadBefore, ReloadStarted, ReloadRows}
 
@@ -143,10 +150,18 @@ const (
 	SummaryReloadRows         = "dms2iceberg.reload.rows"
 	SummaryReloadRemovedFiles = "dms2iceberg.reload.removed-files"
 	SummaryReloadStarted      = "dms2iceberg.reload.started"
+	// SummarySuperseded counts the CDC changes of a commit during a reload that were built
+	// before its create-table and are not written (the load rows reflect them).
+	SummarySuperseded = "dms2iceberg.reload.superseded"
 )
 
-// SummaryReloadReplace is the value of SummaryReload on a reload's replacing snapshot.
-const SummaryReloadReplace = "replace"
+// Values of SummaryReload: the replacing snapshot of a reload, and the empty snapshot on main
+// that records its start (it moves main, so a writer that staged on main before the start loses
+// its race and re-stages on the reload branch).
+const (
+	SummaryReloadReplace = "replace"
+	SummaryReloadStart   = "start"
+)
 
 // Watermark is the watermark property of one shard of one stream.
 func Watermark(stream, shard string) string {
