@@ -98,15 +98,14 @@ type Config struct {
 	// TableConfig.KeylessIdentity.
 	KeylessIdentity string `yaml:"keyless_identity"`
 	// Reload is what a DMS table reload does to the target table (design.md §12 "Reload"):
-	// "replace" (opt-in; correct with one worker only, design.md §12 "Reload", Not covered): a
-	// create-table newer than the last one applied, on a table with data,
-	// starts a reload; its load rows are upserted as they come, and at its end (the table's
-	// first CDC change after its load rows, or ReloadQuietPeriod without any) one snapshot
-	// removes every row the table held before the reload, so rows deleted at the source while
+	// "replace" (default): a create-table newer than the last one applied, on a table with
+	// data, starts a reload; its load rows are staged on the Iceberg branch dms2iceberg-reload
+	// while readers keep the table as it was, and at its end (the table's first CDC change after
+	// its load rows, or ReloadQuietPeriod without any) one catalog commit publishes the branch
+	// without every row the table held before the reload, so rows deleted at the source while
 	// the table was out of sync disappear. Needs ordering arrival (under ordering shard a reload
-	// is upserted and logged). "upsert" (default): load rows are upserted and nothing is removed
-	// (rows deleted at the source meanwhile stay). The default stays upsert until a reload is
-	// also exact with several workers.
+	// is upserted and logged). "upsert": load rows are upserted into the visible table and
+	// nothing is removed (rows deleted at the source meanwhile stay).
 	Reload string `yaml:"reload"`
 	// ReloadQuietPeriod ends a reload when no CDC change of the table follows its load rows:
 	// once this long has passed since its last load rows were committed, with nothing buffered
@@ -228,7 +227,7 @@ func DefaultConfig() Config {
 		Ordering:          OrderingArrival,
 		FreshnessInterval: time.Minute,
 		KeylessIdentity:   KeylessIdentityAuto,
-		Reload:            ReloadUpsert,
+		Reload:            ReloadReplace,
 		ReloadQuietPeriod: 5 * time.Minute,
 		DeadLetters:       DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
 	}
