@@ -287,8 +287,8 @@ func (b *batch) empty() bool { return len(b.upserts) == 0 && len(b.deletes) == 0
 
 // supersedes reports whether the batch planned under lim takes r without writing it: a CDC
 // change built before the create-table of the reload in progress (batch.superseded).
-func (lim *limit) supersedes(r *row) bool {
-	return lim.supersede != "" && !r.replay && !r.src.load && r.built != "" && r.built < lim.supersede
+func (l *limit) supersedes(r *row) bool {
+	return l.supersede != "" && !r.replay && !r.src.load && r.built != "" && r.built < l.supersede
 }
 
 // noteSuperseded counts r, a superseded change, and advances the batch's watermarks over it.
