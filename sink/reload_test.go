@@ -311,6 +311,14 @@ func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
 	}
 }
 
+// twoWriters starts two sinks on one catalog and warehouse (two processes' writers of one
+// table), reloads replacing at their first CDC change.
+func twoWriters(t *testing.T) (a, b *harness) {
+	dir := t.TempDir()
+	opts := []harnessOption{withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 })}
+	return newHarness(t, dir, opts...), newHarness(t, dir, opts...)
+}
+
 // A writer that loaded the table before a reload started (another process, which has not seen
 // the mark yet) and then commits load rows must not put them on main behind the reload's back:
 // the reload's start moves main (an empty snapshot), so that commit loses its race, and the
@@ -320,11 +328,8 @@ func TestReloadChangeInTheCreateTablesPutRecordsCall(t *testing.T) {
 // check stops them from landing on a main that the publish discards.
 func TestReloadFencesAWriterThatStagedOnMain(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	a, b := twoWriters(t)
 	def := "id*:INT4 name:WSTRING"
-	opts := []harnessOption{withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 })}
-	a := newHarness(t, dir, opts...)
-	b := newHarness(t, dir, opts...)
 	a.createTable("c", 1, def, tsFirst)
 	a.row("a", 1, change.OpInsert, 1, "v1")
 	a.row("a", 2, change.OpInsert, 2, "v1")
@@ -364,11 +369,8 @@ func TestReloadFencesAWriterThatStagedOnMain(t *testing.T) {
 // watermark still advances, so a replay skips it.
 func TestReloadSupersedesChangesBuiltBeforeItsCreateTable(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
+	a, b := twoWriters(t)
 	def := "id*:INT4 name:WSTRING"
-	opts := []harnessOption{withMaintenance(nil), withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 })}
-	a := newHarness(t, dir, opts...)
-	b := newHarness(t, dir, opts...)
 	rowAt := func(h *harness, shard string, seq int, op change.Op, id int, name, ts string) {
 		t.Helper()
 		cols := []change.Column{col("id", fmt.Sprint(id))}
