@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
@@ -21,6 +22,7 @@ type flakyCatalog struct {
 	catalog.Catalog
 	mu        sync.Mutex
 	loadFails int // LoadTable calls still to fail
+	loadHangs int // LoadTable calls still to hang until their context ends (no answer)
 	creates   int
 	loads     int
 }
@@ -34,9 +36,17 @@ func (c *flakyCatalog) LoadTable(ctx context.Context, ident table.Identifier) (*
 	if fail {
 		c.loadFails--
 	}
+	hang := !fail && c.loadHangs > 0
+	if hang {
+		c.loadHangs--
+	}
 	c.mu.Unlock()
 	if fail {
 		return nil, errInjected
+	}
+	if hang {
+		<-ctx.Done()
+		return nil, ctx.Err()
 	}
 	return c.Catalog.LoadTable(ctx, ident)
 }
@@ -91,6 +101,33 @@ func TestOpenSurvivesTransientCatalogErrors(t *testing.T) {
 	if got := strings.Join(rows, ";"); !strings.HasSuffix(got, "id=3,name=c,amount=null") || fc2.creates != 0 {
 		t.Fatalf("rows %q, creates %d", got, fc2.creates)
 	}
+}
+
+// A catalog that accepts the table load and never answers (no request timeout in iceberg-go's
+// REST client or the AWS SDK) must not hold the writer for ever: each load of open is bounded by
+// sink.commit_timeout and tried again.
+func TestOpenBoundsAnUnansweredLoad(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.flush()
+	h.close()
+	fc := &flakyCatalog{loadHangs: 2}
+	h = newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
+		withConfig(func(c *Config) { c.CommitTimeout = 200 * time.Millisecond }),
+		withCatalogWrap(func(c catalog.Catalog) catalog.Catalog { fc.Catalog = c; return fc }))
+	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := h.s.Flush(ctx); err != nil {
+		t.Fatalf("flush after two unanswered loads: %v", err)
+	}
+	rows, _ := scanRows(t, h.cat, "users")
+	if len(rows) != 2 {
+		t.Fatalf("rows %v", rows)
+	}
+	h.close()
 }
 
 // A control record for a table that exists loads it (w.load, never creating it) before it

@@ -86,8 +86,30 @@ type catalogCallError struct{ err error }
 func (e *catalogCallError) Error() string { return e.err.Error() }
 func (e *catalogCallError) Unwrap() error { return e.err }
 
+// catalogCall bounds one catalog call of open, load or create by sink.commit_timeout, as a commit
+// attempt is bounded: neither iceberg-go's REST client nor the AWS SDK sets a request timeout,
+// and a catalog that accepted the request and never answered held the writer for ever. The call
+// past it fails like any other (a catalogCallError, tried again).
+func (w *writer) catalogCall(ctx context.Context, call func(ctx context.Context) error) error {
+	if w.env.attemptTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, w.env.attemptTimeout)
+		defer cancel()
+	}
+	return call(ctx)
+}
+
+// loadTable loads the writer's table within sink.commit_timeout (catalogCall).
+func (w *writer) loadTable(ctx context.Context) (tbl *table.Table, err error) {
+	err = w.catalogCall(ctx, func(ctx context.Context) error {
+		tbl, err = w.env.cat.LoadTable(ctx, w.ident)
+		return err
+	})
+	return tbl, err
+}
+
 func (w *writer) openOnce(ctx context.Context, ev *change.Event) error {
-	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
+	tbl, err := w.loadTable(ctx)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
 		var bad *schemaError
 		tbl, err = w.create(ctx, ev)
@@ -118,7 +140,7 @@ func (w *writer) load(ctx context.Context) (found bool, err error) {
 }
 
 func (w *writer) loadOnce(ctx context.Context) (found bool, err error) {
-	tbl, err := w.env.cat.LoadTable(ctx, w.ident)
+	tbl, err := w.loadTable(ctx)
 	switch {
 	case errors.Is(err, catalog.ErrNoSuchTable):
 		return false, nil
@@ -168,13 +190,17 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 		opts = append(opts, catalog.WithPartitionSpec(spec))
 	}
 	ns := w.ident[:len(w.ident)-1]
-	if err := cat.CreateNamespace(ctx, ns, nil); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+	if err := w.catalogCall(ctx, func(ctx context.Context) error { return cat.CreateNamespace(ctx, ns, nil) }); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
 		return nil, &catalogCallError{fmt.Errorf("create namespace %v: %w", ns, err)}
 	}
-	tbl, err := cat.CreateTable(ctx, w.ident, schema, opts...)
+	var tbl *table.Table
+	err = w.catalogCall(ctx, func(ctx context.Context) (err error) {
+		tbl, err = cat.CreateTable(ctx, w.ident, schema, opts...)
+		return err
+	})
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		// Another worker was first, or an earlier attempt whose answer was lost.
-		tbl, err = cat.LoadTable(ctx, w.ident)
+		tbl, err = w.loadTable(ctx)
 		if err != nil {
 			return nil, &catalogCallError{err}
 		}
