@@ -113,8 +113,12 @@ type TableDeadLetters struct {
 	ident   table.Identifier
 	name    string
 	retries int
-	log     *zap.Logger
-	metrics Metrics
+	// attemptTimeout bounds each commit attempt and each open of the table (sink.commit_timeout;
+	// 0: none). A timed-out attempt that landed anyway is harmless: the rows are upserted by
+	// their key, so the next attempt writes the same rows again.
+	attemptTimeout time.Duration
+	log            *zap.Logger
+	metrics        Metrics
 
 	intake sync.RWMutex
 	closed bool
@@ -327,8 +331,13 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 	start := time.Now()
 	// The table the first attempt is staged on is what a failure is compared with to recognise
 	// a lost race; if opening fails here, the attempt opens it again and reports the error.
-	_ = d.open(ctx)
-	_, err := commit.Run(ctx, d.cat, d.ident, d.tbl, commit.Policy{Retries: d.retries}, commit.Op{
+	octx, cancel := ctx, context.CancelFunc(func() {})
+	if d.attemptTimeout > 0 {
+		octx, cancel = context.WithTimeout(ctx, d.attemptTimeout)
+	}
+	_ = d.open(octx)
+	cancel()
+	_, err := commit.Run(ctx, d.cat, d.ident, d.tbl, commit.Policy{Retries: d.retries, AttemptTimeout: d.attemptTimeout}, commit.Op{
 		Name: fmt.Sprintf("commit %d dead letters", len(rows)),
 		Stage: func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 			if err := d.open(ctx); err != nil {

@@ -130,6 +130,75 @@ func TestOpenBoundsAnUnansweredLoad(t *testing.T) {
 	h.close()
 }
 
+// hangingCommits is a catalog whose first commits are accepted and never answered: they hang
+// until their context ends (the commit is not carried out).
+type hangingCommits struct {
+	catalog.Catalog
+	mu    sync.Mutex
+	hangs int
+}
+
+func (c *hangingCommits) CommitTable(ctx context.Context, ident table.Identifier, reqs []table.Requirement, ups []table.Update) (table.Metadata, string, error) {
+	c.mu.Lock()
+	hang := c.hangs > 0
+	if hang {
+		c.hangs--
+	}
+	c.mu.Unlock()
+	if hang {
+		<-ctx.Done()
+		return nil, "", ctx.Err()
+	}
+	return c.Catalog.CommitTable(ctx, ident, reqs, ups)
+}
+
+func (c *hangingCommits) LoadTable(ctx context.Context, ident table.Identifier) (*table.Table, error) {
+	tbl, err := c.Catalog.LoadTable(ctx, ident)
+	if err != nil {
+		return nil, err
+	}
+	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c), nil // commits through c
+}
+
+func (c *hangingCommits) CreateTable(ctx context.Context, ident table.Identifier, sc *iceberg.Schema, opts ...catalog.CreateTableOpt) (*table.Table, error) {
+	tbl, err := c.Catalog.CreateTable(ctx, ident, sc, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return table.New(tbl.Identifier(), tbl.Metadata(), tbl.MetadataLocation(), tbl.FS, c), nil
+}
+
+// The dead-letter table's commits are bounded by sink.commit_timeout like a table writer's: a
+// commit that is never answered is tried again, and the dead letter lands once.
+func TestDeadLetterCommitBoundsAnUnansweredCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Catalog = DefaultCatalogConfig(t.TempDir())
+	cat, err := OpenCatalog(ctx, cfg.Catalog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &hangingCommits{Catalog: cat, hangs: 2}
+	d := NewTableDeadLetters(hc, cfg.DeadLetters, 5, nil, nil)
+	d.attemptTimeout = 200 * time.Millisecond
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- d.Run(rctx) }()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := d.DeadLetter(dctx, change.DeadLetter{Stream: "st", Shard: "s0", Seq: "1", Reason: "bad", Raw: []byte("x")}); err != nil {
+		t.Fatalf("dead letter after two unanswered commits: %v", err)
+	}
+	rows, err := ReadDeadLetters(ctx, cat, d.Ident())
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("rows %v, err %v", rows, err)
+	}
+	d.Close()
+	stop()
+	<-done
+}
+
 // A control record for a table that exists loads it (w.load, never creating it) before it
 // applies: refused loads there are tried again in process too, and the change lands.
 func TestControlLoadSurvivesTransientCatalogErrors(t *testing.T) {

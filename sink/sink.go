@@ -153,6 +153,7 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 			return nil, fmt.Errorf("sink.dead_letters.type %s: pass the dead-letter file to sink.New", cfg.DeadLetters.Type)
 		}
 		s.tdl = NewTableDeadLetters(cat, cfg.DeadLetters, cfg.CommitRetries, s.log.Named("dead-letters"), s.metrics)
+		s.tdl.attemptTimeout = cfg.CommitTimeout
 		s.dlq = s.tdl
 	}
 	s.dlq = redacting(s.dlq, cfg)
