@@ -22,6 +22,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
 // The ordering tests (issue 11 item 7, issue 16) write one of DMS's real partitioning layouts to
@@ -194,6 +196,10 @@ type ordRun struct {
 	app     string
 	dataDir string
 	config  string
+	// catalog and namespace are the run's catalog when it is not the embedded one (set with
+	// the matching sink settings), for the tests that read its tables.
+	catalog   *sink.CatalogConfig
+	namespace string
 }
 
 // newRun writes the configuration of one mode: no per-table configuration, sinkExtra merged

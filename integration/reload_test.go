@@ -26,8 +26,9 @@ import (
 //   - replace (sink.reload: replace, the default), one process: every table equals the expected
 //     state, customers has exactly one snapshot marked dms2iceberg.reload=replace and no reload
 //     properties left.
-//   - replace with two processes: the create-table (on the task's shard) and the table's CDC (on
-//     its own shard) are read by different workers; equal too, with one replacing snapshot
+//   - replace with two processes, through the REST catalog server: the create-table (on the task's
+//     shard) and the table's CDC (on its own shard) are read by different workers; equal too,
+//     with one replacing snapshot
 //     (before changes built before the create-table were superseded, 3 rows deleted at the
 //     source stayed and one value was stale; before the build-time reorder was dropped, the two
 //     processes deadlocked on this stream).
@@ -64,8 +65,15 @@ func TestReload(t *testing.T) {
 		// create-table can reach the table after the reload started: it is superseded (its
 		// effect is in the load rows), and the load rows of the other process go to the
 		// reload branch too.
+		// Through Iceberg's REST catalog server: it checks a commit's requirements only (not the
+		// metadata location, as the SQL catalog does), so the publish's ref requirements and
+		// the reload's fence are what keep the two processes apart.
+		uri := RequireCatalogServer(t, EnvRESTURI)
 		s2 := newOrderingStream(t, bin, orderingCase{name: "reload-2", layout: "dms-default", lagShard: -1, lateShard: -1, reload: workload.Customers, processes: 2})
-		r := s2.newRun(t, "replace-2", map[string]any{"reload": "replace", "reload_quiet_period": "20s"})
+		ns := uniqueNamespace("reload")
+		r := s2.newRun(t, "replace-2", map[string]any{"reload": "replace", "reload_quiet_period": "20s",
+			"catalog": map[string]any{"type": "rest", "uri": uri}, "namespace": ns})
+		r.catalog, r.namespace = &sink.CatalogConfig{Type: "rest", Name: "dms2iceberg", URI: uri}, ns
 		ok, report := r.consume(t)
 		if !ok {
 			t.Fatalf("reload read by two processes: the tables differ from the expected state:\n%s\n%s", report, summarizeDiffs(report))
@@ -133,11 +141,15 @@ func TestReloadCrashes(t *testing.T) {
 func customersTable(t *testing.T, r *ordRun) *table.Table {
 	t.Helper()
 	ctx := context.Background()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(r.dataDir))
+	cfg, ns := sink.DefaultCatalogConfig(r.dataDir), workload.Schema
+	if r.catalog != nil {
+		cfg, ns = *r.catalog, r.namespace
+	}
+	cat, err := sink.OpenCatalog(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tbl, err := cat.LoadTable(ctx, table.Identifier{workload.Schema, workload.Customers})
+	tbl, err := cat.LoadTable(ctx, table.Identifier{ns, workload.Customers})
 	if err != nil {
 		t.Fatal(err)
 	}
