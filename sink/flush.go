@@ -173,6 +173,9 @@ func (w *writer) commitRows(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if res.Landed {
+		w.log.Info("the table already holds this batch after a failed attempt (the attempt landed, or another worker committed it)")
+	}
 	w.committed(ctx, f, res.Attempts, time.Since(start))
 	return nil
 }
