@@ -267,6 +267,27 @@ func (c *chaosRun) kill(w *chaosWorker) {
 	c.mu.Unlock()
 }
 
+// stopScraping scrapes a stopping worker's /metrics every 250 ms until it exits (the service
+// serves them until its sink has closed, so the final flush's counts are seen) or bound passes;
+// it reports whether the worker exited.
+func (c *chaosRun) stopScraping(w *chaosWorker, bound time.Duration) bool {
+	defer c.scr.setDone(w.m)
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.svc.Done():
+			return true
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+			c.scr.scrape(w.m)
+		}
+	}
+}
+
 // term stops a worker gracefully. It must exit 0 within the bound (the service's own shutdown
 // bound plus slack for a loaded machine), unless an armed fault point kills it on the way.
 func (c *chaosRun) term(w *chaosWorker) {
@@ -281,13 +302,11 @@ func (c *chaosRun) term(w *chaosWorker) {
 	}
 	// A process that has written nothing may not have installed its signal handlers yet.
 	c.waitFor(15*time.Second, func() bool { return w.svc.Exited() || len(w.svc.Log()) > 0 })
-	c.scr.last(w.m)
+	c.scr.scrape(w.m)
 	start := time.Now()
 	_ = w.svc.cmd.Process.Signal(syscall.SIGTERM)
 	const bound = 2 * time.Minute
-	select {
-	case <-w.svc.Done():
-	case <-time.After(bound):
+	if !c.stopScraping(w, bound) {
 		c.problem("hang: worker %s (pid %d) still running %s after SIGTERM (shutdown_timeout 30s); log %s; tail:\n%s",
 			w.id, w.svc.Pid(), bound, w.svc.LogPath, tailFile(w.svc.LogPath, 8<<10))
 		w.svc.Kill()

@@ -3,10 +3,11 @@
 package integration
 
 // The chaos run's reading of the workers' /metrics: every worker process serves its own, and the
-// driver scrapes each one every second (the observer) and right before it signals the process
-// (SIGKILL, SIGTERM), so that the counters a process ends with are known although the process
-// is gone. What a process counted after its last scrape (during a graceful stop's final flush,
-// or between the last scrape and an armed fault point killing it) is not seen.
+// driver scrapes each one every second (the observer), right before a SIGKILL, and every 250 ms
+// during a graceful stop until the process exits (its /metrics outlive its sink), so that the
+// counters a process ends with are known although the process is gone. What a process counted
+// after its last scrape (in the moment before a SIGKILL or an armed fault point killed it, or
+// in the last 250 ms of a stop) is not seen.
 
 import (
 	"sync"
