@@ -38,6 +38,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
@@ -58,10 +59,13 @@ const (
 	// EnvChaosRate sets the generator's records per second (default: sized so that traffic
 	// lasts about as long as the cycles, about 10/s); the workload grows to last as long.
 	EnvChaosRate = "DMS2ICEBERG_CHAOS_RATE"
-	// EnvChaosDeps puts faults in the dependencies: "rest" runs the workers on Apache Iceberg's
-	// REST catalog server behind the fault proxy (integration/faultproxy), which injects 5xx,
-	// unanswered requests, resets and lost answers (commits that land while the worker cannot
-	// know). Default "": the embedded SQL catalog, no proxy.
+	// EnvChaosDeps puts faults in the dependencies, through the fault proxy
+	// (integration/faultproxy), which injects 5xx, unanswered requests, resets and lost answers
+	// (requests that took effect while the worker cannot know): "rest" runs the workers on
+	// Apache Iceberg's REST catalog server behind the proxy; "s3" keeps the embedded SQL catalog
+	// and puts the warehouse (every data, delete, manifest and metadata file) in the S3 emulator
+	// behind the proxy. "rest,s3" is refused: the shared REST server's FileIO cannot write s3://
+	// (see chaosOptionsFromEnv). Default "": the embedded SQL catalog on local files, no proxy.
 	EnvChaosDeps = "DMS2ICEBERG_CHAOS_DEPS"
 )
 
@@ -85,8 +89,9 @@ type chaosOptions struct {
 	CheckEvery time.Duration
 	// Dwell bounds the random pause after each cycle.
 	MinDwell, MaxDwell time.Duration
-	// Deps is EnvChaosDeps.
-	Deps string
+	// Deps is EnvChaosDeps ("", "rest" or "s3"); DepsREST and DepsS3 its parts.
+	Deps             string
+	DepsREST, DepsS3 bool
 }
 
 // cycleEstimate sizes the generator's rate: traffic is to last about cycles × cycleEstimate,
@@ -124,11 +129,26 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 		o.Rate = r
 		o.Changes = max(o.Changes, int(r*float64(o.Cycles)*cycleEstimate.Seconds())-(5+4*o.LoadRows))
 	}
-	switch o.Deps = os.Getenv(EnvChaosDeps); o.Deps {
-	case "", "rest":
-	default:
-		t.Fatalf("%s=%q: want rest or nothing", EnvChaosDeps, o.Deps)
+	for _, d := range strings.Split(os.Getenv(EnvChaosDeps), ",") {
+		switch d = strings.TrimSpace(d); d {
+		case "":
+		case "rest":
+			o.DepsREST = true
+		case "s3":
+			o.DepsS3 = true
+		default:
+			t.Fatalf("%s=%q: want rest, s3 or nothing", EnvChaosDeps, os.Getenv(EnvChaosDeps))
+		}
 	}
+	if o.DepsREST && o.DepsS3 {
+		// The REST server decides every table's location under its own warehouse and writes
+		// the metadata files itself; the shared server (.ci/catalogs.sh) has a file://
+		// warehouse and Hadoop's FileIO without an S3 file system, so it cannot put a table
+		// in the S3 emulator. Faults on both at once need that server started with an S3
+		// FileIO (ResolvingFileIO and s3.endpoint): a change to the shared emulators.
+		t.Fatalf("%s=rest,s3: the shared REST catalog server cannot write s3:// (its FileIO has no S3); run rest and s3 separately", EnvChaosDeps)
+	}
+	o.Deps = map[[2]bool]string{{true, false}: "rest", {false, true}: "s3"}[[2]bool{o.DepsREST, o.DepsS3}]
 	return o
 }
 
@@ -158,7 +178,8 @@ type chaosStats struct {
 	rows         int // rows compared by verify
 	files        int // data and delete files checked for double references
 
-	genStart, genEnd time.Time // the generator's traffic
+	genStart, genEnd time.Time     // the generator's traffic
+	cyclesTook       time.Duration // from the first cycle to the end of the last (dwell included)
 	// The orphan oracle (orphans.go): unreferenced data files before cleanup, files removed by
 	// it, and data files left unreferenced after it (each a difference).
 	orphansBefore, orphansRemoved, orphansAfter int
@@ -173,6 +194,13 @@ type chaosWorker struct {
 	fault   string // armed fault spec, "" for none
 	point   string // the armed point
 	stopped bool
+	m       *procMetrics // its /metrics as last scraped
+}
+
+// depProxy is a fault proxy in front of one dependency ("rest" or "s3").
+type depProxy struct {
+	dep string
+	px  *faultproxy.Proxy
 }
 
 type chaosRun struct {
@@ -186,14 +214,19 @@ type chaosRun struct {
 	ddb                                                       *dynamodb.Client
 	gen                                                       *Service
 
-	// catCfg is the catalog the oracle reads (directly, never through the fault proxy);
+	// catCfg is the catalog the oracle reads (directly, never through a fault proxy);
 	// verifyConfig the service configuration `verify` runs with; namespace the target
-	// namespace ("" the source schema); proxy the fault proxy in front of the REST catalog (nil
-	// without EnvChaosDeps).
+	// namespace ("" the source schema); proxies the fault proxies in front of the dependencies
+	// (none without EnvChaosDeps); s3c lists the warehouse when it is in S3 (nil: local).
 	catCfg       sink.CatalogConfig
 	verifyConfig string
 	namespace    string
-	proxy        *faultproxy.Proxy
+	proxies      []depProxy
+	s3c          *s3.Client
+	// workerCfg is the workers' configuration; each worker process gets a copy with its own
+	// http_addr, whose /metrics scr reads.
+	workerCfg map[string]any
+	scr       *scraper
 
 	workers map[string]*chaosWorker // running (or frozen) workers by id (the driver's goroutine only)
 	logs    []string                // every process's log
@@ -217,7 +250,7 @@ func newChaosRun(t *testing.T, opt chaosOptions) *chaosRun {
 	RequireEmulators(t)
 	c := &chaosRun{t: t, ctx: t.Context(), opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x9e3779b97f4a7c15)),
 		bin: BuildBinary(t), stream: UniqueName("chaos"), kc: Kinesis(t), ddb: DynamoDB(t),
-		workers: map[string]*chaosWorker{}, seen: map[string]checkpoint.LeaseRow{}}
+		workers: map[string]*chaosWorker{}, seen: map[string]checkpoint.LeaseRow{}, scr: &scraper{}}
 	c.app = "dms2iceberg-" + c.stream
 	// One directory holds the data and every process's log; it is kept when the run fails. Its
 	// cleanup is registered first, so it runs last, after every process was killed.
@@ -313,6 +346,7 @@ func (c *chaosRun) run() {
 	defer func() { stopObs(); obs.Wait() }()
 
 	c.sleep(c.between(3*time.Second, 8*time.Second)) // let the first worker take its leases
+	cyclesStart := time.Now()
 	for i, a := range plan {
 		if c.ctx.Err() != nil {
 			break
@@ -353,6 +387,9 @@ func (c *chaosRun) run() {
 		c.logf("cycle %d/%d %-6s %s | workers %s | %d open shards | gen %s", i+1, len(plan), a, what, c.describeWorkers(), len(open), c.genStatus())
 		c.sleep(c.between(c.opt.MinDwell, c.opt.MaxDwell) + c.pace(float64(i+1)/float64(len(plan))))
 	}
+	c.mu.Lock()
+	c.st.cyclesTook = time.Since(cyclesStart)
+	c.mu.Unlock()
 	c.finish(func() { stopObs(); obs.Wait() })
 }
 
@@ -374,11 +411,11 @@ func (c *chaosRun) finish(stopObserver func()) {
 		c.st.genEnd = time.Now()
 	}
 	c.mu.Unlock()
-	if c.proxy != nil {
+	for _, d := range c.proxies {
 		// The last worker drains without dependency faults: the run's end is judged on a
-		// healthy catalog.
-		c.proxy.Enable(false)
-		c.logf("dependency faults off; injected %s (by rule: %s)", c.proxy.Summary(), c.proxy.SummaryByRule())
+		// healthy catalog and store.
+		d.px.Enable(false)
+		c.logf("%s faults off; injected %s (by rule: %s)", d.dep, d.px.Summary(), d.px.SummaryByRule())
 	}
 	for _, w := range c.sortedWorkers() {
 		c.term(w)

@@ -231,6 +231,7 @@ func (c *chaosRun) doStop() string {
 		return "SIGSTOP failed"
 	}
 	w.stopped = true
+	c.scr.setFrozen(w.m, true)
 	start := time.Now()
 	moved := c.waitFor(3*c.opt.Failover+30*time.Second, func() bool {
 		rows, err := c.leases(c.ctx)
@@ -252,6 +253,7 @@ func (c *chaosRun) doStop() string {
 	}
 	_ = syscall.Kill(-w.svc.Pid(), syscall.SIGCONT)
 	w.stopped = false
+	c.scr.setFrozen(w.m, false)
 	c.mu.Lock()
 	c.st.stops++
 	if moved {

@@ -8,6 +8,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"path/filepath"
@@ -56,49 +57,87 @@ func (c *chaosRun) setup() {
 	snk := map[string]any{}
 	snk["flush_interval"] = "1s"
 	c.catCfg = sink.DefaultCatalogConfig(c.dataDir)
-	if c.opt.Deps == "rest" {
+	// verifySnk is the sink section `verify` runs with: the same catalog, without the proxies.
+	verifySnk := map[string]any{"flush_interval": "1s"}
+	switch {
+	case c.opt.DepsREST:
 		// The workers reach Iceberg's REST catalog server through the fault proxy; the oracle
 		// and verify reach it directly. The shared server outlives the run: a namespace of its
 		// own.
 		uri := RequireCatalogServer(t, EnvRESTURI)
-		px, err := faultproxy.New(uri, faultproxy.Options{Seed: uint64(c.opt.Seed)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = px.Close() })
+		px := c.startDepProxy("rest", uri)
 		px.SetRules(restFaultRules(0.15, 0.03, 2*time.Second)...)
-		c.proxy = px
 		c.namespace = uniqueNamespace("chaos")
 		c.catCfg = sink.CatalogConfig{Type: "rest", Name: "dms2iceberg", URI: uri}
 		snk["catalog"] = map[string]any{"type": "rest", "uri": px.URL()}
+		verifySnk["catalog"] = map[string]any{"type": "rest", "uri": uri}
+	case c.opt.DepsS3:
+		// The embedded SQL catalog (local, shared by the workers) with its warehouse in the S3
+		// emulator: every table file, metadata included, goes through the fault proxy (as in
+		// TestDependencyFaultsS3); the oracle and verify read S3 directly.
+		s3url := os.Getenv("AWS_ENDPOINT_URL_S3")
+		px := c.startDepProxy("s3", s3url)
+		px.SetRules(s3FaultRules(0.05, 0.02, time.Second)...)
+		bucket := createBucket(t)
+		c.s3c = S3(t)
+		aws := AWSConfig(t)
+		creds, err := aws.Credentials.Retrieve(c.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		catalogFor := func(endpoint string) sink.CatalogConfig {
+			cc := sink.DefaultCatalogConfig(c.dataDir)
+			cc.Warehouse = "s3://" + bucket + "/wh"
+			cc.Properties = map[string]string{"s3.endpoint": endpoint, "s3.region": aws.Region,
+				"s3.access-key-id": creds.AccessKeyID, "s3.secret-access-key": creds.SecretAccessKey}
+			return cc
+		}
+		c.catCfg = catalogFor(s3url)
+		asMap := func(cc sink.CatalogConfig) map[string]any {
+			return map[string]any{"type": cc.Type, "uri": cc.URI, "warehouse": cc.Warehouse, "properties": cc.Properties}
+		}
+		snk["catalog"] = asMap(catalogFor(px.URL()))
+		verifySnk["catalog"] = asMap(c.catCfg)
+	}
+	if c.namespace != "" {
 		snk["namespace"] = c.namespace
+		verifySnk["namespace"] = c.namespace
 	}
 	cfg["sink"] = snk
 	cfg["stream"] = c.stream
 	cfg["data_dir"] = c.dataDir
 	cfg["shutdown_timeout"] = "30s"
-	cfg["http_addr"] = "" // up to three workers on one host
+	cfg["http_addr"] = "" // each worker process gets its own (startWorker)
 	cfg["consumer"] = map[string]any{"shard_sync": "1s", "failover": c.opt.Failover.String(), "idle_between_reads": "200ms"}
+	c.workerCfg = cfg
+	c.config = c.writeConfig("config.yaml", cfg)
+	vcfg := maps.Clone(cfg)
+	vcfg["sink"] = verifySnk
+	c.verifyConfig = c.writeConfig("verify-config.yaml", vcfg)
+}
+
+// startDepProxy starts a fault proxy in front of a dependency for the run's lifetime.
+func (c *chaosRun) startDepProxy(dep, upstream string) *faultproxy.Proxy {
+	px, err := faultproxy.New(upstream, faultproxy.Options{Seed: uint64(c.opt.Seed)})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = px.Close() })
+	c.proxies = append(c.proxies, depProxy{dep: dep, px: px})
+	return px
+}
+
+// writeConfig writes a service configuration into the data directory and returns its path.
+func (c *chaosRun) writeConfig(name string, cfg map[string]any) string {
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
-		t.Fatal(err)
+		c.t.Fatal(err)
 	}
-	c.config = filepath.Join(c.dataDir, "config.yaml")
-	if err := os.WriteFile(c.config, out, 0o644); err != nil {
-		t.Fatal(err)
+	path := filepath.Join(c.dataDir, name)
+	if err := os.WriteFile(path, out, 0o644); err != nil {
+		c.t.Fatal(err)
 	}
-	c.verifyConfig = c.config
-	if c.proxy != nil {
-		snk["catalog"] = map[string]any{"type": "rest", "uri": c.catCfg.URI}
-		out, err := yaml.Marshal(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.verifyConfig = filepath.Join(c.dataDir, "verify-config.yaml")
-		if err := os.WriteFile(c.verifyConfig, out, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return path
 }
 
 func (c *chaosRun) startWorker(id, faults string) *chaosWorker {
@@ -108,8 +147,17 @@ func (c *chaosRun) startWorker(id, faults string) *chaosWorker {
 		env = append(env, "DMS2ICEBERG_FAULTS="+faults)
 		point = strings.FieldsFunc(faults, func(r rune) bool { return r == '@' || r == '%' })[0]
 	}
-	svc := startCommand(c.t, c.bin, []string{"run", "--config", c.config}, env, c.logDir, 16<<10)
-	w := &chaosWorker{id: id, svc: svc, fault: faults, point: point}
+	// Each process serves /metrics on its own port (up to three workers on one host), for the
+	// unknown commit outcomes (scraper).
+	addr := opsFreeAddr(c.t)
+	cfg := maps.Clone(c.workerCfg)
+	cfg["http_addr"] = addr
+	c.mu.Lock()
+	n := c.st.starts + 1
+	c.mu.Unlock()
+	config := c.writeConfig(fmt.Sprintf("config-%d-%s.yaml", n, id), cfg)
+	svc := startCommand(c.t, c.bin, []string{"run", "--config", config}, env, c.logDir, 16<<10)
+	w := &chaosWorker{id: id, svc: svc, fault: faults, point: point, m: c.scr.add(id, addr)}
 	c.workers[id] = w
 	c.counted()
 	c.logs = append(c.logs, svc.LogPath)
@@ -181,6 +229,7 @@ func firedFault(w *chaosWorker) string {
 // exited accounts for a worker that exited without the driver killing it: only an armed fault
 // point may do that.
 func (c *chaosRun) exited(w *chaosWorker, during string) {
+	c.scr.setDone(w.m)
 	delete(c.workers, w.id)
 	c.counted()
 	if p := firedFault(w); p != "" {
@@ -209,12 +258,34 @@ func (c *chaosRun) kill(w *chaosWorker) {
 		c.exited(w, " before the SIGKILL")
 		return
 	}
-	w.svc.Kill() // SIGKILL reaches a frozen process too
+	c.scr.last(w.m) // (not when frozen)
+	w.svc.Kill()    // SIGKILL reaches a frozen process too
 	delete(c.workers, w.id)
 	c.counted()
 	c.mu.Lock()
 	c.st.kills++
 	c.mu.Unlock()
+}
+
+// stopScraping scrapes a stopping worker's /metrics every 250 ms until it exits (the service
+// serves them until its sink has closed, so the final flush's counts are seen) or bound passes;
+// it reports whether the worker exited.
+func (c *chaosRun) stopScraping(w *chaosWorker, bound time.Duration) bool {
+	defer c.scr.setDone(w.m)
+	deadline := time.NewTimer(bound)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-w.svc.Done():
+			return true
+		case <-deadline.C:
+			return false
+		case <-tick.C:
+			c.scr.scrape(w.m)
+		}
+	}
 }
 
 // term stops a worker gracefully. It must exit 0 within the bound (the service's own shutdown
@@ -223,6 +294,7 @@ func (c *chaosRun) term(w *chaosWorker) {
 	if w.stopped {
 		_ = syscall.Kill(-w.svc.Pid(), syscall.SIGCONT)
 		w.stopped = false
+		c.scr.setFrozen(w.m, false)
 	}
 	if w.svc.Exited() {
 		c.exited(w, " before the SIGTERM")
@@ -230,12 +302,11 @@ func (c *chaosRun) term(w *chaosWorker) {
 	}
 	// A process that has written nothing may not have installed its signal handlers yet.
 	c.waitFor(15*time.Second, func() bool { return w.svc.Exited() || len(w.svc.Log()) > 0 })
+	c.scr.scrape(w.m)
 	start := time.Now()
 	_ = w.svc.cmd.Process.Signal(syscall.SIGTERM)
 	const bound = 2 * time.Minute
-	select {
-	case <-w.svc.Done():
-	case <-time.After(bound):
+	if !c.stopScraping(w, bound) {
 		c.problem("hang: worker %s (pid %d) still running %s after SIGTERM (shutdown_timeout 30s); log %s; tail:\n%s",
 			w.id, w.svc.Pid(), bound, w.svc.LogPath, tailFile(w.svc.LogPath, 8<<10))
 		w.svc.Kill()

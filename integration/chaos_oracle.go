@@ -75,7 +75,7 @@ func isSeq(s string) bool {
 	return true
 }
 
-// observe samples the lease table every second and checks the committed prefix every
+// observe samples the lease table and the workers' /metrics every second and checks the committed prefix every
 // CheckEvery, until ctx ends.
 func (c *chaosRun) observe(ctx context.Context) {
 	tick := time.NewTicker(time.Second)
@@ -87,6 +87,7 @@ func (c *chaosRun) observe(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
+		c.scr.scrapeAll()
 		rows, err := c.leases(ctx)
 		if err != nil {
 			continue // the lease table does not exist yet, or the test is ending
@@ -480,7 +481,7 @@ func (c *chaosRun) checkOrphans() {
 	defer closeCat()
 	for _, src := range c.recs.tables() {
 		id := c.tableIdent(src)
-		before, _, err := unreferencedDataFiles(c.ctx, cat, id, nil)
+		before, _, err := unreferencedDataFiles(c.ctx, cat, id, c.s3c)
 		if err != nil {
 			c.t.Fatalf("orphan oracle: %v", err)
 		}
@@ -488,7 +489,7 @@ func (c *chaosRun) checkOrphans() {
 		if err != nil {
 			c.t.Fatalf("orphan oracle: %v", err)
 		}
-		after, _, err := unreferencedDataFiles(c.ctx, cat, id, nil)
+		after, _, err := unreferencedDataFiles(c.ctx, cat, id, c.s3c)
 		if err != nil {
 			c.t.Fatalf("orphan oracle: %v", err)
 		}

@@ -22,7 +22,11 @@ import (
 var (
 	fencedLine  = regexp.MustCompile(`lease moved on; this processor stops checkpointing`)
 	trimmedLine = regexp.MustCompile(`"trimmed": ([1-9][0-9]*)`)
-	landedLine  = regexp.MustCompile(`commit outcome was unknown; the table already holds this batch`)
+	// heldBatchLine is a batch the reloaded table already held after a failed attempt (an
+	// unknown outcome that landed, or a batch another worker committed first).
+	heldBatchLine = regexp.MustCompile(`the table already holds this batch after a failed attempt`)
+	// resolvedLine is one unknown commit outcome resolved (the log's twin of the metric).
+	resolvedLine = regexp.MustCompile(`commit outcome was unknown; resolved`)
 	// attemptsLine captures the attempts of a writer's commit; conflictLine is one failed attempt.
 	attemptsLine = regexp.MustCompile(`\tcommitted\t\{[^\n]*"attempts": ([0-9]+)`)
 	// (The writer logs "commit failed" at WARN for every failed attempt, lost race or not.)
@@ -36,7 +40,7 @@ var (
 
 // report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
 func (c *chaosRun) report() {
-	fenced, trimmed, landed := 0, 0, 0
+	fenced, trimmed, held, resolvedLogged := 0, 0, 0, 0
 	commits, conflicts, contended, maxAttempts := 0, 0, 0, 0
 	errs := map[string]int{}
 	for _, p := range c.logs {
@@ -49,7 +53,8 @@ func (c *chaosRun) report() {
 			n, _ := strconv.Atoi(string(m[1]))
 			trimmed += n
 		}
-		landed += len(landedLine.FindAll(b, -1))
+		held += len(heldBatchLine.FindAll(b, -1))
+		resolvedLogged += len(resolvedLine.FindAll(b, -1))
 		for _, m := range attemptsLine.FindAllSubmatch(b, -1) {
 			n, _ := strconv.Atoi(string(m[1]))
 			commits++
@@ -97,27 +102,40 @@ func (c *chaosRun) report() {
 		rate = float64(st.records) / d
 	}
 	depFaults, lostCommits := 0, 0
-	if c.proxy != nil {
-		depFaults = c.proxy.Total()
-		for _, e := range c.proxy.Events() {
+	var byKind []string
+	for _, d := range c.proxies {
+		depFaults += d.px.Total()
+		byKind = append(byKind, d.dep+": "+d.px.Summary())
+		for _, e := range d.px.Events() {
 			if e.Rule == "rest-commit" && (e.Kind == faultproxy.KindLost || e.Kind == faultproxy.KindLost5xx) && e.Upstream == http.StatusOK {
 				lostCommits++
 			}
 		}
 	}
-	c.t.Logf("CHAOS: seed=%d cycles=%d duration=%s kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%d records=%d recordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
-		c.opt.Seed, st.cycles, time.Since(c.start).Round(time.Second), st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges,
-		depFaults, landed, st.records, rate, st.rows, st.orphansAfter, len(st.violations))
-	if c.proxy != nil {
-		c.t.Logf("CHAOS dependency faults (REST catalog): %s; by rule %s; commits that landed at the server with their answer lost %d; batches found in the reloaded table after a failed commit (unknown outcomes and lost races) %d",
-			c.proxy.Summary(), c.proxy.SummaryByRule(), lostCommits, landed)
+	// The unknown commit outcomes, from the workers' /metrics (chaos_metrics.go).
+	unknown, procs, unscraped := c.scr.unknownTotals()
+	resolved := unknown["landed"] + unknown["not_landed"] + unknown["another_writer"]
+	c.t.Logf("CHAOS: seed=%d cycles=%d duration=%s perCycle=%s deps=%q kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%.0f records=%d recordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
+		c.opt.Seed, st.cycles, time.Since(c.start).Round(time.Second), (st.cyclesTook / time.Duration(max(st.cycles, 1))).Round(100*time.Millisecond), c.opt.Deps,
+		st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges,
+		depFaults, resolved, st.records, rate, st.rows, st.orphansAfter, len(st.violations))
+	c.t.Logf("CHAOS unknown commit outcomes (dms2iceberg_table_commit_unknown_outcomes_total, summed over the %d worker processes as last scraped; %d never answered a scrape): %s; the workers logged %d resolutions (a process killed or stopping after its last scrape can log more than it was seen to count)",
+		procs, unscraped, formatOutcomes(unknown), resolvedLogged)
+	for _, d := range c.proxies {
+		c.t.Logf("CHAOS dependency faults (%s): %s; by rule %s; forwarded %d", d.dep, d.px.Summary(), d.px.SummaryByRule(), d.px.Forwarded())
+	}
+	if c.opt.DepsREST {
+		c.t.Logf("CHAOS REST commits that landed at the server with their answer lost: %d", lostCommits)
+	}
+	if len(byKind) > 0 {
+		c.t.Logf("CHAOS faults by kind: %s", strings.Join(byKind, "; "))
 	}
 	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches found committed by another worker after a conflict %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
+	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
 		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
-		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, landed,
+		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, held,
 		commits, conflicts, contended, maxAttempts, st.slowStops, len(st.problems))
 }

@@ -32,7 +32,8 @@ func startProxy(t *testing.T, upstream string, seed uint64, onInject func(faultp
 // fault proxy: every kind of fault on table commits, lost answers on table creation, and 5xx,
 // resets and unanswered requests on reads. The one service process must absorb them all in
 // process (it must not exit), resolve each commit whose answer was lost by finding the batch in
-// the reloaded table (the log line counted), and end with every table equal to the expected
+// the reloaded table (counted by dms2iceberg_table_commit_unknown_outcomes_total{resolution="landed"},
+// read from its /metrics), and end with every table equal to the expected
 // state, read directly from the server.
 func TestDependencyFaultsREST(t *testing.T) {
 	uri := RequireCatalogServer(t, EnvRESTURI)
@@ -44,17 +45,16 @@ func TestDependencyFaultsREST(t *testing.T) {
 	svcCfg := p.withCatalog(t, "restfaults", t.TempDir(), map[string]any{"type": "rest", "uri": px.URL()}, ns)
 	direct := p.withCatalog(t, "restdirect", t.TempDir(), map[string]any{"type": "rest", "uri": uri}, ns)
 
-	svc, elapsed := p.runBehindProxy(px, gen, svcCfg, direct)
-	log := svc.Log()
-	landed := len(landedLine.FindAllString(log, -1))
+	unknown, elapsed := p.runBehindProxy(px, gen, svcCfg, direct)
+	landed := int(unknown["landed"])
 	lostCommits := 0
 	for _, e := range px.Events() {
 		if e.Rule == "rest-commit" && (e.Kind == faultproxy.KindLost || e.Kind == faultproxy.KindLost5xx) && e.Upstream == http.StatusOK {
 			lostCommits++
 		}
 	}
-	t.Logf("MEASURED: REST catalog through the fault proxy: %d records verified in %s; faults %s (by rule: %s); commits that landed with their answer lost %d; resolved in process as landed %d",
-		p.records, elapsed.Round(time.Millisecond), px.Summary(), px.SummaryByRule(), lostCommits, landed)
+	t.Logf("MEASURED: REST catalog through the fault proxy: %d records verified in %s; faults %s (by rule: %s); commits that landed with their answer lost %d; unknown outcomes resolved in process (from /metrics) %s",
+		p.records, elapsed.Round(time.Millisecond), px.Summary(), px.SummaryByRule(), lostCommits, formatOutcomes(unknown))
 	if lostCommits == 0 || landed == 0 {
 		t.Fatalf("no commit landed with its answer lost (%d) or none was resolved in process (%d): the unknown-outcome path did not run", lostCommits, landed)
 	}
@@ -63,12 +63,15 @@ func TestDependencyFaultsREST(t *testing.T) {
 }
 
 // runBehindProxy runs one service with configuration svc (its dependency behind px) while gen
-// sends, waits until direct (the same catalog without the proxy) verifies, turns the faults off
-// and stops the service gracefully, and verifies again. It returns the service and the time
-// from its start to the first verification.
-func (p *pipeline) runBehindProxy(px *faultproxy.Proxy, gen *Service, svcCfg, direct *pipeline) (*Service, time.Duration) {
+// sends, waits until direct (the same catalog without the proxy) verifies, turns the faults off,
+// reads the service's unknown commit outcomes from its /metrics, stops it gracefully, and
+// verifies again. It returns the unknown outcomes by resolution and the time from the service's
+// start to the first verification.
+func (p *pipeline) runBehindProxy(px *faultproxy.Proxy, gen *Service, svcCfg, direct *pipeline) (map[string]float64, time.Duration) {
 	t := p.t
 	t.Helper()
+	addr := opsFreeAddr(t)
+	editConfig(t, svcCfg.config, "", map[string]any{"http_addr": addr})
 	start := time.Now()
 	svc := StartService(t, p.bin, svcCfg.config)
 	<-gen.Done()
@@ -76,11 +79,16 @@ func (p *pipeline) runBehindProxy(px *faultproxy.Proxy, gen *Service, svcCfg, di
 	direct.waitVerified(6*time.Minute, svc)
 	elapsed := time.Since(start)
 	px.Enable(false)
+	// Every change is committed and verified: nothing is left to resolve.
+	samples, err := opsScrape("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape /metrics: %v", err)
+	}
 	if err := svc.Stop(90 * time.Second); err != nil {
 		t.Fatalf("graceful stop: %v", err)
 	}
 	direct.mustVerify()
-	return svc, elapsed
+	return unknownOutcomes(samples), elapsed
 }
 
 // everyKindInjected fails the test unless px injected every kind of fault.
@@ -172,9 +180,9 @@ func TestDependencyFaultsS3(t *testing.T) {
 	svcCfg := p.withCatalog(t, "s3faults", dir, catalogFor(dir, px.URL()), ns)
 	direct := p.withCatalog(t, "s3direct", t.TempDir(), catalogFor(dir, s3url), ns)
 
-	_, elapsed := p.runBehindProxy(px, gen, svcCfg, direct)
-	t.Logf("MEASURED: S3 through the fault proxy: %d records verified in %s; faults %s (by rule: %s); forwarded %d",
-		p.records, elapsed.Round(time.Millisecond), px.Summary(), px.SummaryByRule(), px.Forwarded())
+	unknown, elapsed := p.runBehindProxy(px, gen, svcCfg, direct)
+	t.Logf("MEASURED: S3 through the fault proxy: %d records verified in %s; faults %s (by rule: %s); forwarded %d; unknown commit outcomes resolved in process (from /metrics) %s",
+		p.records, elapsed.Round(time.Millisecond), px.Summary(), px.SummaryByRule(), px.Forwarded(), formatOutcomes(unknown))
 	everyKindInjected(t, px)
 	direct.checkOrphans(ns, S3(t))
 }

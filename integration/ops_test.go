@@ -3,17 +3,14 @@
 package integration
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -22,18 +19,6 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 )
-
-// opsFreeAddr returns a loopback address with a port that was free a moment ago.
-func opsFreeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
-	return addr
-}
 
 // editConfig rewrites a service's YAML configuration: the keys of set replace those of section
 // ("" for the top level, "sink" for the sink section), other keys stay.
@@ -63,61 +48,6 @@ func editConfig(t *testing.T, path, section string, set map[string]any) {
 	if err := os.WriteFile(path, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// opsSample is one sample of a scrape: the metric name and its labels.
-type opsSample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
-
-// opsScrape GETs /metrics and parses the text exposition format.
-func opsScrape(url string) ([]opsSample, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	var out []opsSample
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad sample %q: %v", line, err)
-		}
-		s := opsSample{name: line[:i], labels: map[string]string{}, value: v}
-		if j := strings.IndexByte(s.name, '{'); j >= 0 {
-			for _, kv := range strings.Split(strings.TrimSuffix(s.name[j+1:], "}"), ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					s.labels[k] = strings.Trim(v, `"`)
-				}
-			}
-			s.name = s.name[:j]
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-// opsByLabel returns name's samples keyed by the value of label.
-func opsByLabel(samples []opsSample, name, label string) map[string]float64 {
-	out := map[string]float64{}
-	for _, s := range samples {
-		if s.name == name {
-			out[s.labels[label]] += s.value
-		}
-	}
-	return out
 }
 
 func opsStatus(url string) int {

@@ -48,6 +48,9 @@ type flushing struct {
 	// of files its replace removed.
 	reload  *reloadStage
 	removed int
+	// token marks the batch's snapshot (tableprop.SummaryCommit), to tell after an unknown
+	// outcome whether this commit landed or another worker's.
+	token string
 }
 
 // flush commits what may commit now. Guarded (ordering arrival with a commit bound), that is per
@@ -161,15 +164,17 @@ func (w *writer) commitRows(ctx context.Context) error {
 	if err := w.refreshIfContended(ctx); err != nil {
 		return err
 	}
-	f := &flushing{w: w, lim: lim}
+	f := &flushing{w: w, lim: lim, token: commit.NewToken()}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "commit " + w.name, Stage: f.stage, Reloaded: f.reloaded, Failed: f.failed,
+		Resolved: f.resolved,
+		Mine:     func(since, fresh *table.Table) bool { return commit.CommittedBy(since, fresh, f.token) },
 	})
 	if err != nil {
 		return err
 	}
 	if res.Landed {
-		w.log.Info("commit outcome was unknown; the table already holds this batch")
+		w.log.Info("the table already holds this batch after a failed attempt (the attempt landed, or another worker committed it)")
 	}
 	w.committed(ctx, f, res.Attempts, time.Since(start))
 	return nil
@@ -210,7 +215,7 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		fault.Hit(fault.AfterDataFiles)
 	}
 	f.reload = w.reloadFor(&f.b) // on the table this attempt commits on
-	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, f.lim.completeThrough(), f.reload)
+	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, f.lim.completeThrough(), f.reload, f.token)
 	f.removed = removed
 	return tbl, err
 }
@@ -226,6 +231,12 @@ func (f *flushing) reloaded(tbl *table.Table) (bool, error) {
 		return false, nil
 	}
 	return f.b.landedIn(f.w.st.lay.watermark), nil
+}
+
+// resolved counts an attempt whose outcome was unknown, resolved by the reload after it.
+func (f *flushing) resolved(o commit.Outcome) {
+	f.w.env.metrics.CommitUnknown(f.w.name, string(o))
+	f.w.log.Info("commit outcome was unknown; resolved", zap.String("resolution", string(o)))
 }
 
 func (f *flushing) failed(attempt int, err, reloadErr error) {
@@ -362,9 +373,10 @@ func reserveText(rb *array.RecordBuilder, rows []row, idx []int) {
 
 // commitBatch stages the files, the advanced watermarks and what the batch is complete through
 // in one transaction on the current table, commits it and adopts the committed table.
-func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time, rs *reloadStage) (*table.Table, int, error) {
+func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time, rs *reloadStage, token string) (*table.Table, int, error) {
 	props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
-	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes))}
+	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes)),
+		tableprop.SummaryCommit: token}
 	if v, ok := completeThroughProp(w.st.tbl.Properties(), through); ok {
 		props[tableprop.CompleteThrough] = v
 		summary[tableprop.CompleteThrough] = v
@@ -415,7 +427,7 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 	}
 	tbl, err := do(ctx)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, commit.Sent(err) // it may have landed: the reload tells
 	}
 	return tbl, removed, w.adopt(tbl)
 }

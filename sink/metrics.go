@@ -1,6 +1,10 @@
 package sink
 
-import "time"
+import (
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+)
 
 // CommitInfo describes one successful table commit.
 type CommitInfo struct {
@@ -41,6 +45,12 @@ type Metrics interface {
 	Committed(info CommitInfo)
 	// CommitFailed is called when a commit attempt fails and will be retried.
 	CommitFailed(table string)
+	// CommitUnknown counts a table batch commit attempt whose outcome was unknown (its request
+	// was sent and failed without a definite answer: a lost response, a timeout, a 5xx), once,
+	// when the reload after it resolved it: resolution is UnknownLanded (it took effect),
+	// UnknownNotLanded (it did not; tried again) or UnknownAnotherWriter (another worker had
+	// committed the same records). Lost races with a definite answer are not counted.
+	CommitUnknown(table, resolution string)
 	// DeadLettered is called for each record sent to the dead-letter place.
 	DeadLettered(table string)
 	// DeadLetterClass counts a table's dead letters by class (ClassConvert, ...), alongside
@@ -79,6 +89,13 @@ type Metrics interface {
 	Reload(table string, rows int64, since time.Time)
 }
 
+// Resolutions of Metrics.CommitUnknown.
+const (
+	UnknownLanded        = string(commit.OutcomeLanded)
+	UnknownNotLanded     = string(commit.OutcomeNotLanded)
+	UnknownAnotherWriter = string(commit.OutcomeAnotherWriter)
+)
+
 // Kinds of Metrics.OrderingRisk.
 const (
 	RiskMultiShard = "multi_shard_table"
@@ -90,6 +107,7 @@ type NopMetrics struct{}
 
 func (NopMetrics) Committed(CommitInfo)                    {}
 func (NopMetrics) CommitFailed(string)                     {}
+func (NopMetrics) CommitUnknown(string, string)            {}
 func (NopMetrics) DeadLettered(string)                     {}
 func (NopMetrics) DeadLetterClass(string, string)          {}
 func (NopMetrics) Skipped(string, int)                     {}

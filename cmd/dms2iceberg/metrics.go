@@ -60,6 +60,7 @@ type promMetrics struct {
 	tableTrimmed        *prometheus.CounterVec
 	tableSkipped        *prometheus.CounterVec
 	tableCommitFailures *prometheus.CounterVec
+	tableCommitUnknown  *prometheus.CounterVec
 	tableCommitLatency  *prometheus.HistogramVec
 	tableAttempts       *prometheus.HistogramVec
 	tableFreshness      *prometheus.GaugeVec
@@ -181,6 +182,7 @@ func newPromMetrics() *promMetrics {
 	m.tableTrimmed = counter("table", "trimmed_total", "Changes dropped at commit time because the table already held them (counted in committed batches only).", table)
 	m.tableSkipped = counter("table", "skipped_total", "Changes dropped because the table's watermark already covered them (replays), including trimmed ones.", table)
 	m.tableCommitFailures = counter("table", "commit_failures_total", "Commit attempts that failed and were retried.", table)
+	m.tableCommitUnknown = counter("table", "commit_unknown_outcomes_total", "Batch commit attempts whose outcome was unknown (sent, then a lost answer, a timeout or a 5xx), by how the reload after them resolved them: landed, not_landed (tried again), another_writer (another worker had committed the same records).", []string{"table", "resolution"})
 	m.tableCommitLatency = histogram("table", "commit_duration_seconds", "Time from the start of a flush to its successful commit, retries included.", commitBuckets, table)
 	m.tableAttempts = histogram("table", "commit_attempts", "Commit attempts per committed batch.", []float64{1, 2, 3, 5, 10, 20}, table)
 	m.tableFreshness = gauge("table", "freshness_seconds", "For the last commit: time from the arrival of its oldest change at the table writer until the commit.", table)
@@ -257,6 +259,10 @@ func (m *promMetrics) Committed(c sink.CommitInfo) {
 }
 
 func (m *promMetrics) CommitFailed(table string) { m.tableCommitFailures.WithLabelValues(table).Inc() }
+
+func (m *promMetrics) CommitUnknown(table, resolution string) {
+	m.tableCommitUnknown.WithLabelValues(table, resolution).Inc()
+}
 
 func (m *promMetrics) DeadLettered(table string) { m.tableDeadLetters.WithLabelValues(table).Inc() }
 

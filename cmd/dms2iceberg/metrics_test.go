@@ -71,6 +71,10 @@ func TestMetricsScrape(t *testing.T) {
 		Attempts: 2, Took: 250 * time.Millisecond, Oldest: now.Add(-3 * time.Second)})
 	m.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 5, Deletes: 1, Attempts: 1, Took: 50 * time.Millisecond})
 	m.CommitFailed("shop.orders")
+	m.CommitUnknown("shop.orders", sink.UnknownLanded)
+	m.CommitUnknown("shop.orders", sink.UnknownNotLanded)
+	m.CommitUnknown("shop.orders", sink.UnknownNotLanded)
+	m.CommitUnknown("shop.orders", sink.UnknownAnotherWriter)
 	m.DeadLettered("shop.events")
 	m.Skipped("shop.orders", 7)
 	m.PartialImages("shop.orders", 3, 2, 1)
@@ -100,40 +104,43 @@ func TestMetricsScrape(t *testing.T) {
 
 	got := scrape(t, srv.URL+"/metrics")
 	want := map[string]float64{
-		`dms2iceberg_table_commits_total{table="shop.orders"}`:                               2,
-		`dms2iceberg_table_rows_total{table="shop.orders"}`:                                  15,
-		`dms2iceberg_table_deletes_total{table="shop.orders"}`:                               5,
-		`dms2iceberg_table_trimmed_total{table="shop.orders"}`:                               2,
-		`dms2iceberg_table_skipped_total{table="shop.orders"}`:                               7,
-		`dms2iceberg_table_partial_images_total{completed_from="batch",table="shop.orders"}`: 3,
-		`dms2iceberg_table_partial_images_total{completed_from="table",table="shop.orders"}`: 2,
-		`dms2iceberg_table_partial_images_total{completed_from="none",table="shop.orders"}`:  1,
-		`dms2iceberg_table_commit_failures_total{table="shop.orders"}`:                       1,
-		`dms2iceberg_table_dead_letters_total{table="shop.events"}`:                          1,
-		`dms2iceberg_table_commit_duration_seconds_count{table="shop.orders"}`:               2,
-		`dms2iceberg_table_commit_duration_seconds_sum{table="shop.orders"}`:                 0.3,
-		`dms2iceberg_table_commit_attempts_sum{table="shop.orders"}`:                         3,
-		`dms2iceberg_table_freshness_seconds{table="shop.orders"}`:                           3,
-		`dms2iceberg_table_last_commit_timestamp_seconds{table="shop.orders"}`:               float64(now.Unix()),
-		`dms2iceberg_shard_records_total{shard="shard-0"}`:                                   150,
-		`dms2iceberg_shard_behind_latest_seconds{shard="shard-0"}`:                           0,
-		`dms2iceberg_shard_undecodable_records_total{shard="shard-1"}`:                       1,
-		`dms2iceberg_shard_checkpoints_total{shard="shard-0"}`:                               1,
-		`dms2iceberg_shard_last_checkpoint_timestamp_seconds{shard="shard-0"}`:               float64(now.Unix()),
-		`dms2iceberg_shard_checkpoints_fenced_total{shard="shard-1"}`:                        1,
-		`dms2iceberg_shard_checkpoint_past_retention_total{shard="shard-1"}`:                 1,
-		`dms2iceberg_shard_waiting_for_parents{shard="shard-2"}`:                             1,
-		`dms2iceberg_shard_bytes_total{shard="shard-0"}`:                                     2048,
-		`dms2iceberg_shard_lease_held{shard="shard-0"}`:                                      1,
-		`dms2iceberg_shard_lease_events_total{event="gained"}`:                               1,
-		`dms2iceberg_shard_lease_events_total{event="renewed"}`:                              1,
-		`dms2iceberg_shard_get_records_seconds_sum{shard="shard-0"}`:                         0.02,
-		`dms2iceberg_shard_process_records_seconds_count{shard="shard-0"}`:                   1,
-		`dms2iceberg_post_commit_runs_total{result="ok",table="shop.orders"}`:                1,
-		`dms2iceberg_post_commit_runs_total{result="timeout",table="shop.orders"}`:           1,
-		`dms2iceberg_post_commit_dropped_total{table="shop.orders"}`:                         1,
-		`dms2iceberg_post_commit_queue_length`:                                               3,
-		`dms2iceberg_post_commit_duration_seconds_count`:                                     2,
+		`dms2iceberg_table_commits_total{table="shop.orders"}`:                                             2,
+		`dms2iceberg_table_rows_total{table="shop.orders"}`:                                                15,
+		`dms2iceberg_table_deletes_total{table="shop.orders"}`:                                             5,
+		`dms2iceberg_table_trimmed_total{table="shop.orders"}`:                                             2,
+		`dms2iceberg_table_skipped_total{table="shop.orders"}`:                                             7,
+		`dms2iceberg_table_partial_images_total{completed_from="batch",table="shop.orders"}`:               3,
+		`dms2iceberg_table_partial_images_total{completed_from="table",table="shop.orders"}`:               2,
+		`dms2iceberg_table_partial_images_total{completed_from="none",table="shop.orders"}`:                1,
+		`dms2iceberg_table_commit_failures_total{table="shop.orders"}`:                                     1,
+		`dms2iceberg_table_commit_unknown_outcomes_total{resolution="landed",table="shop.orders"}`:         1,
+		`dms2iceberg_table_commit_unknown_outcomes_total{resolution="not_landed",table="shop.orders"}`:     2,
+		`dms2iceberg_table_commit_unknown_outcomes_total{resolution="another_writer",table="shop.orders"}`: 1,
+		`dms2iceberg_table_dead_letters_total{table="shop.events"}`:                                        1,
+		`dms2iceberg_table_commit_duration_seconds_count{table="shop.orders"}`:                             2,
+		`dms2iceberg_table_commit_duration_seconds_sum{table="shop.orders"}`:                               0.3,
+		`dms2iceberg_table_commit_attempts_sum{table="shop.orders"}`:                                       3,
+		`dms2iceberg_table_freshness_seconds{table="shop.orders"}`:                                         3,
+		`dms2iceberg_table_last_commit_timestamp_seconds{table="shop.orders"}`:                             float64(now.Unix()),
+		`dms2iceberg_shard_records_total{shard="shard-0"}`:                                                 150,
+		`dms2iceberg_shard_behind_latest_seconds{shard="shard-0"}`:                                         0,
+		`dms2iceberg_shard_undecodable_records_total{shard="shard-1"}`:                                     1,
+		`dms2iceberg_shard_checkpoints_total{shard="shard-0"}`:                                             1,
+		`dms2iceberg_shard_last_checkpoint_timestamp_seconds{shard="shard-0"}`:                             float64(now.Unix()),
+		`dms2iceberg_shard_checkpoints_fenced_total{shard="shard-1"}`:                                      1,
+		`dms2iceberg_shard_checkpoint_past_retention_total{shard="shard-1"}`:                               1,
+		`dms2iceberg_shard_waiting_for_parents{shard="shard-2"}`:                                           1,
+		`dms2iceberg_shard_bytes_total{shard="shard-0"}`:                                                   2048,
+		`dms2iceberg_shard_lease_held{shard="shard-0"}`:                                                    1,
+		`dms2iceberg_shard_lease_events_total{event="gained"}`:                                             1,
+		`dms2iceberg_shard_lease_events_total{event="renewed"}`:                                            1,
+		`dms2iceberg_shard_get_records_seconds_sum{shard="shard-0"}`:                                       0.02,
+		`dms2iceberg_shard_process_records_seconds_count{shard="shard-0"}`:                                 1,
+		`dms2iceberg_post_commit_runs_total{result="ok",table="shop.orders"}`:                              1,
+		`dms2iceberg_post_commit_runs_total{result="timeout",table="shop.orders"}`:                         1,
+		`dms2iceberg_post_commit_dropped_total{table="shop.orders"}`:                                       1,
+		`dms2iceberg_post_commit_queue_length`:                                                             3,
+		`dms2iceberg_post_commit_duration_seconds_count`:                                                   2,
 		`dms2iceberg_ready`: 0,
 	}
 	for name, v := range want {

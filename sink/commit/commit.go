@@ -66,6 +66,92 @@ type Op struct {
 	// Failed is told of every failed attempt (metrics, logs); reloadErr is the error of the
 	// reload that followed it, if any. Optional.
 	Failed func(attempt int, err, reloadErr error)
+	// Resolved is told, once each, how the attempts whose outcome was unknown (UnknownOutcome)
+	// were resolved: when a reload tells (OutcomeLanded or OutcomeAnotherWriter when Reloaded
+	// says the table holds the change, OutcomeNotLanded when it does not), or when a later
+	// attempt commits (OutcomeNotLanded: it was staged on the same head, so it would have lost
+	// the race). Unknown outcomes still unresolved when the loop ends with an error are not
+	// reported. Only meaningful with Reloaded, and only for Stage functions that mark the error
+	// of their commit request with Sent. Optional.
+	Resolved func(Outcome)
+	// Mine tells, after an unknown outcome, whether the change fresh already holds was committed
+	// by this loop (an attempt that landed while its answer was lost) rather than by another
+	// writer; since is the table the first unresolved attempt was staged on. See CommittedBy.
+	// Nil: every such change counts as this loop's.
+	Mine func(since, fresh *table.Table) bool
+}
+
+// Outcome is how an attempt whose outcome was unknown was resolved (Op.Resolved).
+type Outcome string
+
+// The outcomes of Op.Resolved.
+const (
+	// OutcomeLanded: the attempt took effect; the loop ends without another.
+	OutcomeLanded Outcome = "landed"
+	// OutcomeNotLanded: it did not; the loop tries again.
+	OutcomeNotLanded Outcome = "not_landed"
+	// OutcomeAnotherWriter: the table holds the change, committed by another writer (another
+	// worker that read the same records); the loop ends.
+	OutcomeAnotherWriter Outcome = "another_writer"
+)
+
+type sent struct{ err error }
+
+func (s sent) Error() string { return s.err.Error() }
+func (s sent) Unwrap() error { return s.err }
+
+// Sent marks err as the error of the commit request itself (the catalog's CommitTable, after
+// which the commit may have taken effect), as opposed to a failure while staging (writing files,
+// reading rows) that the catalog never saw. Stage functions wrap the error of the request with
+// it so that UnknownOutcome can tell.
+func Sent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return sent{err}
+}
+
+// UnknownOutcome reports whether a failed attempt's outcome is unknown: its commit request was
+// sent (Sent) and failed without a definite answer — a lost or reset response, a timeout, a
+// 5xx. A definite refusal is not: a lost race (table.ErrCommitFailed, a failed requirement, as
+// the SQL and Glue catalogs report it), a permanent error, a cancelled context.
+func UnknownOutcome(err error) bool {
+	var s sent
+	if err == nil || !errors.As(err, &s) || IsPermanent(err) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, table.ErrCommitFailed) {
+		return false
+	}
+	return !strings.Contains(strings.ToLower(err.Error()), "requirement failed")
+}
+
+// CommittedBy reports whether a snapshot committed after since (the table an attempt was staged
+// on; nil: any) and an ancestor of fresh's current snapshot carries token under
+// tableprop.SummaryCommit: the commit that wrote token landed.
+func CommittedBy(since, fresh *table.Table, token string) bool {
+	cur := fresh.CurrentSnapshot()
+	if cur == nil || token == "" {
+		return false
+	}
+	stop := int64(-1)
+	if since != nil {
+		if s := since.CurrentSnapshot(); s != nil {
+			stop = s.SnapshotID
+		}
+	}
+	for _, s := range table.AncestorsOf(cur.SnapshotID, fresh.Metadata().SnapshotByID) {
+		if s.SnapshotID == stop {
+			return false
+		}
+		if s.Summary != nil && s.Summary.Properties[tableprop.SummaryCommit] == token {
+			return true
+		}
+	}
+	return false
+}
+
+// NewToken returns a random commit token for CommittedBy.
+func NewToken() string {
+	return strconv.FormatUint(rand.Uint64(), 16)
 }
 
 // Result says how a Run ended.
@@ -106,6 +192,21 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 	}
 	head := tbl
 	failures := 0 // attempts that count against Retries
+	// unknown counts the attempts whose outcome is unknown and not yet resolved (a reload after
+	// them failed); since is the table the first of them was staged on.
+	unknown, since := 0, (*table.Table)(nil)
+	resolve := func(o Outcome) {
+		for ; unknown > 0; unknown-- {
+			if op.Resolved != nil {
+				// At most one of them landed: each later one was staged on the same head.
+				if unknown > 1 {
+					op.Resolved(OutcomeNotLanded)
+				} else {
+					op.Resolved(o)
+				}
+			}
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		// A table written by a newer state version of dms2iceberg is never committed to.
 		if head != nil {
@@ -120,6 +221,7 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 			cancel()
 		}
 		if err == nil {
+			resolve(OutcomeNotLanded)
 			return Result{Table: committed, Attempts: attempt + 1}, nil
 		}
 		if ctx.Err() != nil {
@@ -129,6 +231,12 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 			return Result{Attempts: attempt + 1}, err
 		}
 		conflict := errors.Is(err, table.ErrCommitFailed)
+		if UnknownOutcome(err) {
+			if unknown == 0 {
+				since = head
+			}
+			unknown++
+		}
 		rctx, cancel := p.bounded(ctx)
 		fresh, rerr := reload(rctx)
 		cancel()
@@ -145,6 +253,14 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 				done, err := op.Reloaded(fresh)
 				if err != nil {
 					return Result{Attempts: attempt + 1}, err
+				}
+				switch {
+				case done && unknown > 0 && op.Mine != nil && !op.Mine(since, fresh):
+					resolve(OutcomeAnotherWriter)
+				case done:
+					resolve(OutcomeLanded)
+				default:
+					resolve(OutcomeNotLanded)
 				}
 				if done {
 					return Result{Attempts: attempt + 1, Landed: true}, nil

@@ -48,6 +48,8 @@ type fakeCatalog struct {
 	version int
 	loads   int
 	fail    error // returned by LoadTable when set
+	// failNext fails that many LoadTable calls first.
+	failNext int
 }
 
 func newFakeCatalog(t *testing.T) *fakeCatalog {
@@ -71,6 +73,10 @@ func (c *fakeCatalog) LoadTable(context.Context, table.Identifier) (*table.Table
 	c.loads++
 	if c.fail != nil {
 		return nil, c.fail
+	}
+	if c.failNext > 0 {
+		c.failNext--
+		return nil, errors.New("503 Service Unavailable")
 	}
 	return c.current(), nil
 }
@@ -344,5 +350,109 @@ func TestRunBoundsEachAttempt(t *testing.T) {
 	}
 	if len(failed) != 1 || !errors.Is(failed[0], context.DeadlineExceeded) {
 		t.Fatalf("failed attempts %v, want one that ran past its deadline", failed)
+	}
+}
+
+// An attempt whose commit request was sent and failed without a definite answer (a lost
+// response, a timeout, a 5xx) has an unknown outcome, which the reload after it resolves: the
+// change landed (by this loop: Mine), another writer committed the same change, or it did not
+// land and the loop tries again. A lost race (ErrCommitFailed, a failed requirement) and a
+// failure before the request was sent are not unknown outcomes. Each unknown outcome is reported
+// once, when it is resolved; unknown outcomes still unresolved when the next attempt commits
+// did not land (that attempt was staged on the same head, so it would have lost the race).
+func TestRunResolvesUnknownOutcomes(t *testing.T) {
+	t.Parallel()
+	lost := Sent(errors.New("Post \"http://catalog/v1/namespaces/db/tables/t\": read: connection reset by peer"))
+	refused := Sent(fmt.Errorf("commit failed due to unknown reason: 503 Service Unavailable"))
+	cases := []struct {
+		name string
+		// fail is the error of each failing attempt; landed says whether it took effect.
+		fail      []error
+		landed    []bool
+		failLoads int  // reloads that fail first
+		holds     bool // Reloaded: the table holds the change after a landed attempt
+		mine      bool // the landing is this loop's
+		want      []Outcome
+		wantLand  bool
+	}{
+		{name: "lost answer, landed", fail: []error{lost}, landed: []bool{true}, holds: true, mine: true,
+			want: []Outcome{OutcomeLanded}, wantLand: true},
+		{name: "another writer committed it", fail: []error{lost}, landed: []bool{true}, holds: true, mine: false,
+			want: []Outcome{OutcomeAnotherWriter}, wantLand: true},
+		{name: "5xx, not landed", fail: []error{refused}, landed: []bool{false}, want: []Outcome{OutcomeNotLanded}},
+		{name: "timeout", fail: []error{Sent(context.DeadlineExceeded)}, landed: []bool{false}, want: []Outcome{OutcomeNotLanded}},
+		{name: "lost race", fail: []error{Sent(fmt.Errorf("conflict: %w", table.ErrCommitFailed))}, landed: []bool{false}},
+		{name: "failed requirement", fail: []error{Sent(errors.New("requirement failed: branch main has changed: expected id 1, found 2"))}, landed: []bool{false}},
+		{name: "not sent", fail: []error{errors.New("write data file: 503 Slow Down")}, landed: []bool{false}},
+		{name: "reload failed, next attempt committed", fail: []error{refused}, landed: []bool{false}, failLoads: 1,
+			want: []Outcome{OutcomeNotLanded}},
+		{name: "two unknown, the second landed", fail: []error{refused, lost}, landed: []bool{false, true}, failLoads: 1,
+			holds: true, mine: true, want: []Outcome{OutcomeNotLanded, OutcomeLanded}, wantLand: true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			cat := newFakeCatalog(t)
+			cat.failNext = c.failLoads
+			landedAt := ""
+			var got []Outcome
+			op := Op{
+				Name: "commit db.t",
+				Stage: func(_ context.Context, tbl *table.Table, attempt int) (*table.Table, error) {
+					if attempt < len(c.fail) {
+						if c.landed[attempt] {
+							cat.advance()
+							landedAt = cat.current().MetadataLocation()
+						}
+						return nil, c.fail[attempt]
+					}
+					cat.advance()
+					return cat.current(), nil
+				},
+				Reloaded: func(tbl *table.Table) (bool, error) {
+					return c.holds && tbl.MetadataLocation() == landedAt, nil
+				},
+				Mine: func(since, fresh *table.Table) bool {
+					if since == nil || !Moved(since, fresh) {
+						t.Errorf("Mine(%v, %v): want the table the unknown attempt was staged on and a later one", since, fresh)
+					}
+					return c.mine
+				},
+				Resolved: func(o Outcome) { got = append(got, o) },
+			}
+			res, err := Run(context.Background(), cat, ident, cat.current(), Policy{Retries: 5}, op)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Landed != c.wantLand {
+				t.Errorf("Landed = %v, want %v", res.Landed, c.wantLand)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(c.want) {
+				t.Errorf("resolved %v, want %v", got, c.want)
+			}
+		})
+	}
+}
+
+// UnknownOutcome: only a sent request that failed without a definite answer.
+func TestUnknownOutcome(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{errors.New("connection reset"), false}, // not marked as sent
+		{Sent(errors.New("connection reset")), true},
+		{fmt.Errorf("commit shop.t: %w", Sent(context.DeadlineExceeded)), true},
+		{Sent(fmt.Errorf("%w", table.ErrCommitFailed)), false},
+		{Sent(errors.New("Requirement failed: current schema id has changed")), false},
+		{Sent(Permanent(errors.New("bad"))), false},
+		{Permanent(Sent(errors.New("bad"))), false},
+		{Sent(context.Canceled), false},
+	} {
+		if got := UnknownOutcome(c.err); got != c.want {
+			t.Errorf("UnknownOutcome(%v) = %v, want %v", c.err, got, c.want)
+		}
 	}
 }

@@ -7,7 +7,10 @@
 // table.ErrCommitFailed), the wait before the next attempt, the closing deadline (a closing
 // committer keeps trying until its context ends, with shorter waits), and telling the caller of
 // every reloaded table so that it re-checks its watermarks and control staleness before it
-// stages again (Op.Reloaded). An error wrapped with Permanent ends the loop at once, and so does a
+// stages again (Op.Reloaded). An attempt whose commit request was sent and failed without a
+// definite answer (UnknownOutcome: a lost response, a timeout, a 5xx) is resolved by that reload,
+// and the caller is told how (Op.Resolved: landed, not landed, or committed by another writer,
+// told apart by a token in the snapshot summary, CommittedBy). An error wrapped with Permanent ends the loop at once, and so does a
 // table (given or reloaded) whose state a newer state version of dms2iceberg wrote
 // (tableprop.CheckStateVersion): nothing is staged on it.
 //

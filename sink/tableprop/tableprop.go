@@ -134,6 +134,10 @@ const (
 	// SummaryRows and SummaryDeletes count the row images and the deleted keys of a table batch.
 	SummaryRows    = "dms2iceberg.rows"
 	SummaryDeletes = "dms2iceberg.deletes"
+	// SummaryCommit is a unique id of a table batch's commit (commit.NewToken), the same for
+	// every attempt of the batch: after an attempt whose outcome was unknown, a reloaded table
+	// holding the batch shows whether this commit landed or another writer's (commit.CommittedBy).
+	SummaryCommit = "dms2iceberg.commit"
 	// SummaryDeadLetters counts the records of a dead-letter table commit.
 	SummaryDeadLetters = "dms2iceberg.dead-letters"
 	// SummaryMaintenanceRun is a unique id of a compaction run (to recognise a commit whose
