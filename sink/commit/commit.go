@@ -125,25 +125,32 @@ func UnknownOutcome(err error) bool {
 }
 
 // CommittedBy reports whether a snapshot committed after since (the table an attempt was staged
-// on; nil: any) and an ancestor of fresh's current snapshot carries token under
-// tableprop.SummaryCommit: the commit that wrote token landed.
+// on; nil: any) and an ancestor of the head of one of fresh's branches (main, or a reload's
+// staging branch) carries token under tableprop.SummaryCommit: the commit that wrote token
+// landed.
 func CommittedBy(since, fresh *table.Table, token string) bool {
-	cur := fresh.CurrentSnapshot()
-	if cur == nil || token == "" {
+	if token == "" {
 		return false
 	}
-	stop := int64(-1)
-	if since != nil {
-		if s := since.CurrentSnapshot(); s != nil {
-			stop = s.SnapshotID
+	for name, ref := range fresh.Metadata().Refs() {
+		if ref.SnapshotRefType != table.BranchRef {
+			continue
 		}
-	}
-	for _, s := range table.AncestorsOf(cur.SnapshotID, fresh.Metadata().SnapshotByID) {
-		if s.SnapshotID == stop {
-			return false
+		stop := int64(-1)
+		if since != nil {
+			for n, r := range since.Metadata().Refs() {
+				if n == name {
+					stop = r.SnapshotID
+				}
+			}
 		}
-		if s.Summary != nil && s.Summary.Properties[tableprop.SummaryCommit] == token {
-			return true
+		for _, s := range table.AncestorsOf(ref.SnapshotID, fresh.Metadata().SnapshotByID) {
+			if s.SnapshotID == stop {
+				break
+			}
+			if s.Summary != nil && s.Summary.Properties[tableprop.SummaryCommit] == token {
+				return true
+			}
 		}
 	}
 	return false
