@@ -196,7 +196,9 @@ func TestDeadLetterCommitBoundsAnUnansweredCommit(t *testing.T) {
 	}
 	d.Close()
 	stop()
-	<-done
+	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("dead-letter loop: %v", err)
+	}
 }
 
 // A control record for a table that exists loads it (w.load, never creating it) before it
