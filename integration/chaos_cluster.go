@@ -36,13 +36,14 @@ func (c *chaosRun) setup() {
 	t := c.t
 	CreateStream(t, c.stream, c.opt.Shards)
 	// The workload is laid out the way DMS writes it by default (full load by primary key, CDC
-	// by schema.table, control records on the task's key), with primary-key changes, and the
+	// by schema.table, control records on the task's key), with primary-key changes and a DMS
+	// reload of customers mid-stream (rows deleted at the source during its outage), and the
 	// service gets no per-table configuration: tables come from the create-table records, in
 	// order across shards (the ordering guard).
 	c.gen = startCommand(t, c.bin, []string{"gen", "--stream", c.stream, "--shards", strconv.Itoa(int(c.opt.Shards)),
 		"--changes", strconv.Itoa(c.opt.Changes), "--load-rows", strconv.Itoa(c.opt.LoadRows),
 		"--seed", strconv.FormatInt(c.opt.Seed, 10), "--rate", strconv.FormatFloat(c.opt.Rate, 'f', 1, 64),
-		"--layout", "dms-default", "--expected", c.expected}, nil, c.logDir, 16<<10)
+		"--layout", "dms-default", "--reload-table", "customers", "--expected", c.expected}, nil, c.logDir, 16<<10)
 	c.logs = append(c.logs, c.gen.LogPath)
 	c.st.genStart = time.Now()
 	WaitFor(t, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
