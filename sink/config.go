@@ -27,7 +27,8 @@ type Config struct {
 	CommitRetries int `yaml:"commit_retries"`
 	// CommitTimeout bounds each commit attempt of a table writer (writing its files, staging,
 	// the catalog commit), each reload after a failed one, each catalog call that opens a
-	// writer's table (load, create) and each commit attempt of the dead-letter table. Default 2m. An attempt past it
+	// writer's table (load, create), each commit attempt of the dead-letter table and each
+	// maintenance commit attempt (maintenance.Config.CommitTimeout). Default 2m. An attempt past it
 	// counts as failed with an unknown outcome: the table is reloaded and its watermarks tell
 	// whether it landed. iceberg-go's REST client and the AWS SDK set no request timeout, so
 	// without it a dependency that accepts a request and never answers holds the writer.

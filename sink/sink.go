@@ -136,6 +136,7 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.Maintenance.CommitTimeout = cfg.CommitTimeout // one deadline for every commit attempt
 	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
 		writers: make(map[string]*writer), routes: make(map[sourceKey]route), defs: newTableDefs(), started: make(chan struct{}),
 		fileSlots: make(chan struct{}, fileWriters())}

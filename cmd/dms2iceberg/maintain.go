@@ -65,6 +65,7 @@ func runMaintain(ctx context.Context, args []string) error {
 	}
 	mcfg := cfg.Sink.Maintenance
 	mcfg.Owner = cfg.WorkerID + "/maintain"
+	mcfg.CommitTimeout = cfg.Sink.CommitTimeout
 	opts := maintenance.RunOptions{Log: log, IgnoreLease: *ignoreLease, SkipOrphans: *noOrphans}
 	rep := maintainReport{OK: true, Tables: []maintainEntry{}}
 	for _, id := range idents {

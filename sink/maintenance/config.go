@@ -70,6 +70,12 @@ type Config struct {
 	// CommitRetries bounds the attempts of one maintenance commit that loses to other commits.
 	// Default 10.
 	CommitRetries int `yaml:"commit_retries"`
+	// CommitTimeout bounds each attempt of a maintenance commit (loading the table, staging on
+	// it, the catalog call) and each lease commit; an attempt past it is a failed attempt of
+	// unknown outcome, tried again like a lost one (a compaction or conversion that landed is
+	// recognised on the next attempt). The sink sets it from sink.commit_timeout. Default 2m;
+	// 0: only the run's context bounds them.
+	CommitTimeout time.Duration `yaml:"-"`
 	// DeleteMode is the table's delete mode (design.md §11.1), set per table by the sink from
 	// sink.tables.<t>.delete_mode: DeleteModeEquality (default, "") leaves the writer's equality
 	// deletes to compaction; DeleteModePosition turns them into position deletes within
@@ -118,6 +124,7 @@ func DefaultConfig() Config {
 		OrphanInterval:    24 * time.Hour,
 		LeaseDuration:     2 * time.Minute,
 		CommitRetries:     10,
+		CommitTimeout:     2 * time.Minute,
 		PositionDelay:     5 * time.Second,
 
 		RewriteDeletedFraction: 0.3,

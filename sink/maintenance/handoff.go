@@ -68,6 +68,8 @@ func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt fu
 // execute stages job on head (loaded from the catalog when nil) and commits it. It touches no
 // mutable maintainer state, so the writer may run it.
 func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Table) jobResult {
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
 	if head == nil {
 		var err error
 		if head, err = m.cat.LoadTable(ctx, m.ident); err != nil {
@@ -101,6 +103,16 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 		return jobResult{tbl: tbl, head: head, sent: true}
 	}
 	return jobResult{head: head, sent: true, err: err}
+}
+
+// bounded derives the context of one maintenance commit attempt: cfg.CommitTimeout bounds it, so
+// that a catalog or store that never answers cannot hold the writer that runs the job, nor the
+// maintainer, past it.
+func (m *Maintainer) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if m.cfg.CommitTimeout <= 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, m.cfg.CommitTimeout)
 }
 
 // runJob runs a commit job between two commits of the table's writer when the writer is

@@ -102,23 +102,30 @@ func (m *Maintainer) renewWhileRunning(ctx context.Context, stop <-chan struct{}
 		if !m.holds(now) || m.leaseUntil().Sub(now) > m.cfg.LeaseDuration*3/4 {
 			continue
 		}
-		tbl, err := m.cat.LoadTable(ctx, m.ident)
-		if err != nil || tableprop.CheckStateVersion(m.name, tbl.Properties()) != nil {
-			continue
-		}
-		until := now.Add(m.cfg.LeaseDuration)
-		txn := tbl.NewTransaction()
-		if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(until), tbl.Properties())); err != nil {
-			continue
-		}
-		if _, err := txn.Commit(ctx); err != nil {
-			m.log.Debug("cannot renew the maintenance lease", zap.Error(err))
-			continue
-		}
-		if m.holds(time.Now()) { // not lost meanwhile (then the record we wrote is foreign to us)
-			m.setLease(until)
+		if until, ok := m.renew(ctx, now); ok && m.holds(time.Now()) {
+			m.setLease(until) // not lost meanwhile (then the record we wrote is foreign to us)
 		}
 	}
+}
+
+// renew commits a renewal of the lease decided at now, bounded by cfg.CommitTimeout.
+func (m *Maintainer) renew(ctx context.Context, now time.Time) (time.Time, bool) {
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
+	tbl, err := m.cat.LoadTable(ctx, m.ident)
+	if err != nil || tableprop.CheckStateVersion(m.name, tbl.Properties()) != nil {
+		return time.Time{}, false
+	}
+	until := now.Add(m.cfg.LeaseDuration)
+	txn := tbl.NewTransaction()
+	if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(until), tbl.Properties())); err != nil {
+		return time.Time{}, false
+	}
+	if _, err := txn.Commit(ctx); err != nil {
+		m.log.Debug("cannot renew the maintenance lease", zap.Error(err))
+		return time.Time{}, false
+	}
+	return until, true
 }
 
 func (m *Maintainer) leaseProps(until time.Time) iceberg.Properties {
@@ -127,6 +134,8 @@ func (m *Maintainer) leaseProps(until time.Time) iceberg.Properties {
 
 // acquire acquires or renews the lease with a properties-only commit.
 func (m *Maintainer) acquire(ctx context.Context) (bool, error) {
+	ctx, cancel := m.bounded(ctx)
+	defer cancel()
 	base, err := m.cat.LoadTable(ctx, m.ident)
 	if err != nil {
 		return false, err
