@@ -25,6 +25,10 @@ var (
 	// heldBatchLine is a batch the reloaded table already held after a failed attempt (an
 	// unknown outcome that landed, or a batch another worker committed first).
 	heldBatchLine = regexp.MustCompile(`the table already holds this batch after a failed attempt`)
+	// reloadStarted, reloadReplaced and reloadCancelled are a DMS reload's steps (sink/reload.go).
+	reloadStarted   = regexp.MustCompile(`\treload started: `)
+	reloadReplaced  = regexp.MustCompile(`\treload replaced the table's content`)
+	reloadCancelled = regexp.MustCompile(`\treload cancelled: `)
 	// resolvedLine is one unknown commit outcome resolved (the log's twin of the metric).
 	resolvedLine = regexp.MustCompile(`commit outcome was unknown; resolved`)
 	// attemptsLine captures the attempts of a writer's commit; conflictLine is one failed attempt.
@@ -41,6 +45,7 @@ var (
 // report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
 func (c *chaosRun) report() {
 	fenced, trimmed, held, resolvedLogged := 0, 0, 0, 0
+	reloads := [3]int{} // started, replaced, cancelled
 	commits, conflicts, contended, maxAttempts := 0, 0, 0, 0
 	errs := map[string]int{}
 	for _, p := range c.logs {
@@ -54,6 +59,9 @@ func (c *chaosRun) report() {
 			trimmed += n
 		}
 		held += len(heldBatchLine.FindAll(b, -1))
+		for i, re := range []*regexp.Regexp{reloadStarted, reloadReplaced, reloadCancelled} {
+			reloads[i] += len(re.FindAll(b, -1))
+		}
 		resolvedLogged += len(resolvedLine.FindAll(b, -1))
 		for _, m := range attemptsLine.FindAllSubmatch(b, -1) {
 			n, _ := strconv.Atoi(string(m[1]))
@@ -130,6 +138,10 @@ func (c *chaosRun) report() {
 	if len(byKind) > 0 {
 		c.t.Logf("CHAOS faults by kind: %s", strings.Join(byKind, "; "))
 	}
+	// A reload is started once per create-table that a worker applies (again after a crash before
+	// its end), and replaced once by the worker whose commit publishes it.
+	c.t.Logf("CHAOS reloads (workers' logs): %d started, %d replaced the table's content, %d cancelled",
+		reloads[0], reloads[1], reloads[2])
 	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
