@@ -46,7 +46,7 @@ test-integration: ## end-to-end tests; needs the emulators and catalog servers u
 	@.ci/spark.sh status >/dev/null || { .ci/spark.sh status; \
 	  echo "test-integration: pyspark, pyiceberg or the Iceberg Spark runtime is missing: run 'make spark-install' first (or 'make test')" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} \
-	  go test -race -count=1 -tags integration -timeout 40m ./integration/...
+	  go test -race -count=1 -tags integration -timeout 60m ./integration/...
 
 chaos: ## long crash-anywhere run: CHAOS_CYCLES (200) randomized kills, fault points, SIGSTOPs, restarts, reshards; needs the emulators (DMS2ICEBERG_CHAOS_SEED replays)
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \

@@ -10,7 +10,7 @@
 #      CloudFormation cfn-lint, alert rules through promtool; it installs its pinned tools)
 # Every step in 3 runs even if an earlier one failed; the exit status is non-zero if any failed.
 # Environment: DMS2ICEBERG_RACE (default 1: the e2e tests run a -race binary),
-#   INTEGRATION_TIMEOUT (default 40m), TEST_ARGS (extra go test flags, e.g. "-run Foo").
+#   INTEGRATION_TIMEOUT (default 60m), TEST_ARGS (extra go test flags, e.g. "-run Foo").
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/env.sh"
 cd "$ROOT"
@@ -68,7 +68,7 @@ FAULT_JSON="$LOGS/test-fault.json"; rm -f "$FAULT_JSON"
 step "unit tests (faults tag)" gotestsum --format pkgname-and-test-fails --jsonfile "$FAULT_JSON" -- \
   -race -count=1 -tags faults ./pkg/fault/...
 step "integration tests" gotestsum --format standard-verbose --jsonfile "$IT_JSON" -- \
-  -race -count=1 -tags integration -timeout "${INTEGRATION_TIMEOUT:-40m}" ${TEST_ARGS:-} ./integration/...
+  -race -count=1 -tags integration -timeout "${INTEGRATION_TIMEOUT:-60m}" ${TEST_ARGS:-} ./integration/...
 step "golangci-lint" golangci-lint run -c .ci/golangci.yml ./...
 step "deployment artifacts" .ci/validate-deploy.sh
 
