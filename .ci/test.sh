@@ -77,4 +77,23 @@ count() { cat "$UNIT_JSON" "$FAULT_JSON" "$IT_JSON" 2>/dev/null | grep -c "\"Act
 section "summary ($(( $(t) - T0 ))s)"
 if [ ${#failed[@]} -gt 0 ]; then echo "failed steps: ${failed[*]}"; else echo "all steps passed"; fi
 echo "tests: $(count pass) passed, $(count fail) failed, $(count skip) skipped"
+# Name every failed test and show the end of its output, so the tail of a CI log says what broke.
+if [ "$(count fail)" != 0 ]; then
+  cat "$UNIT_JSON" "$FAULT_JSON" "$IT_JSON" 2>/dev/null | python3 -c '
+import json, sys
+out, failed = {}, []
+for line in sys.stdin:
+    try: e = json.loads(line)
+    except ValueError: continue
+    k = (e.get("Package"), e.get("Test"))
+    if k[1] is None: continue
+    if e.get("Action") == "output": out.setdefault(k, []).append(e.get("Output", ""))
+    elif e.get("Action") == "fail" and k not in failed: failed.append(k)
+for k in failed:
+    print("end of %s %s:" % k)
+    lines = [l for l in "".join(out.get(k, [])).splitlines() if not l.startswith(("=== RUN", "=== PAUSE", "=== CONT"))]
+    for l in lines[-12:]: print("  | " + l[:300])
+print("failed tests: " + " ".join("%s.%s" % (p.rsplit("/", 1)[-1], t) for p, t in failed))
+' || true
+fi
 [ ${#failed[@]} -eq 0 ]
