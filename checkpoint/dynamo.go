@@ -43,12 +43,13 @@ type DynamoDBAPI = chk.DynamoDBAPI
 //   - the horizon attributes are written only by PublishHorizon, conditional on owner and epoch;
 //   - the KCL's checkpoint path (CheckpointSequence) is refused: checkpoints are written only
 //     through Checkpoint, conditional on owner and epoch, never backwards, and never over
-//     SHARD_END.
+//     SHARD_END;
+//   - RemoveLeaseOwner (the KCL's release) forgets this process's epoch and removes the owner
+//     only while the row still names this worker under it.
 //
 // Every other method is the KCL's own implementation. None of the KCL's writes that remain
-// (RemoveLeaseOwner is an UpdateItem removing AssignedTo; RemoveLeaseInfo deletes the row of a
-// shard gone from ListShards; ClaimShard, a PutItem, is lease stealing, which is disabled) drops
-// the attributes this type adds.
+// (RemoveLeaseInfo deletes the row of a shard gone from ListShards; ClaimShard, a PutItem, is
+// lease stealing, which is disabled) drops the attributes this type adds.
 type Leases struct {
 	*chk.DynamoCheckpoint
 	ddb      DynamoDBAPI
@@ -165,6 +166,36 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	shard.AssignedTo = newOwner
 	shard.LeaseTimeout = timeout
 	shard.Mux.Unlock()
+	return nil
+}
+
+// RemoveLeaseOwner releases the shard's lease; the KCL calls it when a shard consumer ends. This
+// process forgets the epoch it recorded, so its next GetLease of the shard is an acquisition
+// (a new epoch and a new processor), and the row's owner is removed only while the row still
+// names this worker under that epoch (the KCL's own release checks the owner alone, and so could
+// wipe a lease taken afresh meanwhile). A lease that moved on is left alone: nothing to release.
+func (l *Leases) RemoveLeaseOwner(shard string) error {
+	l.mu.Lock()
+	mine := l.epochs[shard]
+	delete(l.epochs, shard)
+	l.mu.Unlock()
+	if mine == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err := l.ddb.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(l.table), Key: LeaseKey(shard),
+		UpdateExpression:         aws.String("REMOVE #o"),
+		ConditionExpression:      aws.String("#o = :me AND #e = :epoch"),
+		ExpressionAttributeNames: map[string]string{"#o": attrOwner, "#e": attrEpoch},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":me":    &types.AttributeValueMemberS{Value: l.worker},
+			":epoch": &types.AttributeValueMemberN{Value: strconv.FormatInt(mine, 10)},
+		}})
+	var ccf *types.ConditionalCheckFailedException
+	if err != nil && !errors.As(err, &ccf) {
+		return fmt.Errorf("release lease of %s: %w", shard, err)
+	}
 	return nil
 }
 

@@ -20,6 +20,10 @@ import (
 //     row stamped with a newer one;
 //   - every acquisition (not renewal) increments the epoch; a late renewal (the lease expired
 //     but nobody took it) is a renewal;
+//   - while this process holds a lease (it recorded an epoch and has not released it), a
+//     GetLease is refused once the row names another owner or epoch: someone took the lease in
+//     between, so the running consumer must end (the KCL then releases the lease, which forgets
+//     the epoch) rather than take the lease back under a new epoch its processor does not hold;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
 //     never over ShardEnd;
 //   - the horizon attributes (AttrReadHorizon, AttrPending*From, AttrHorizonAt) are written only
@@ -63,25 +67,39 @@ var (
 )
 
 // leaseEpoch decides a GetLease of newOwner over the stored row cur: the KCL's
-// ErrLeaseNotAcquired while another owner's lease runs, else the epoch to write. It is a renewal
-// (same epoch) when the row still names newOwner under the epoch this process recorded (mine),
-// even if the lease expired meanwhile: nobody took it in between (that would have changed the
-// owner or the epoch, and the write is conditional on both as read), so the running processor
-// may go on. Bumping the epoch there fenced the shard's own processor after any pause longer
-// than the failover time, and the shard then never checkpointed again. Anything else is an
-// acquisition (epoch + 1): another owner's expired lease, a released one, or this worker's after
-// a restart (mine is 0 in a new process). A row written by a newer state version is refused
-// (a *stateversion.Error): it is neither taken nor renewed, so it is never rewritten.
+// ErrLeaseNotAcquired while another owner's lease runs, else the epoch to write. mine is the
+// epoch this process recorded for the shard and has not released (0: none).
+//
+// With mine set, the call comes from this process's running consumer (its renewal, or the event
+// loop after the KCL's FetchCheckpoint overwrote the in-memory owner with the row's). It is a
+// renewal (same epoch) when the row still names newOwner under mine, even if the lease expired
+// meanwhile: nobody took it in between (that would have changed the owner or the epoch, and the
+// write is conditional on both as read), so the running processor may go on. Bumping the epoch
+// there fenced the shard's own processor after any pause longer than the failover time. Any
+// other row means the lease was taken in between, and the call is refused even if that lease
+// expired too: taking it back under a new epoch would leave the running processor fenced by its
+// own worker with the KCL still feeding it, and the shard would never checkpoint again (seen in
+// a chaos run: a merged child's lease taken by another worker while both waited for the
+// parents). The refused renewal ends the KCL's consumer; its release (RemoveLeaseOwner) forgets
+// mine, and the event loop then takes the lease afresh with a new processor.
+//
+// Without mine it is an acquisition (epoch + 1): another owner's expired lease, a released one,
+// or this worker's after a restart (mine is 0 in a new process). A row written by a newer state
+// version is refused (a *stateversion.Error): it is neither taken nor renewed, so it is never
+// rewritten.
 func leaseEpoch(cur LeaseRow, newOwner string, mine int64, now time.Time) (int64, error) {
 	if err := stateversion.Check("lease", cur.StateVersion); err != nil {
 		return 0, fmt.Errorf("lease of %s: %w", cur.Shard, err)
 	}
+	if mine != 0 {
+		if cur.Owner == newOwner && cur.Epoch == mine {
+			return cur.Epoch, nil
+		}
+		return 0, chk.ErrLeaseNotAcquired{}
+	}
 	expired := !now.Before(cur.LeaseTimeout)
 	if cur.Owner != "" && cur.Owner != newOwner && !expired {
 		return 0, chk.ErrLeaseNotAcquired{}
-	}
-	if cur.Owner == newOwner && mine != 0 && mine == cur.Epoch {
-		return cur.Epoch, nil
 	}
 	return cur.Epoch + 1, nil
 }

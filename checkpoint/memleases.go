@@ -112,6 +112,22 @@ func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	return nil
 }
 
+// RemoveLeaseOwner releases the shard's lease as Leases.RemoveLeaseOwner does: this worker
+// forgets its epoch, and the row's owner is removed only while it names this worker under it.
+func (m *MemLeases) RemoveLeaseOwner(shard string) error {
+	m.mu.Lock()
+	mine := m.epochs[shard]
+	delete(m.epochs, shard)
+	m.mu.Unlock()
+	m.t.mu.Lock()
+	defer m.t.mu.Unlock()
+	if cur := m.t.get(shard); mine != 0 && cur.Owner == m.worker && cur.Epoch == mine {
+		cur.Owner = ""
+		m.t.rows[shard] = cur
+	}
+	return nil
+}
+
 // Checkpoint writes seq as the shard's checkpoint under the rules of LeaseStore.Checkpoint.
 func (m *MemLeases) Checkpoint(_ context.Context, shard string, epoch int64, seq string) error {
 	m.t.mu.Lock()

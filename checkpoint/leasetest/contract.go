@@ -24,6 +24,8 @@ type Store interface {
 	GetLease(shard *par.ShardStatus, newOwner string) error
 	// Get reads a shard's row.
 	Get(ctx context.Context, shard string) (checkpoint.LeaseRow, error)
+	// RemoveLeaseOwner releases the shard's lease (the KCL calls it when a consumer ends).
+	RemoveLeaseOwner(shard string) error
 }
 
 // Table is a lease table under test.
@@ -52,6 +54,8 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 		{"TakeoverFencesOldOwner", takeover},
 		{"LateRenewalKeepsEpoch", lateRenewal},
 		{"ReacquisitionFencesOwnOlderEpoch", reacquisition},
+		{"LeaseTakenInBetweenIsNotTakenBack", takenInBetween},
+		{"ReleaseRemovesOnlyItsOwnLease", release},
 		{"CheckpointNeverMovesBackwards", neverBackwards},
 		{"ShardEndIsFinal", shardEndFinal},
 		{"CheckpointWithoutLeaseIsFenced", withoutLease},
@@ -194,6 +198,66 @@ func lateRenewal(t *testing.T, tbl Table, shard string) {
 	}
 	mustCheckpoint(t, a, shard, e, "200")
 	wantHorizon(t, row(t, a, shard), h1, "after the late renewal")
+}
+
+// takenInBetween: a lease another worker took while its holder paused (both waiting for a
+// merged shard's parents, say) is not taken back by the holder's running consumer, even once
+// the taker's lease expired too: the renewal is refused, so the KCL ends that consumer instead
+// of feeding a processor fenced by its own worker's new epoch (found by a chaos run: the shard
+// then went unread until shutdown). The consumer's release forgets the epoch; the next GetLease
+// is an acquisition under a new epoch, with a new processor.
+func takenInBetween(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	ea := take(t, a, shard, "A")
+	tbl.Expire(t, shard) // A's consumer waits for the parents past the lease duration
+	eb := take(t, b, shard, "B")
+	mustCheckpoint(t, b, shard, eb, "100")
+	tbl.Expire(t, shard) // so does B's
+	if err := a.GetLease(status(shard, "", ""), "A"); !errors.As(err, &chk.ErrLeaseNotAcquired{}) {
+		t.Fatalf("A's running consumer took back the lease B took meanwhile: %v (row %+v, A's epoch %d)", err, row(t, a, shard), a.Epoch(shard))
+	}
+	if r := row(t, a, shard); r.Owner != "B" || r.Epoch != eb || a.Epoch(shard) != ea {
+		t.Fatalf("row after A's refused renewal: %+v (A's epoch %d), want B's epoch %d kept", r, a.Epoch(shard), eb)
+	}
+	mustCheckpoint(t, b, shard, eb, "200")            // B's processor still holds the lease
+	if err := a.RemoveLeaseOwner(shard); err != nil { // A's consumer ends and releases
+		t.Fatalf("A's release: %v", err)
+	}
+	if r := row(t, a, shard); r.Owner != "B" || r.Epoch != eb || a.Epoch(shard) != 0 {
+		t.Fatalf("row after A's release: %+v (A's epoch %d), want B's lease untouched and A's epoch forgotten", r, a.Epoch(shard))
+	}
+	e := take(t, a, shard, "A") // the event loop takes the expired lease afresh
+	if e != eb+1 {
+		t.Fatalf("A's acquisition after its release: epoch %d, want %d", e, eb+1)
+	}
+	refused(t, b, shard, eb, "300", checkpoint.ErrFenced)
+	mustCheckpoint(t, a, shard, e, "300")
+}
+
+// release: a release removes the owner of the lease this worker holds and forgets the epoch; a
+// release of a lease that moved on leaves the row alone.
+func release(t *testing.T, tbl Table, shard string) {
+	a, b := tbl.Worker(t, "A"), tbl.Worker(t, "B")
+	e := take(t, a, shard, "A")
+	mustCheckpoint(t, a, shard, e, "100")
+	if err := a.RemoveLeaseOwner(shard); err != nil {
+		t.Fatal(err)
+	}
+	if r := row(t, a, shard); r.Owner != "" || r.Epoch != e || r.Checkpoint != "100" || a.Epoch(shard) != 0 {
+		t.Fatalf("row after the release: %+v (A's epoch %d), want no owner, epoch and checkpoint kept, A's epoch forgotten", r, a.Epoch(shard))
+	}
+	refused(t, a, shard, e, "200", checkpoint.ErrFenced)
+	eb := take(t, b, shard, "B") // a released lease is taken at once
+	if eb != e+1 {
+		t.Fatalf("B's acquisition of the released lease: epoch %d, want %d", eb, e+1)
+	}
+	if err := a.RemoveLeaseOwner(shard); err != nil { // nothing to release any more
+		t.Fatal(err)
+	}
+	if r := row(t, b, shard); r.Owner != "B" || r.Epoch != eb {
+		t.Fatalf("A's second release changed B's lease: %+v", r)
+	}
+	mustCheckpoint(t, b, shard, eb, "200")
 }
 
 // reacquisition: the same worker id taking its expired lease in a new process (a restart) is an
