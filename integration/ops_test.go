@@ -240,19 +240,19 @@ func TestOpsMetricsAndStatus(t *testing.T) {
 	}
 	var commitsTotal, rowsTotal, deletesTotal, latSum, latCount, freshMax float64
 	for _, s := range samples {
-		switch s.name {
+		switch s.Name {
 		case "dms2iceberg_table_commits_total":
-			commitsTotal += s.value
+			commitsTotal += s.Value
 		case "dms2iceberg_table_rows_total":
-			rowsTotal += s.value
+			rowsTotal += s.Value
 		case "dms2iceberg_table_deletes_total":
-			deletesTotal += s.value
+			deletesTotal += s.Value
 		case "dms2iceberg_table_commit_duration_seconds_sum":
-			latSum += s.value
+			latSum += s.Value
 		case "dms2iceberg_table_commit_duration_seconds_count":
-			latCount += s.value
+			latCount += s.Value
 		case "dms2iceberg_table_freshness_seconds":
-			freshMax = max(freshMax, s.value)
+			freshMax = max(freshMax, s.Value)
 		}
 	}
 	t.Logf("MEASURED: %d records over 2 shards, %d tables: %.0f commits, %.0f rows, %.0f deletes, mean commit %.0f ms, last-batch freshness max %.2f s (from /metrics)",

@@ -5,14 +5,13 @@ package integration
 // Reading a service's /metrics (the ops tests, the dependency-fault tests and the chaos run).
 
 import (
-	"bufio"
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
 
 // opsFreeAddr returns a loopback address with a port that was free a moment ago.
@@ -27,59 +26,15 @@ func opsFreeAddr(t *testing.T) string {
 	return addr
 }
 
-// opsSample is one sample of a scrape: the metric name and its labels.
-type opsSample struct {
-	name   string
-	labels map[string]string
-	value  float64
-}
+// opsSample is one sample of a scrape.
+type opsSample = metrictest.Sample
 
-// opsScrape GETs /metrics and parses the text exposition format.
-func opsScrape(url string) ([]opsSample, error) {
-	resp, err := scrapeClient.Get(url)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("GET %s: %s", url, resp.Status)
-	}
-	var out []opsSample
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			return nil, fmt.Errorf("bad sample %q: %v", line, err)
-		}
-		s := opsSample{name: line[:i], labels: map[string]string{}, value: v}
-		if j := strings.IndexByte(s.name, '{'); j >= 0 {
-			for _, kv := range strings.Split(strings.TrimSuffix(s.name[j+1:], "}"), ",") {
-				if k, v, ok := strings.Cut(kv, "="); ok {
-					s.labels[k] = strings.Trim(v, `"`)
-				}
-			}
-			s.name = s.name[:j]
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
+// opsScrape GETs /metrics and parses it with the Prometheus parser.
+func opsScrape(url string) ([]opsSample, error) { return metrictest.Scrape(scrapeClient, url) }
 
-// opsByLabel returns name's samples keyed by the value of label.
+// opsByLabel returns name's samples summed by the value of label.
 func opsByLabel(samples []opsSample, name, label string) map[string]float64 {
-	out := map[string]float64{}
-	for _, s := range samples {
-		if s.name == name {
-			out[s.labels[label]] += s.value
-		}
-	}
-	return out
+	return metrictest.ByLabel(samples, name, label)
 }
 
 // scrapeClient bounds a scrape: a frozen or dying process must not hold its caller.

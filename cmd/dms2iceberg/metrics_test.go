@@ -1,61 +1,29 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
-	"io"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-// scrape GETs url and parses the Prometheus text format into "name{labels}" -> value, with the
-// labels as the exposition prints them (sorted by name).
+// scrape GETs url and returns its samples keyed as the text format prints them
+// ("name{labels}", labels sorted by name).
 func scrape(t *testing.T, url string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url)
+	samples, err := metrictest.Scrape(http.DefaultClient, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s", url, resp.Status)
-	}
-	return parseExposition(t, resp.Body)
-}
-
-func parseExposition(t *testing.T, r io.Reader) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			t.Fatalf("bad exposition line %q", line)
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			t.Fatalf("bad value in %q: %v", line, err)
-		}
-		out[line[:i]] = v
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return metrictest.ByKey(samples)
 }
 
 func TestMetricsScrape(t *testing.T) {
