@@ -109,10 +109,7 @@ func TestOpenSurvivesTransientCatalogErrors(t *testing.T) {
 func TestOpenBoundsAnUnansweredLoad(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
-	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
-	h.flush()
-	h.close()
+	h := seedUsers(t, dir)
 	fc := &flakyCatalog{loadHangs: 2}
 	h = newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
 		withConfig(func(c *Config) { c.CommitTimeout = 200 * time.Millisecond }),

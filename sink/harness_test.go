@@ -93,6 +93,18 @@ func withOptions(opts ...Option) harnessOption {
 	return func(c *harnessConfig) { c.opts = append(c.opts, opts...) }
 }
 
+// seedUsers commits row id=1 of shop.users (configured with usersDef) in dir's warehouse and
+// closes the sink: the table a test then reopens (its catalog stays readable through the
+// returned harness).
+func seedUsers(t *testing.T, dir string) *harness {
+	t.Helper()
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
+	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
+	h.flush()
+	h.close()
+	return h
+}
+
 // newHarness runs a sink over the SQLite catalog in dir with stream "st" and an hour's flush
 // interval (tests flush explicitly), configured by opts, until the test ends.
 func newHarness(t *testing.T, dir string, opts ...harnessOption) *harness {

@@ -61,10 +61,7 @@ func refusedRun(t *testing.T, h *harness) error {
 func TestTableOfNewerStateVersionIsRefused(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
-	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
-	h.flush()
-	h.close()
+	h := seedUsers(t, dir)
 	stamped := setProps(t, h, "users", map[string]string{tableprop.StateVersion: "2"})
 
 	h2 := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
@@ -116,10 +113,7 @@ func TestTableStampedNewerWhileOpenIsRefused(t *testing.T) {
 func TestStateVersionStampedAndUnstampedAccepted(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}))
-	h.submit("s0", 1, change.OpInsert, "users", []change.Column{col("id", "1"), col("name", "'a'")}, nil)
-	h.flush()
-	h.close()
+	h := seedUsers(t, dir)
 	if v := loadTable(t, h, "shop", "users").Properties()[tableprop.StateVersion]; v != stateversion.CurrentText {
 		t.Fatalf("new table stamped %q, want %q", v, stateversion.CurrentText)
 	}

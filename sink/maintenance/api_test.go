@@ -18,12 +18,7 @@ import (
 
 func TestRunTableCompactsExpiresAndKeepsWatermarks(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(300)
-	for b := 1; b <= 12; b++ {
-		m.batch(b, 300)
-	}
+	h, m := seeded(t, dir, 300, 12)
 	rows, before := scanRows(t, h.cat)
 	eq(t, rows, m.want()...)
 	dataFiles, deleteFiles := maintenance.SummaryCounts(before.CurrentSnapshot())
@@ -67,10 +62,7 @@ func TestRunTableCompactsExpiresAndKeepsWatermarks(t *testing.T) {
 
 func TestOrphanCleanupOnlyRemovesOldUnreferencedFiles(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(20)
-	m.batch(1, 20)
+	h, m := seeded(t, dir, 20, 1)
 	tbl := loadUsers(t, h.cat)
 	dataDir := strings.TrimPrefix(tbl.Location(), "file://") + "/data"
 	old, young := filepath.Join(dataDir, "stray-old.parquet"), filepath.Join(dataDir, "stray-young.parquet")
@@ -117,10 +109,7 @@ func TestOrphanCleanupOnlyRemovesOldUnreferencedFiles(t *testing.T) {
 // (even with IgnoreLease) and commits nothing.
 func TestRunTableRefusesNewerStateVersion(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(50)
-	m.batch(1, 50)
+	h, _ := seeded(t, dir, 50, 1)
 	ctx := context.Background()
 	tbl, err := h.cat.LoadTable(ctx, usersIdent)
 	if err != nil {

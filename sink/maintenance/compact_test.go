@@ -17,12 +17,7 @@ import (
 // equality deletes still apply to them.
 func TestCompactionKeepsDeletesCommittedWhileItRuns(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 4; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 4)
 	start := loadUsers(t, h.cat).CurrentSnapshot()
 	mt := testMaintainer(t, h.cat, testConfig())
 	mt.AfterRewrite(func() {
@@ -74,12 +69,7 @@ func TestCompactionKeepsDeletesCommittedWhileItRuns(t *testing.T) {
 // retried the same way. Nothing is lost or resurrected.
 func TestCompactionAndCDCCommitConflict(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 3; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 3)
 	mt := testMaintainer(t, h.cat, testConfig())
 	conflicts := 0
 	mt.BeforeCommit(func(step string, attempt int) {
@@ -119,12 +109,7 @@ func TestCompactionAndCDCCommitConflict(t *testing.T) {
 // removes the files it wrote.
 func TestCompactionSupersededByAnother(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 3; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 3)
 	ctx := context.Background()
 	cfg := testConfig()
 	a, b := testMaintainer(t, h.cat, cfg), testMaintainer(t, h.cat, cfg)

@@ -127,6 +127,19 @@ type model struct {
 
 func newModel(h *harness) *model { return &model{h: h, rows: map[int]string{}} }
 
+// seeded opens a harness over dir and commits a table of keys 1..n (load) followed by batches
+// 1..batches (batch), each one commit: the usual starting point of a maintenance test.
+func seeded(t *testing.T, dir string, n, batches int) (*harness, *model) {
+	t.Helper()
+	h := newHarness(t, dir)
+	m := newModel(h)
+	m.load(n)
+	for b := 1; b <= batches; b++ {
+		m.batch(b, n)
+	}
+	return h, m
+}
+
 func (m *model) upsert(shard string, id int, name string) {
 	m.seq++
 	m.h.submit(shard, m.seq, change.OpUpdate, num("id", id), str("name", name))

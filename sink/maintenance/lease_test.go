@@ -78,10 +78,7 @@ func TestLeaseAllowsOneMaintainer(t *testing.T) {
 // compaction is not abandoned at its commit.
 func TestLeaseRenewedDuringLongRun(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(50)
-	m.batch(1, 50)
+	h, m := seeded(t, dir, 50, 1)
 	cfg := testConfig()
 	// The run outlasts 2.5 leases, so it only succeeds if the lease is renewed meanwhile. The lease
 	// is long against one renewal commit (which took up to 1.7 s on a loaded 2-core machine), so

@@ -79,12 +79,7 @@ func positionConfig() maintenance.Config {
 // neither does the position delete that replaces it.
 func TestPositionConversionKeepsRows(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(200)
-	for b := 1; b <= 4; b++ {
-		m.batch(b, 200)
-	}
+	h, m := seeded(t, dir, 200, 4)
 	m.upsert("s0", 5, "same-commit") // delete of the old image and the new image in one commit
 	m.del("s0", 6)
 	m.upsert("s0", 6, "reinserted")
@@ -209,12 +204,7 @@ func TestPositionConversionDropsDeletesThatApplyToNothing(t *testing.T) {
 // the next conversion, and the rows are right throughout.
 func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 3; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 3)
 	mt := testMaintainer(t, h.cat, positionConfig())
 	conflicts := 0
 	mt.BeforeCommit(func(step string, attempt int) {
@@ -257,12 +247,7 @@ func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
 // and the rows are right.
 func TestPositionConversionSupersededByCompaction(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 3; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 3)
 	ctx := context.Background()
 	a, b := testMaintainer(t, h.cat, positionConfig()), testMaintainer(t, h.cat, testConfig())
 	a.IgnoreLease()

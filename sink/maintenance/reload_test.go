@@ -15,12 +15,7 @@ import (
 // where the reload's replace would not remove them. Once the mark is gone it compacts again.
 func TestNoCompactionWhileReloading(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 3; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 3)
 	ctx := context.Background()
 	setProps := func(set iceberg.Properties, remove []string) {
 		txn := loadUsers(t, h.cat).NewTransaction()

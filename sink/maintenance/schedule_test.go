@@ -9,12 +9,7 @@ import (
 
 func TestExpirable(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(5)
-	for b := 1; b <= 5; b++ {
-		m.batch(b, 5)
-	}
+	h, _ := seeded(t, dir, 5, 5)
 	meta := loadUsers(t, h.cat).Metadata()
 	now := time.Now()
 	if n := maintenance.Expirable(meta, 2, 0, now.Add(time.Second)); n != 4 {

@@ -55,12 +55,7 @@ func (c *unansweredCommits) LoadTable(ctx context.Context, ident table.Identifie
 // attempt, one that landed is recognised, and the compaction ends with the table's rows intact.
 func TestMaintenanceCommitBoundsAnUnansweredCommit(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir)
-	m := newModel(h)
-	m.load(100)
-	for b := 1; b <= 4; b++ {
-		m.batch(b, 100)
-	}
+	h, m := seeded(t, dir, 100, 4)
 	for round, landing := range [][]bool{{false}, {true}} {
 		cat := &unansweredCommits{Catalog: h.cat, landing: landing}
 		cfg := testConfig()
