@@ -109,9 +109,9 @@ func TestOpenSurvivesTransientCatalogErrors(t *testing.T) {
 func TestOpenBoundsAnUnansweredLoad(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
-	h := seedUsers(t, dir)
+	seedUsers(t, dir)
 	fc := &flakyCatalog{loadHangs: 2}
-	h = newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
 		withConfig(func(c *Config) { c.CommitTimeout = 200 * time.Millisecond }),
 		withCatalogWrap(func(c catalog.Catalog) catalog.Catalog { fc.Catalog = c; return fc }))
 	h.submit("s0", 2, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
