@@ -119,8 +119,19 @@ func TestGuardZombieCheckpointIsFenced(t *testing.T) {
 	if r := stored(t, a, id); r.Checkpoint != "100" || r.Owner != "B" {
 		t.Fatalf("row after the zombie's attempt: %+v", r)
 	}
-	// The same worker re-acquiring later gets a new epoch: its own older processor stays fenced.
+	// The zombie's running consumer cannot take the lease back, even once B's lease expired too:
+	// its renewal is refused, so the KCL ends that consumer and releases the lease.
 	time.Sleep(700 * time.Millisecond)
+	if err := a.GetLease(shardStatus(id, ""), "A"); !errors.As(err, &chk.ErrLeaseNotAcquired{}) {
+		t.Fatalf("the zombie's renewal took back the lease B took meanwhile: %v", err)
+	}
+	if err := a.RemoveLeaseOwner(id); err != nil {
+		t.Fatal(err)
+	}
+	if r := stored(t, a, id); r.Owner != "B" || a.Epoch(id) != 0 {
+		t.Fatalf("row after the zombie's release: %+v (its epoch %d), want B's lease untouched", r, a.Epoch(id))
+	}
+	// The same worker acquiring it afresh gets a new epoch: its own older processor stays fenced.
 	if err := a.GetLease(shardStatus(id, ""), "A"); err != nil {
 		t.Fatal(err)
 	}
