@@ -55,8 +55,8 @@ func TestLeasesKeepTheLeaseContract(t *testing.T) {
 	leasetest.Run(t, func(t *testing.T) leasetest.Table { return dynamoLeaseTable{name: leaseTable(t)} })
 }
 
-// The horizon attributes dms2iceberg adds to lease rows survive the KCL's own writes that remain
-// in use: releasing a lease (RemoveLeaseOwner, an UpdateItem that removes AssignedTo) keeps
+// The horizon attributes dms2iceberg adds to lease rows survive releasing a lease
+// (RemoveLeaseOwner, an UpdateItem that removes AssignedTo under this worker's epoch): it keeps
 // them, so the shard holds the stream watermark at its last published horizon until the next
 // owner takes the lease (which removes them).
 func TestLeaseReleaseKeepsTheHorizon(t *testing.T) {
@@ -71,7 +71,7 @@ func TestLeaseReleaseKeepsTheHorizon(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := a.RemoveLeaseOwner(shard); err != nil {
-		t.Fatalf("the KCL's lease release: %v", err)
+		t.Fatalf("the lease release: %v", err)
 	}
 	r := stored(t, a, shard)
 	if r.Owner != "" || !r.ReadHorizon.Equal(h.Read) || !r.PendingFrom.Equal(h.PendingFrom) || !r.HorizonAt.Equal(h.At) {
