@@ -62,7 +62,13 @@ type Leases struct {
 	epochs map[string]int64 // shard -> epoch of the lease this worker holds
 
 	onRefused func(shard string, err error)
+	onLost    func(shard string)
 }
+
+// OnLeaseLost sets f to be told when a GetLease of a lease this process holds is refused because
+// someone took the lease in between (the running processor of that shard is done for: the KCL
+// ends its consumer once the processor returns). Set it before the KCL worker starts.
+func (l *Leases) OnLeaseLost(f func(shard string)) { l.onLost = f }
 
 // OnStateRefused sets f to be told of every GetLease refused because the row was written by a
 // newer state version (logs, metrics). Set it before the KCL worker starts.
@@ -103,10 +109,14 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 		return err
 	}
 	now := l.now().UTC()
-	epoch, err := leaseEpoch(cur, newOwner, l.Epoch(shard.ID), now)
+	mine := l.Epoch(shard.ID)
+	epoch, err := leaseEpoch(cur, newOwner, mine, now)
 	if err != nil {
 		if l.onRefused != nil && stateversion.IsRefused(err) {
 			l.onRefused(shard.ID, err)
+		}
+		if l.onLost != nil && mine != 0 && errors.As(err, &chk.ErrLeaseNotAcquired{}) {
+			l.onLost(shard.ID)
 		}
 		return err
 	}
@@ -155,6 +165,9 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	if err != nil {
 		var ccf *types.ConditionalCheckFailedException
 		if errors.As(err, &ccf) {
+			if l.onLost != nil && mine != 0 { // the row changed since it was read
+				l.onLost(shard.ID)
+			}
 			return chk.ErrLeaseNotAcquired{}
 		}
 		return fmt.Errorf("take lease of %s: %w", shard.ID, err)

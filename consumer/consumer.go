@@ -196,6 +196,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.Error("not taking the lease: upgrade dms2iceberg", zap.String("shard", shard), zap.Error(err))
 		c.metrics.LeaseStateRefused(shard)
 	})
+	leases.OnLeaseLost(c.leaseLost)
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
@@ -282,6 +283,18 @@ func (c *Consumer) register(p *processor) {
 		old.stale.Store(true)
 	}
 	c.gen[p.shard] = p
+}
+
+// leaseLost makes the shard's newest processor stale: its lease was taken while this worker
+// held it, so it may neither checkpoint nor keep waiting for its parents (the KCL ends its
+// consumer once ProcessRecords returns).
+func (c *Consumer) leaseLost(shard string) {
+	c.mu.Lock()
+	p := c.gen[shard]
+	c.mu.Unlock()
+	if p != nil && !p.stale.Swap(true) {
+		p.log.Warn("lease taken by another worker while this one held it; this processor stops")
+	}
 }
 
 type factory struct {

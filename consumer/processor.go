@@ -255,14 +255,24 @@ func (p *processor) arrival(r *ktypes.Record) time.Time {
 	return timeOf(p.hz.lastArrival.Load())
 }
 
+// errStale ends the parent wait of a processor that went stale while it waited.
+var errStale = errors.New("this processor is stale (a newer one took the shard, or its lease moved on)")
+
 // waitForParents blocks until every parent shard is finished (SHARD_END in the lease table) or
-// has left the stream. The KCL keeps renewing this shard's lease meanwhile (polling mode renews
-// on its own goroutine), so the lease is not lost while waiting.
+// has left the stream, or this processor goes stale (errStale). The KCL keeps renewing this
+// shard's lease meanwhile (polling mode renews on its own goroutine), so the lease is not lost
+// while waiting; a renewal refused because another worker took the lease ends the consumer once
+// this returns.
 func (p *processor) waitForParents() error {
 	p.c.metrics.WaitingForParents(p.shard, true)
 	defer p.c.metrics.WaitingForParents(p.shard, false)
 	logged := false
 	for {
+		if p.stale.Load() {
+			// A newer processor of the shard, or a fenced lease: the KCL consumer must get back
+			// to its loop, where a refused renewal ends it.
+			return errStale
+		}
 		done, err := p.parentsFinished()
 		if err == nil && done {
 			p.gated = false

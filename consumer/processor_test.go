@@ -150,6 +150,53 @@ func TestProcessorStoppedWhileGatedHandsOnNothing(t *testing.T) {
 	e.wantCheckpoint(shard, "", "after a shutdown while gated")
 }
 
+// A processor that goes stale while it waits for its parent (a newer processor of the shard, or
+// its lease fenced) stops waiting at once and hands on nothing, then or after the parent
+// finishes: its KCL consumer must get back to its loop, see the refused renewal and end, instead
+// of feeding a fenced processor once the parent is done.
+func TestProcessorGoingStaleWhileGatedStopsWaiting(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		stale func(e *procEnv)
+	}{
+		{"SupersededByANewerProcessor", func(e *procEnv) { e.initialize(shard, "") }},
+		{"LeaseTakenWhileHeld", func(e *procEnv) { e.c.leaseLost(shard) }}, // Leases.OnLeaseLost
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			staleWhileGated(t, c.stale)
+		})
+	}
+}
+
+func staleWhileGated(t *testing.T, stale func(e *procEnv)) {
+	e := newProcEnv(t)
+	const parent = "shardId-000000000000"
+	old := e.table.Worker("old", 0)
+	e.stream.shards[parent] = nil
+	e.take(old, parent, "old")
+	p := e.start(shard, "", parent)
+	done := make(chan struct{})
+	go func() { defer close(done); deliver(p, "201") }()
+	if w := <-e.metrics.waiting; !w {
+		t.Fatal("WaitingForParents(false) before (true)")
+	}
+	stale(e)
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second): // a hang, not a speed bound: the wait polls every second
+		t.Fatal("the stale processor still waits for its parent")
+	}
+	if err := old.Checkpoint(t.Context(), parent, old.Epoch(parent), checkpoint.ShardEnd); err != nil {
+		t.Fatal(err)
+	}
+	deliver(p, "202")
+	if got := e.sink.seqs(); len(got) != 0 {
+		t.Fatalf("the stale processor handed on %v", got)
+	}
+}
+
 // After another worker took the lease over, this processor's checkpoint (under the old epoch)
 // is refused; it never tries again and never writes SHARD_END.
 func TestProcessorIsFencedAfterATakeover(t *testing.T) {

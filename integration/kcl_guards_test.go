@@ -94,6 +94,8 @@ func TestGuardZombieCheckpointIsFenced(t *testing.T) {
 	table := leaseTable(t)
 	a := leases(t, table, "A", 500*time.Millisecond)
 	b := leases(t, table, "B", 500*time.Millisecond)
+	var lost []string // the consumer makes the shard's processor stale when told
+	a.OnLeaseLost(func(shard string) { lost = append(lost, shard) })
 	id := "shardId-000000000001"
 	if err := a.GetLease(shardStatus(id, ""), "A"); err != nil {
 		t.Fatal(err)
@@ -124,6 +126,9 @@ func TestGuardZombieCheckpointIsFenced(t *testing.T) {
 	time.Sleep(700 * time.Millisecond)
 	if err := a.GetLease(shardStatus(id, ""), "A"); !errors.As(err, &chk.ErrLeaseNotAcquired{}) {
 		t.Fatalf("the zombie's renewal took back the lease B took meanwhile: %v", err)
+	}
+	if len(lost) != 1 || lost[0] != id {
+		t.Fatalf("lease-lost notices %v, want one for %s", lost, id)
 	}
 	if err := a.RemoveLeaseOwner(id); err != nil {
 		t.Fatal(err)
