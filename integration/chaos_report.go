@@ -20,7 +20,9 @@ import (
 )
 
 var (
-	fencedLine  = regexp.MustCompile(`lease moved on; this processor stops checkpointing`)
+	// fencedLine is a zombie processor stopped: its checkpoint or horizon refused, or its
+	// lease taken while its worker held it (consumer.leaseLost).
+	fencedLine  = regexp.MustCompile(`lease moved on; this processor stops|lease taken by another worker while this one held it`)
 	trimmedLine = regexp.MustCompile(`"trimmed": ([1-9][0-9]*)`)
 	// heldBatchLine is a batch the reloaded table already held after a failed attempt (an
 	// unknown outcome that landed, or a batch another worker committed first).
@@ -146,7 +148,7 @@ func (c *chaosRun) report() {
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie checkpoints fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
+	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie processors fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
 		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
 		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, held,
 		commits, conflicts, contended, maxAttempts, st.slowStops, len(st.problems))
