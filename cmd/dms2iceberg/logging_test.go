@@ -12,6 +12,7 @@ import (
 
 	"github.com/aws/smithy-go/logging"
 	"github.com/sirupsen/logrus"
+	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -29,6 +30,8 @@ func TestRouteLibraryLogs(t *testing.T) {
 	slog.With("table", "shop.orders").WithGroup("w").Error("commit", "attempt", 3, "took", time.Second)
 	log.Printf("WARNING: failed to delete old metadata file: %s", "f.json")
 	logrus.WithField("shard", "shard-0").WithError(errors.New("gone")).Error("Error in refreshing lease")
+	// As the KCL's polling consumer logs a renewal refused because another worker took the lease.
+	logrus.Errorf("Error in refreshing lease on shard: %s for worker: %s. Error: %+v", "shard-1", "w1", chk.ErrLeaseNotAcquired{})
 	logrus.Debugf("Trying to read %d records", 10) // below the level: filtered by logrus already
 	restore()
 	for _, hs := range logrus.StandardLogger().Hooks {
@@ -53,6 +56,7 @@ func TestRouteLibraryLogs(t *testing.T) {
 		"iceberg error commit table=shop.orders w.attempt=3 w.took=1s",
 		"iceberg info WARNING: failed to delete old metadata file: f.json ",
 		"kcl error Error in refreshing lease error=gone shard=shard-0",
+		"kcl warn Error in refreshing lease on shard: shard-1 for worker: w1. Error: lease not acquired: ",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("routed logs:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
