@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
 	kclmetrics "github.com/vmware/vmware-go-kcl-v2/clientlibrary/metrics"
 	kclworker "github.com/vmware/vmware-go-kcl-v2/clientlibrary/worker"
+	kcllog "github.com/vmware/vmware-go-kcl-v2/logger"
 	kclzap "github.com/vmware/vmware-go-kcl-v2/logger/zap"
 	"go.uber.org/zap"
 
@@ -179,7 +181,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		WithMaxRecords(c.cfg.MaxRecords).
 		WithCallProcessRecordsEvenForEmptyRecordList(true).
 		WithLeaseStealing(false).
-		WithLogger(kclzap.NewZapLogger(c.log.Named("kcl").Sugar())).
+		WithLogger(kclLogger{kclzap.NewZapLogger(c.log.Named("kcl").Sugar())}).
 		WithMonitoringService(c.kclMon) // nil: the KCL's no-op
 	if c.cfg.AtTimestamp.IsZero() {
 		kcfg = kcfg.WithInitialPositionInStream(kclcfg.TRIM_HORIZON)
@@ -283,6 +285,26 @@ func (c *Consumer) register(p *processor) {
 		old.stale.Store(true)
 	}
 	c.gen[p.shard] = p
+}
+
+// kclLogger is the KCL's zap logger with one change of level: a shard consumer that ends because
+// its lease renewal was refused ("Error in getRecords: lease not acquired") is expected since
+// another worker took the lease (checkpoint.leaseEpoch; a fresh processor takes over), so it is
+// a warning. Every other KCL error stays at ERROR.
+type kclLogger struct{ kcllog.Logger }
+
+func (l kclLogger) Errorf(format string, args ...any) {
+	if msg := fmt.Sprintf(format, args...); strings.HasPrefix(msg, "Error in getRecords") &&
+		strings.Contains(msg, chk.ErrLeaseNotAcquired{}.Error()) {
+		l.Warnf("%s", msg)
+		return
+	}
+	l.Logger.Errorf(format, args...)
+}
+
+// WithFields keeps the change of level on the derived logger.
+func (l kclLogger) WithFields(f kcllog.Fields) kcllog.Logger {
+	return kclLogger{l.Logger.WithFields(f)}
 }
 
 // leaseLost makes the shard's newest processor stale: its lease was taken while this worker
