@@ -72,18 +72,19 @@ func TestProcessorReportsACheckpointTrimmedPast(t *testing.T) {
 	e.wantCheckpoint(shard, "300", "after the first delivery")
 }
 
-// A child shard hands on nothing until its parent is finished (SHARD_END).
-func TestProcessorWaitsForParentsBeforeHandingOn(t *testing.T) {
-	t.Parallel()
-	e := newProcEnv(t)
-	const parent = "shardId-000000000000"
-	old := e.table.Worker("old", 0)
+// gatedChild starts the processor of shard, a child of parent (leased by worker "old", not
+// finished), delivers seqs to it on another goroutine and returns once the processor reports
+// waiting for the parent (failing if it hands on a record first). done closes when the delivery
+// returns.
+func gatedChild(t *testing.T, e *procEnv, seqs ...string) (p *processor, old *checkpoint.MemLeases, parent string, done chan struct{}) {
+	t.Helper()
+	parent = "shardId-000000000000"
+	old = e.table.Worker("old", 0)
 	e.stream.shards[parent] = nil
 	e.take(old, parent, "old")
-	p := e.start(shard, "", parent)
-
-	done := make(chan struct{})
-	go func() { defer close(done); deliver(p, "201", "202") }()
+	p = e.start(shard, "", parent)
+	done = make(chan struct{})
+	go func() { defer close(done); deliver(p, seqs...) }()
 	select {
 	case w := <-e.metrics.waiting:
 		if !w {
@@ -92,6 +93,14 @@ func TestProcessorWaitsForParentsBeforeHandingOn(t *testing.T) {
 	case seq := <-e.sink.submitted:
 		t.Fatalf("record %s handed on while the parent is unfinished", seq)
 	}
+	return p, old, parent, done
+}
+
+// A child shard hands on nothing until its parent is finished (SHARD_END).
+func TestProcessorWaitsForParentsBeforeHandingOn(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	_, old, parent, done := gatedChild(t, e, "201", "202")
 	if got := e.sink.seqs(); len(got) != 0 {
 		t.Fatalf("handed on %v while the parent is unfinished", got)
 	}
@@ -126,20 +135,7 @@ func TestProcessorHandsOnWhenTheParentLeftTheStream(t *testing.T) {
 func TestProcessorStoppedWhileGatedHandsOnNothing(t *testing.T) {
 	t.Parallel()
 	e := newProcEnv(t)
-	const parent = "shardId-000000000000"
-	e.stream.shards[parent] = nil
-	e.take(e.table.Worker("old", 0), parent, "old")
-	p := e.start(shard, "", parent)
-	done := make(chan struct{})
-	go func() { defer close(done); deliver(p, "201") }()
-	select {
-	case w := <-e.metrics.waiting:
-		if !w {
-			t.Fatal("WaitingForParents(false) before (true)")
-		}
-	case seq := <-e.sink.submitted:
-		t.Fatalf("record %s handed on while the parent is unfinished", seq)
-	}
+	p, _, _, done := gatedChild(t, e, "201")
 	e.cancel()
 	<-done
 	deliver(p, "202")
@@ -172,16 +168,7 @@ func TestProcessorGoingStaleWhileGatedStopsWaiting(t *testing.T) {
 
 func staleWhileGated(t *testing.T, stale func(e *procEnv)) {
 	e := newProcEnv(t)
-	const parent = "shardId-000000000000"
-	old := e.table.Worker("old", 0)
-	e.stream.shards[parent] = nil
-	e.take(old, parent, "old")
-	p := e.start(shard, "", parent)
-	done := make(chan struct{})
-	go func() { defer close(done); deliver(p, "201") }()
-	if w := <-e.metrics.waiting; !w {
-		t.Fatal("WaitingForParents(false) before (true)")
-	}
+	p, old, parent, done := gatedChild(t, e, "201")
 	stale(e)
 	select {
 	case <-done:
