@@ -24,6 +24,8 @@ import (
 //     GetLease is refused once the row names another owner or epoch: someone took the lease in
 //     between, so the running consumer must end (the KCL then releases the lease, which forgets
 //     the epoch) rather than take the lease back under a new epoch its processor does not hold;
+//   - a release removes the owner only while the row names this worker under its epoch, and
+//     forgets that epoch;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
 //     never over ShardEnd;
 //   - the horizon attributes (AttrReadHorizon, AttrPending*From, AttrHorizonAt) are written only
@@ -126,6 +128,12 @@ func refusal(cur LeaseRow, shard, worker string, epoch int64, seq string) error 
 		return fmt.Errorf("%w (shard %s: owner %q epoch %d, ours %q epoch %d)", ErrFenced, shard, cur.Owner, cur.Epoch, worker, epoch)
 	}
 	return fmt.Errorf("%w (shard %s: stored %q, refused %q)", ErrRegression, shard, cur.Checkpoint, seq)
+}
+
+// releaseAllowed is the rule of RemoveLeaseOwner: the row still names worker under the epoch it
+// recorded (mine, 0: none). (Leases states the same rule as a DynamoDB condition expression.)
+func releaseAllowed(cur LeaseRow, worker string, mine int64) bool {
+	return mine != 0 && cur.Owner == worker && cur.Epoch == mine
 }
 
 // publishRefusal explains a refused PublishHorizon from the row as it is now.

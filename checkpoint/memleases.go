@@ -121,7 +121,7 @@ func (m *MemLeases) RemoveLeaseOwner(shard string) error {
 	m.mu.Unlock()
 	m.t.mu.Lock()
 	defer m.t.mu.Unlock()
-	if cur := m.t.get(shard); mine != 0 && cur.Owner == m.worker && cur.Epoch == mine {
+	if cur := m.t.get(shard); releaseAllowed(cur, m.worker, mine) {
 		cur.Owner = ""
 		m.t.rows[shard] = cur
 	}

@@ -287,15 +287,22 @@ func (c *Consumer) register(p *processor) {
 	c.gen[p.shard] = p
 }
 
-// kclLogger is the KCL's zap logger with one change of level: a shard consumer that ends because
-// its lease renewal was refused ("Error in getRecords: lease not acquired") is expected since
-// another worker took the lease (checkpoint.leaseEpoch; a fresh processor takes over), so it is
-// a warning. Every other KCL error stays at ERROR.
+// LostLeaseMessage reports whether msg, a line the KCL logs at ERROR, is about a lease this
+// worker lost to another (the KCL's ErrLeaseNotAcquired: its renewal loop's "Error in refreshing
+// lease" and its worker's "Error in getRecords" when that ends the consumer). Since a renewal is
+// refused once another worker took the lease (checkpoint.leaseEpoch) and a fresh processor then
+// takes over, that is the designed hand-over, logged as a warning; every other KCL error stays at
+// ERROR. The KCL logs through two loggers (its configured one, and logrus for the renewal loop),
+// and both apply this rule: kclLogger here, the logrus bridge in cmd/dms2iceberg.
+func LostLeaseMessage(msg string) bool {
+	return strings.Contains(msg, chk.ErrLeaseNotAcquired{}.Error())
+}
+
+// kclLogger is the KCL's zap logger with LostLeaseMessage lines at WARN.
 type kclLogger struct{ kcllog.Logger }
 
 func (l kclLogger) Errorf(format string, args ...any) {
-	if msg := fmt.Sprintf(format, args...); strings.HasPrefix(msg, "Error in getRecords") &&
-		strings.Contains(msg, chk.ErrLeaseNotAcquired{}.Error()) {
+	if msg := fmt.Sprintf(format, args...); LostLeaseMessage(msg) {
 		l.Warnf("%s", msg)
 		return
 	}

@@ -11,6 +11,8 @@ package integration
 
 import (
 	"sync"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
 
 // procMetrics is one worker process's /metrics as last scraped.
@@ -47,7 +49,7 @@ func (s *scraper) scrape(p *procMetrics) {
 	if skip {
 		return
 	}
-	samples, err := opsScrape("http://" + p.addr + "/metrics")
+	samples, err := metrictest.Scrape(scrapeClient, "http://"+p.addr+"/metrics")
 	if err != nil {
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
@@ -80,7 +81,7 @@ func (p *pipeline) runBehindProxy(px *faultproxy.Proxy, gen *Service, svcCfg, di
 	elapsed := time.Since(start)
 	px.Enable(false)
 	// Every change is committed and verified: nothing is left to resolve.
-	samples, err := opsScrape("http://" + addr + "/metrics")
+	samples, err := metrictest.Scrape(scrapeClient, "http://"+addr+"/metrics")
 	if err != nil {
 		t.Fatalf("scrape /metrics: %v", err)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 )
 
@@ -103,16 +104,16 @@ func TestOpsMetricsAndStatus(t *testing.T) {
 	p.waitVerified(10*time.Minute, svc)
 
 	// Checkpoints follow commits by up to one read interval: poll until everything is there.
-	var samples []opsSample
+	var samples []metrictest.Sample
 	var tables []string
 	WaitFor(t, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
 		var err error
-		if samples, err = opsScrape(base + "/metrics"); err != nil {
+		if samples, err = metrictest.Scrape(scrapeClient, base+"/metrics"); err != nil {
 			return false, err
 		}
 		var missing []string
 		need := func(name, label string, want int) map[string]float64 {
-			m := opsByLabel(samples, name, label)
+			m := metrictest.ByLabel(samples, name, label)
 			n := 0
 			for _, v := range m {
 				if v > 0 {
@@ -151,14 +152,14 @@ func TestOpsMetricsAndStatus(t *testing.T) {
 	}, "non-zero per-shard and per-table metrics")
 
 	records := 0.0
-	for _, v := range opsByLabel(samples, "dms2iceberg_shard_records_total", "shard") {
+	for _, v := range metrictest.ByLabel(samples, "dms2iceberg_shard_records_total", "shard") {
 		records += v
 	}
 	if records < float64(p.records) {
 		t.Errorf("dms2iceberg_shard_records_total sums to %.0f, want at least the %d records in the stream", records, p.records)
 	}
-	if ok := opsByLabel(samples, "dms2iceberg_post_commit_runs_total", "result")["ok"]; ok == 0 {
-		t.Errorf("no successful post-commit hook run: %v", opsByLabel(samples, "dms2iceberg_post_commit_runs_total", "result"))
+	if ok := metrictest.ByLabel(samples, "dms2iceberg_post_commit_runs_total", "result")["ok"]; ok == 0 {
+		t.Errorf("no successful post-commit hook run: %v", metrictest.ByLabel(samples, "dms2iceberg_post_commit_runs_total", "result"))
 	}
 	hookLines, err := os.ReadFile(hookOut)
 	if err != nil {
@@ -176,7 +177,7 @@ func TestOpsMetricsAndStatus(t *testing.T) {
 		t.Fatalf("status: %v\n%s%s", err, stdout, stderr)
 	}
 	t.Logf("status:\n%s", stdout)
-	shards := opsByLabel(samples, "dms2iceberg_shard_records_total", "shard")
+	shards := metrictest.ByLabel(samples, "dms2iceberg_shard_records_total", "shard")
 	for _, want := range append(append([]string{"SHARDS (2)", fmt.Sprintf("TABLES (%d)", len(exp.Tables)), worker}, tables...), keys(shards)...) {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("status output lacks %q", want)

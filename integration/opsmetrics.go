@@ -2,7 +2,8 @@
 
 package integration
 
-// Reading a service's /metrics (the ops tests, the dependency-fault tests and the chaos run).
+// Reading a service's /metrics (the ops tests, the dependency-fault tests and the chaos run)
+// through pkg/metrictest.
 
 import (
 	"fmt"
@@ -26,17 +27,6 @@ func opsFreeAddr(t *testing.T) string {
 	return addr
 }
 
-// opsSample is one sample of a scrape.
-type opsSample = metrictest.Sample
-
-// opsScrape GETs /metrics and parses it with the Prometheus parser.
-func opsScrape(url string) ([]opsSample, error) { return metrictest.Scrape(scrapeClient, url) }
-
-// opsByLabel returns name's samples summed by the value of label.
-func opsByLabel(samples []opsSample, name, label string) map[string]float64 {
-	return metrictest.ByLabel(samples, name, label)
-}
-
 // scrapeClient bounds a scrape: a frozen or dying process must not hold its caller.
 var scrapeClient = &http.Client{Timeout: 3 * time.Second}
 
@@ -45,8 +35,8 @@ const unknownOutcomesMetric = "dms2iceberg_table_commit_unknown_outcomes_total"
 
 // unknownOutcomes returns the service's unknown outcomes by resolution (landed, not_landed,
 // another_writer), summed over its tables.
-func unknownOutcomes(samples []opsSample) map[string]float64 {
-	return opsByLabel(samples, unknownOutcomesMetric, "resolution")
+func unknownOutcomes(samples []metrictest.Sample) map[string]float64 {
+	return metrictest.ByLabel(samples, unknownOutcomesMetric, "resolution")
 }
 
 // formatOutcomes renders unknown outcomes by resolution: "3 (landed 1, not_landed 2, another_writer 0)".

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
 
 // waitConsumed waits until the pipeline's KCL application has checkpointed every shard at its
@@ -76,11 +78,11 @@ func TestPartialUpdatesEndToEnd(t *testing.T) {
 	nullSvc := StartService(t, q.bin, q.config)
 	p.waitVerified(3*time.Minute, keepSvc)
 	keepTook := time.Since(start)
-	samples, err := opsScrape("http://" + addr + "/metrics")
+	samples, err := metrictest.Scrape(scrapeClient, "http://"+addr+"/metrics")
 	if err != nil {
 		t.Fatalf("scrape /metrics: %v", err)
 	}
-	from := opsByLabel(samples, "dms2iceberg_table_partial_images_total", "completed_from")
+	from := metrictest.ByLabel(samples, "dms2iceberg_table_partial_images_total", "completed_from")
 	if err := keepSvc.Stop(90 * time.Second); err != nil {
 		t.Fatalf("graceful stop (keep): %v", err)
 	}

@@ -11,9 +11,10 @@ import (
 
 	"github.com/aws/smithy-go/logging"
 	"github.com/sirupsen/logrus"
-	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
+
+	"github.com/dms2iceberg/dms2iceberg/consumer"
 )
 
 // newLogger builds the service logger: JSON lines (log_format: json, for production) or
@@ -254,7 +255,7 @@ func (h logrusToZap) Fire(e *logrus.Entry) error {
 	case logrus.InfoLevel:
 		lvl = zapcore.InfoLevel
 	}
-	if lvl == zapcore.ErrorLevel && leaseRenewalRefused(e.Message) {
+	if lvl == zapcore.ErrorLevel && consumer.LostLeaseMessage(e.Message) { // the designed hand-over
 		lvl = zapcore.WarnLevel
 	}
 	ce := h.log.Check(lvl, strings.TrimSpace(e.Message))
@@ -271,15 +272,6 @@ func (h logrusToZap) Fire(e *logrus.Entry) error {
 	}
 	ce.Write(fields...)
 	return nil
-}
-
-// leaseRenewalRefused reports whether msg is the KCL's polling consumer logging a renewal that
-// the lease table refused (its "Error in refreshing lease ... Error: %+v" with the KCL's
-// ErrLeaseNotAcquired). That is expected, not an error: another worker took the lease while
-// this one paused, and the consumer ends so that a fresh processor takes over
-// (checkpoint.leaseEpoch). Other renewal errors (DynamoDB unavailable) stay at ERROR.
-func leaseRenewalRefused(msg string) bool {
-	return strings.HasPrefix(msg, "Error in refreshing lease") && strings.Contains(msg, chk.ErrLeaseNotAcquired{}.Error())
 }
 
 // logrusLevel is the logrus level that lets through what zap at level l would write.

@@ -64,7 +64,7 @@ func isBound(label string) bool { return label == "le" || label == "quantile" }
 // escape escapes a label value as the text format does.
 var escape = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
 
-// Parse parses a text exposition.
+// Parse parses a text exposition. The samples come in no particular order.
 func Parse(r io.Reader) ([]Sample, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(r)
@@ -77,7 +77,6 @@ func Parse(r io.Reader) ([]Sample, error) {
 			out = append(out, flatten(name, mf.GetType(), m)...)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
 	return out, nil
 }
 
@@ -101,13 +100,8 @@ func flatten(name string, typ dto.MetricType, m *dto.Metric) []Sample {
 	case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
 		h := m.GetHistogram()
 		var out []Sample
-		inf := false
-		for _, b := range h.GetBucket() {
-			inf = inf || math.IsInf(b.GetUpperBound(), 1)
+		for _, b := range h.GetBucket() { // the parser keeps the +Inf bucket as it was written
 			out = append(out, Sample{name + "_bucket", labels("le", formatFloat(b.GetUpperBound())), float64(b.GetCumulativeCount())})
-		}
-		if !inf {
-			out = append(out, Sample{name + "_bucket", labels("le", "+Inf"), float64(h.GetSampleCount())})
 		}
 		return append(out, Sample{name + "_sum", labels(), h.GetSampleSum()}, Sample{name + "_count", labels(), float64(h.GetSampleCount())})
 	case dto.MetricType_SUMMARY:
