@@ -155,6 +155,8 @@ type orderingStream struct {
 	shards []string
 	// written is when gen started: every record arrived after it.
 	written time.Time
+	// consumerExtra is merged into the consumer section of every run's configuration.
+	consumerExtra map[string]any
 }
 
 // newOrderingStream creates a 4-shard stream and writes the case's workload to it with gen.
@@ -210,13 +212,15 @@ func (s *orderingStream) newRun(t testing.TB, mode string, sinkExtra map[string]
 	t.Cleanup(func() { DeleteTable(t, r.app) })
 	snk := map[string]any{"flush_interval": "1s"}
 	maps.Copy(snk, sinkExtra)
+	cons := map[string]any{"shard_sync": "1s", "failover": "6s", "idle_between_reads": "200ms"}
+	maps.Copy(cons, s.consumerExtra)
 	cfg := map[string]any{
 		"stream":           s.stream,
 		"application":      r.app,
 		"data_dir":         r.dataDir,
 		"shutdown_timeout": "60s",
 		"http_addr":        "",
-		"consumer":         map[string]any{"shard_sync": "1s", "failover": "6s", "idle_between_reads": "200ms"},
+		"consumer":         cons,
 		"sink":             snk,
 	}
 	out, err := yaml.Marshal(cfg)
