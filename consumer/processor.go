@@ -143,7 +143,8 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 		events = append(events, change.Event{})
 		ev := &events[len(events)-1]
-		if err := p.dec.Decode(r.Data, ev); err != nil {
+		// Shared: the event keeps r.Data (Raw) until acknowledged, and nothing writes it.
+		if err := p.dec.DecodeShared(r.Data, ev); err != nil {
 			events = events[:len(events)-1]
 			if !p.deadLetter(seq, r.Data, err) {
 				p.acct.Release(kept) // nothing of the delivery was handed on

@@ -192,7 +192,7 @@ func benchManyTables(b *testing.B, size int) {
 				acks := make([]membudget.Ack, len(recs))
 				for i, data := range recs {
 					ev := &events[i]
-					if err := dec.Decode(data, ev); err != nil {
+					if err := dec.DecodeShared(data, ev); err != nil {
 						errs <- err
 						return
 					}

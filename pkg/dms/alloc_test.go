@@ -30,6 +30,23 @@ func TestDecodeAllocs(t *testing.T) {
 	}
 }
 
+// DecodeShared copies no strings: nothing for a reused event, Columns for a fresh one.
+func TestDecodeSharedAllocs(t *testing.T) {
+	d := NewDecoder(DefaultConfig())
+	var ev change.Event
+	if err := d.DecodeShared(benchUpdate, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = d.DecodeShared(benchUpdate, &ev) }); n != 0 {
+		t.Errorf("DecodeShared into a reused event: %v allocs, want 0", n)
+	}
+	evs := make([]change.Event, 101)
+	i := 0
+	if n := testing.AllocsPerRun(100, func() { _ = d.DecodeShared(benchUpdate, &evs[i]); i++ }); n > 1 {
+		t.Errorf("DecodeShared into a fresh event: %v allocs, want ≤ 1", n)
+	}
+}
+
 func TestConvertAllocs(t *testing.T) {
 	for _, tc := range convertCases {
 		if tc.err != "" {

@@ -34,6 +34,9 @@ type Decoder struct {
 	// compare the two paths).
 	fast     fastState
 	slowOnly bool
+	// shared is set for the duration of a DecodeShared call: the fast path points strings
+	// into the record instead of copying them.
+	shared bool
 
 	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
 	visitMetaFn   func(key []byte, v *fastjson.Value)
@@ -115,6 +118,26 @@ const (
 // Errors are *DecodeError. On error, Op is OpUnknown, Columns, Before and Control are nil, and
 // Meta holds whatever metadata was decoded before the problem was found (useful for logs).
 func (d *Decoder) Decode(data []byte, ev *change.Event) error {
+	d.shared = false
+	return d.decodeInto(data, ev)
+}
+
+// DecodeShared decodes like Decode, except that the strings of ev may point into data instead
+// of being copied: data must not be modified while ev, or any string taken from it, is in use.
+//
+// The consumer decodes with it: a Kinesis record's bytes are never written after the SDK read
+// them, and the event keeps them anyway (Event.Raw, for the dead letters) until it is
+// acknowledged. Sharing saves the copy of every string and the arena that held them, which for
+// a flat data record (the fast path) is about as large as the record itself; records the fast
+// path does not take are copied as by Decode.
+func (d *Decoder) DecodeShared(data []byte, ev *change.Event) error {
+	d.shared = true
+	err := d.decodeInto(data, ev)
+	d.shared = false
+	return err
+}
+
+func (d *Decoder) decodeInto(data []byte, ev *change.Event) error {
 	cols := ev.Columns[:0]
 	if !d.slowOnly && d.decodeFast(data, ev, cols) {
 		d.arena = nil

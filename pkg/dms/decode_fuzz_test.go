@@ -53,6 +53,22 @@ func FuzzDecode(f *testing.F) {
 		if err == nil && !reflect.DeepEqual(ev, sev) {
 			t.Fatalf("fast path event\n%s\ngeneral path event\n%s", dumpEvent(&ev), dumpEvent(&sev))
 		}
+		// DecodeShared gives the same event or error, and a later Decode into the same decoder
+		// does not change it while its input is left alone.
+		shared := append([]byte(nil), data...)
+		var shev change.Event
+		sherr := d.DecodeShared(shared, &shev)
+		if (err == nil) != (sherr == nil) || err != nil && err.Error() != sherr.Error() {
+			t.Fatalf("Decode error %v, DecodeShared error %v", err, sherr)
+		}
+		if err == nil {
+			dump := dumpEvent(&shev)
+			var other change.Event
+			_ = d.Decode(benchUpdate, &other)
+			if !reflect.DeepEqual(shev, sev) || dumpEvent(&shev) != dump {
+				t.Fatalf("DecodeShared event\n%s\ngeneral path event\n%s", dumpEvent(&shev), dumpEvent(&sev))
+			}
+		}
 		if err != nil {
 			var de *DecodeError
 			if !errors.As(err, &de) {

@@ -167,7 +167,11 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 	// Everything is checked but the escapes: copy the strings out, then fill in the event.
 	// From here on ev is written to; should a late escape send the record to the general path
 	// after all, Decode clears what was written.
-	d.arena = make([]byte, 0, len(data))
+	// Shared: strings point into data, and only escaped ones are copied out (fastStr).
+	d.arena = nil
+	if !d.shared {
+		d.arena = make([]byte, 0, len(data))
+	}
 	m := &ev.Meta
 	*m = change.Metadata{}
 	dst := [...]*string{&m.Timestamp, &m.RecordType, &m.Operation, &m.PartitionKeyType,
@@ -364,9 +368,9 @@ func (d *Decoder) fastObject(data []byte, i int, cols []fastCol, bi bool) ([]fas
 	}
 }
 
-// fastColumn copies a column's name and value into the arena.
+// fastColumn copies a column's name and value into the arena (or points to them, shared).
 func (d *Decoder) fastColumn(data []byte, c fastCol) (change.Column, bool) {
-	name := d.str(data[c.key.start:c.key.end])
+	name := d.fastRaw(data[c.key.start:c.key.end])
 	switch c.kind {
 	case change.KindString, change.KindNumber:
 		v, ok := d.fastStr(data, c.val)
@@ -382,12 +386,28 @@ func (d *Decoder) fastColumn(data []byte, c fastCol) (change.Column, bool) {
 	}
 }
 
-// fastStr copies a string's content (unescaped) or a number token into the arena; false for an
-// escape that the general path must judge (invalid, or a lone surrogate).
+// fastRaw is the text of b, a span of the record without escapes: a copy in the arena, or, in
+// a DecodeShared call, b itself.
+func (d *Decoder) fastRaw(b []byte) string {
+	if d.shared {
+		if len(b) == 0 {
+			return ""
+		}
+		return unsafe.String(&b[0], len(b))
+	}
+	return d.str(b)
+}
+
+// fastStr copies a string's content (unescaped) or a number token into the arena (shared: only
+// an escaped string is copied); false for an escape that the general path must judge (invalid,
+// or a lone surrogate).
 func (d *Decoder) fastStr(data []byte, sp span) (string, bool) {
 	raw := data[sp.start:sp.end]
 	if !sp.esc {
-		return d.str(raw), true
+		return d.fastRaw(raw), true
+	}
+	if d.arena == nil {
+		d.arena = make([]byte, 0, len(data)) // shared: the first escaped string of the record
 	}
 	start := len(d.arena)
 	out, ok := appendUnescaped(d.arena, raw)

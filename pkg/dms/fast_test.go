@@ -54,7 +54,36 @@ func TestDecodeFastPath(t *testing.T) {
 			if fast && !reflect.DeepEqual(fev, sev) {
 				t.Fatalf("fast event differs:\n%s\n%s", dumpEvent(&fev), dumpEvent(&sev))
 			}
+			var shev change.Event
+			if sherr := d.DecodeShared([]byte(c.in), &shev); (sherr == nil) != (err == nil) || !reflect.DeepEqual(shev, sev) {
+				t.Fatalf("DecodeShared differs (%v):\n%s\n%s", sherr, dumpEvent(&shev), dumpEvent(&sev))
+			}
 		})
+	}
+}
+
+// DecodeShared points the strings of a fast-path record into it, and copies only escaped ones:
+// changing the record changes the event (that is the contract), and the escaped value does not.
+func TestDecodeSharedPointsIntoTheRecord(t *testing.T) {
+	in := []byte(`{"data":{"id":1,"s":"plain","e":"a\nb"},"metadata":{"record-type":"data","operation":"insert","schema-name":"shop","table-name":"orders"}}`)
+	d := NewDecoder(DefaultConfig())
+	var ev change.Event
+	if err := d.DecodeShared(in, &ev); err != nil {
+		t.Fatal(err)
+	}
+	if got := ev.Columns[1].Value.Text; got != "plain" {
+		t.Fatalf("s = %q", got)
+	}
+	for i := range in {
+		if in[i] == 'p' || in[i] == 'a' {
+			in[i] = 'X'
+		}
+	}
+	if got := ev.Columns[1].Value.Text; got != "XlXin" {
+		t.Errorf("shared s = %q after the record changed, want it to follow the record", got)
+	}
+	if got := ev.Columns[2].Value.Text; got != "a\nb" {
+		t.Errorf("escaped e = %q, want the unescaped copy", got)
 	}
 }
 
