@@ -6,8 +6,8 @@
 # usage: .ci/bench-ratio.sh        (make bench-ratio; PERFPROBE_DIR overrides ../shared/perfprobe)
 #
 # The reference runs on one core (-cpu 1, its README's command). BenchmarkPipeline runs with
-# GOMAXPROCS = the machine's cores, as the service does, unless OURS_CPU sets -cpu (OURS_CPU=1
-# compares like for like; both are recorded in docs/benchmarks.md).
+# the default GOMAXPROCS, as the service does, unless OURS_CPU sets -cpu (OURS_CPU=1 compares
+# like for like; both are recorded in docs/benchmarks.md). The summary names the -cpu it ran with.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 SRC=${PERFPROBE_DIR:-"$ROOT/../shared/perfprobe"}
@@ -24,13 +24,15 @@ for i in $(seq "$ROUNDS"); do
   ref=$(cd "$TMP/perfprobe" && PERFPROBE_DEC=fastjson PERFPROBE_STAGE=upsert-zstd \
     go test -run xxx -bench Pipeline -benchtime=300000x -cpu 1 -count 1 . |
     awk '{for (j = 1; j < NF; j++) if ($(j+1) == "cpu-ns/msg") printf "%.0f\n", 1e9 / $j}' | head -1)
-  ours=$(cd "$ROOT" && go test -run '^$' -bench '^BenchmarkPipeline$' -benchtime 3x -count 1 "${cpu_flag[@]}" ./cmd/dms2iceberg |
-    awk '{for (j = 1; j < NF; j++) if ($(j+1) == "msgs/cpu-s") printf "%.0f\n", $j}' | head -1)
+  # The figure and the GOMAXPROCS it ran with: go test names it BenchmarkPipeline-N (no suffix: 1).
+  read -r ours ours_cpu < <(cd "$ROOT" && go test -run '^$' -bench '^BenchmarkPipeline$' -benchtime 3x -count 1 "${cpu_flag[@]}" ./cmd/dms2iceberg |
+    awk '/^BenchmarkPipeline/ {n = split($1, p, "-"); c = n > 1 ? p[n] : 1
+      for (j = 1; j < NF; j++) if ($(j+1) == "msgs/cpu-s") { printf "%.0f %s\n", $j, c; exit } }') || true
   [ -n "$ref" ] && [ -n "$ours" ] || { echo "bench-ratio: round $i printed no figure (ref '$ref', ours '$ours')" >&2; exit 1; }
   echo "round $i: reference $ref msgs/cpu-s, BenchmarkPipeline $ours msgs/cpu-s"
   [ "$ref" -gt "$best_ref" ] && best_ref=$ref
   [ "$ours" -gt "$best_ours" ] && best_ours=$ours
 done
 awk -v r="$best_ref" -v o="$best_ours" -v c="$(git -C "$ROOT" rev-parse --short HEAD)" \
-  -v cpu="${OURS_CPU:-$(nproc)}" \
+  -v cpu="$ours_cpu" \
   'BEGIN { printf "bench-ratio: commit %s: best BenchmarkPipeline (-cpu %s) %d / best reference (-cpu 1) %d = %.2f\n", c, cpu, o, r, o / r }'

@@ -143,7 +143,9 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 		events = append(events, change.Event{})
 		ev := &events[len(events)-1]
-		// Shared: the event keeps r.Data (Raw) until acknowledged, and nothing writes it.
+		// Shared: the event keeps r.Data (Raw) until acknowledged, and nothing writes it. The
+		// SDK decodes each record's base64 into a slice of its own, so a string kept longer (a
+		// table name, a metric label) holds that record only, as it held the arena before.
 		if err := p.dec.DecodeShared(r.Data, ev); err != nil {
 			events = events[:len(events)-1]
 			if !p.deadLetter(seq, r.Data, err) {

@@ -46,11 +46,15 @@ func BenchmarkFreshness(b *testing.B) {
 	bin := BuildBinary(b)
 	rate := envInt(b, "BENCH_RATE", 200)
 	changes := envInt(b, "BENCH_CHANGES", 12000)
+	margin := os.Getenv("BENCH_ARRIVAL_MARGIN") // "": the service's default
+	if _, err := time.ParseDuration(margin); margin != "" && err != nil {
+		b.Fatalf("BENCH_ARRIVAL_MARGIN=%q: %v", margin, err)
+	}
 	for _, mode := range []string{"arrival", "shard"} {
 		for _, procs := range []int{1, 2} {
 			b.Run(fmt.Sprintf("ordering=%s/workers=%d", mode, procs), func(b *testing.B) {
 				for range b.N {
-					freshnessRun(b, bin, mode, procs, rate, changes)
+					freshnessRun(b, bin, mode, procs, rate, changes, margin)
 				}
 			})
 		}
@@ -70,15 +74,15 @@ func envInt(b *testing.B, name string, def int) int {
 }
 
 // freshnessRun is one measured run on its own stream, lease table and catalog.
-func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int) {
+// margin is consumer.arrival_margin ("": the default).
+func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, margin string) {
 	b.Helper()
 	c := orderingCase{name: "freshness", layout: "dms-default", lagShard: -1, lateShard: -1, processes: procs}
 	s := &orderingStream{c: c, bin: bin, stream: UniqueName("fresh-" + mode)}
-	if m := os.Getenv("BENCH_ARRIVAL_MARGIN"); m != "" {
-		if _, err := time.ParseDuration(m); err != nil {
-			b.Fatalf("BENCH_ARRIVAL_MARGIN=%q: %v", m, err)
-		}
-		s.consumerExtra = map[string]any{"arrival_margin": m}
+	if margin != "" {
+		s.consumerExtra = map[string]any{"arrival_margin": margin}
+	} else {
+		margin = "default"
 	}
 	s.expected = filepath.Join(b.TempDir(), "expected.json")
 	CreateStream(b, s.stream, 4)
@@ -145,10 +149,6 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int) {
 	equal := "equal"
 	if verr != nil {
 		equal = "DIFFERS"
-	}
-	margin := "default"
-	if m := os.Getenv("BENCH_ARRIVAL_MARGIN"); m != "" {
-		margin = m
 	}
 	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); verify: %s",
 		mode, procs, margin, len(lat)+uncovered, float64(len(lat)+uncovered)/genTime.Seconds(), p(0.50).Round(time.Millisecond),

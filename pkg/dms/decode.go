@@ -34,8 +34,8 @@ type Decoder struct {
 	// compare the two paths).
 	fast     fastState
 	slowOnly bool
-	// shared is set for the duration of a DecodeShared call: the fast path points strings
-	// into the record instead of copying them.
+	// shared: the record being decoded came through DecodeShared, so the fast path points
+	// strings into it instead of copying them.
 	shared bool
 
 	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
@@ -117,10 +117,7 @@ const (
 //
 // Errors are *DecodeError. On error, Op is OpUnknown, Columns, Before and Control are nil, and
 // Meta holds whatever metadata was decoded before the problem was found (useful for logs).
-func (d *Decoder) Decode(data []byte, ev *change.Event) error {
-	d.shared = false
-	return d.decodeInto(data, ev)
-}
+func (d *Decoder) Decode(data []byte, ev *change.Event) error { return d.decodeInto(data, ev, false) }
 
 // DecodeShared decodes like Decode, except that the strings of ev may point into data instead
 // of being copied: data must not be modified while ev, or any string taken from it, is in use.
@@ -131,13 +128,11 @@ func (d *Decoder) Decode(data []byte, ev *change.Event) error {
 // a flat data record (the fast path) is about as large as the record itself; records the fast
 // path does not take are copied as by Decode.
 func (d *Decoder) DecodeShared(data []byte, ev *change.Event) error {
-	d.shared = true
-	err := d.decodeInto(data, ev)
-	d.shared = false
-	return err
+	return d.decodeInto(data, ev, true)
 }
 
-func (d *Decoder) decodeInto(data []byte, ev *change.Event) error {
+func (d *Decoder) decodeInto(data []byte, ev *change.Event, shared bool) error {
+	d.shared = shared
 	cols := ev.Columns[:0]
 	if !d.slowOnly && d.decodeFast(data, ev, cols) {
 		d.arena = nil
