@@ -3,6 +3,7 @@ package sink
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -268,4 +269,60 @@ func TestDeadLetterTableIsMaintained(t *testing.T) {
 	if len(rows) != n/2 {
 		t.Fatalf("%d dead letters, want %d", len(rows), n/2)
 	}
+}
+
+// maintenance.concurrency bounds the tables one process maintains at once: four tables that are
+// all due again and again, with one slot, are each maintained, and no two runs overlap.
+func TestMaintenanceConcurrencyBoundsRunsAcrossTables(t *testing.T) {
+	dir := t.TempDir()
+	rec := &maintRecorder{}
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.*": usersDef}), withMaintenance(func(c *maintenance.Config) {
+		c.Enabled = true
+		c.Owner = "bg"
+		c.Concurrency = 1
+		c.MaxDeleteFiles = 2
+		c.MinInterval = 0
+		c.CheckInterval = 20 * time.Millisecond
+		c.KeepLast = 2
+		c.SnapshotRetention = 0
+		c.ExpireBatch = 1
+	}), withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))), WithMetrics(rec), WithMaintenanceMetrics(rec)))
+	tables := []string{"t0", "t1", "t2", "t3"}
+	seq := 0
+	for b := range 8 {
+		for _, tb := range tables {
+			for id := range 20 {
+				seq++
+				h.submit("s0", seq, change.OpUpdate, tb, []change.Column{col("id", fmt.Sprint(id)), col("name", fmt.Sprintf("'v%d'", b))}, nil)
+			}
+		}
+		h.flush()
+	}
+	maintained := func() map[string]int {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		n := map[string]int{}
+		for _, rep := range rec.reports {
+			n[rep.Table]++
+		}
+		return n
+	}
+	for deadline := time.Now().Add(time.Minute); len(maintained()) < len(tables); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("maintained %v after a minute, want every one of %v (failed %v)", maintained(), tables, rec.failed)
+		}
+	}
+	h.close()
+	tablesRun := len(maintained())
+	rec.mu.Lock()
+	reps := slices.Clone(rec.reports)
+	rec.mu.Unlock()
+	sort.Slice(reps, func(i, j int) bool { return reps[i].Started.Before(reps[j].Started) })
+	for i := 1; i < len(reps); i++ {
+		if prev := reps[i-1]; reps[i].Started.Before(prev.Started.Add(prev.Took)) {
+			t.Fatalf("runs overlap with concurrency 1: %s from %s for %s, %s from %s", prev.Table, prev.Started.Format(time.StampMicro),
+				prev.Took, reps[i].Table, reps[i].Started.Format(time.StampMicro))
+		}
+	}
+	t.Logf("%d runs on %d tables, one at a time", len(reps), tablesRun)
 }

@@ -104,6 +104,8 @@ type Iceberg struct {
 	budget *membudget.Budget
 	// fileSlots bounds the writers writing files at once (fileWriters).
 	fileSlots chan struct{}
+	// maintSlots bounds the tables maintained at once (maintenance.Config.Concurrency).
+	maintSlots *maintenance.Slots
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -139,7 +141,7 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	cfg.Maintenance.CommitTimeout = cfg.CommitTimeout // one deadline for every commit attempt
 	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
 		writers: make(map[string]*writer), routes: make(map[sourceKey]route), defs: newTableDefs(), started: make(chan struct{}),
-		fileSlots: make(chan struct{}, fileWriters())}
+		fileSlots: make(chan struct{}, fileWriters()), maintSlots: maintenance.NewSlots(cfg.Maintenance.Concurrency)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -201,6 +203,7 @@ func (s *Iceberg) Run(ctx context.Context) error {
 		})
 		if s.cfg.Maintenance.Enabled {
 			m := maintenance.New(s.cat, s.tdl.ident, s.tdl.name, s.cfg.Maintenance, s.tdl.log, s.mmetrics, 0)
+			m.UseSlots(s.maintSlots)
 			g.Go(func() error { return m.Run(mctx) })
 		}
 	}
@@ -309,6 +312,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	mcfg.DeleteMode = tc.DeleteMode
 	m := maintenance.New(s.cat, w.ident, w.name, mcfg, w.log, s.mmetrics,
 		maintenance.HandoffWait(s.cfg.FlushInterval))
+	m.UseSlots(s.maintSlots)
 	w.maint = m
 	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {

@@ -35,6 +35,11 @@ type Config struct {
 	// Workers is the number of files compaction reads at once. Default 1, which leaves the other
 	// cores to ingestion.
 	Workers int `yaml:"workers"`
+	// Concurrency bounds the tables one process maintains at once: a run that is due waits for
+	// a free slot before it takes the table's lease. What a run holds (the manifests it reads,
+	// the files compaction rewrites) then does not grow with the number of tables. Default 0:
+	// one slot per CPU (GOMAXPROCS), as compaction is CPU-bound.
+	Concurrency int `yaml:"concurrency"`
 	// MinInterval is the shortest time between the ends of two compactions of one table.
 	// Default 10s.
 	MinInterval time.Duration `yaml:"min_interval"`
@@ -156,6 +161,9 @@ func (c Config) Validate() error {
 		if err := pos(f.name, f.v); err != nil {
 			return err
 		}
+	}
+	if c.Concurrency < 0 {
+		return fmt.Errorf("sink.maintenance.concurrency: must not be negative (0: one per CPU), got %d", c.Concurrency)
 	}
 	if c.TargetFileSize < 0 {
 		return fmt.Errorf("sink.maintenance.target_file_size: must not be negative, got %d", c.TargetFileSize)

@@ -21,6 +21,7 @@ func TestConfigValidate(t *testing.T) {
 		"check_interval":           func(c *maintenance.Config) { c.CheckInterval = 0 },
 		"position_delay":           func(c *maintenance.Config) { c.PositionDelay = -time.Second },
 		"rewrite_deleted_fraction": func(c *maintenance.Config) { c.RewriteDeletedFraction = 1.5 },
+		"concurrency":              func(c *maintenance.Config) { c.Concurrency = -1 },
 	} {
 		c := maintenance.DefaultConfig()
 		mod(&c)

@@ -104,10 +104,15 @@ func (m *Maintainer) check(ctx context.Context) {
 	if !s.any() {
 		return
 	}
+	release, err := m.slots.acquire(ctx)
+	if err != nil {
+		return
+	}
+	defer release()
 	if !m.lease(ctx, tbl) {
 		return
 	}
-	_, err := m.maintain(ctx, s)
+	_, err = m.maintain(ctx, s)
 	if err == nil || errors.Is(err, errLeaseLost) {
 		m.pauses = 0
 		return
