@@ -25,7 +25,7 @@ import (
 
 // BenchmarkManyTables (make bench-tables; issue 15 item 3) runs many tables at a fixed total
 // rate through the decoder, the process-wide byte budget and the Iceberg sink (SQLite catalog,
-// local warehouse, maintenance off, ordering arrival with a commit bound always past every
+// local warehouse, maintenance on, ordering arrival with a commit bound always past every
 // record), as four shard readers do, without Kinesis: each reader admits a delivery of records
 // against the budget, decodes it and submits it; every acknowledgement releases its bytes. It
 // reports the process's peak RSS (VmHWM: run one record size per process, as the make target
@@ -33,8 +33,10 @@ import (
 // budget's peak use and the time readers waited for it. Sizes and rate: BENCH_TABLES (200),
 // BENCH_RATE (1000 changes/s in total), BENCH_SECONDS (60), BENCH_BUDGET
 // (consumer.max_inflight_bytes, default 128 MiB); the Go soft memory limit is the service's
-// (applyMemoryLimit: from the budget unless GOMEMLIMIT is set). BENCH_HEAPPROFILE writes a heap
-// profile half-way through. Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
+// (applyMemoryLimit: from the budget unless GOMEMLIMIT is set). Maintenance runs as in the
+// service (BENCH_MAINTENANCE=0 turns it off). heap-kept-MiB is the heap live after the final
+// flush: what the tables keep between flushes. BENCH_HEAPPROFILE writes heap and goroutine
+// profiles at nine tenths of the run. Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
 func BenchmarkManyTables(b *testing.B) {
 	for _, size := range []struct {
 		name  string
@@ -99,9 +101,24 @@ func (t *ticks) wait() {
 	}
 }
 
+// writeProfiles writes the heap profile to path, after a collection (the profile shows the heap
+// as of the last completed one, without what was allocated since), and the goroutine profile
+// beside it (path.goroutines).
+func writeProfiles(path string) {
+	runtime.GC()
+	for name, file := range map[string]string{"heap": path, "goroutine": path + ".goroutines"} {
+		if f, err := os.Create(file); err == nil {
+			_ = pprof.Lookup(name).WriteTo(f, map[string]int{"heap": 0, "goroutine": 1}[name])
+			_ = f.Close()
+		}
+	}
+}
+
 // benchRecord is a DMS insert of table bench.<tbl> of about size bytes.
+// The record is allocated at its size, as the SDK allocates each record it decodes: the byte
+// budget counts len, so a record with spare capacity would hold more than the budget says.
 func benchRecord(tbl string, id int, pad string) []byte {
-	return fmt.Appendf(nil, `{"data":{"id":%d,"payload":%q},"metadata":{"timestamp":"2026-12-01T00:00:00.000000Z","record-type":"data","operation":"insert","partition-key-type":"schema-table","schema-name":"bench","table-name":"%s"}}`,
+	return fmt.Appendf(make([]byte, 0, len(pad)+256), `{"data":{"id":%d,"payload":%q},"metadata":{"timestamp":"2026-12-01T00:00:00.000000Z","record-type":"data","operation":"insert","partition-key-type":"schema-table","schema-name":"bench","table-name":"%s"}}`,
 		id, pad, tbl)
 }
 
@@ -112,7 +129,8 @@ func benchManyTables(b *testing.B, size int) {
 	cfg := sink.DefaultConfig()
 	cfg.Catalog = sink.DefaultCatalogConfig(b.TempDir())
 	cfg.Stream = "bench"
-	cfg.Maintenance.Enabled = false
+	cfg.Maintenance.Enabled = os.Getenv("BENCH_MAINTENANCE") != "0" // as the service runs
+	cfg.Maintenance.Concurrency = envInt("BENCH_MAINTENANCE_CONCURRENCY", 0)
 	cfg.Tables = map[string]sink.TableConfig{"bench.*": {PrimaryKey: []string{"id"}}}
 	cat, err := sink.OpenCatalog(context.Background(), cfg.Catalog)
 	if err != nil {
@@ -140,17 +158,14 @@ func benchManyTables(b *testing.B, size int) {
 	sampler.Go(func() {
 		t := time.NewTicker(50 * time.Millisecond)
 		defer t.Stop()
-		profileAt := time.After(time.Duration(seconds) * time.Second / 2)
+		profileAt := time.After(time.Duration(seconds) * time.Second * 9 / 10)
 		for {
 			select {
 			case <-stopSample:
 				return
 			case <-profileAt:
-				if path := os.Getenv("BENCH_HEAPPROFILE"); path != "" { // the heap half-way through
-					if f, err := os.Create(path); err == nil {
-						_ = pprof.WriteHeapProfile(f)
-						_ = f.Close()
-					}
+				if path := os.Getenv("BENCH_HEAPPROFILE"); path != "" { // near the end, with the goroutines
+					writeProfiles(path)
 				}
 			case <-t.C:
 				if h := budget.Held(); h > peakHeld.Load() {
@@ -228,6 +243,9 @@ func benchManyTables(b *testing.B, size int) {
 	rss := peakRSS(b)
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms) // Sys: what the Go runtime took from the OS (RSS beyond it is not Go's)
+	runtime.GC()              // what the tables keep between flushes: the heap after the last flush
+	var kept runtime.MemStats
+	runtime.ReadMemStats(&kept)
 	_ = s.Close(context.Background())
 	cancel()
 	if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
@@ -241,4 +259,5 @@ func benchManyTables(b *testing.B, size int) {
 	b.ReportMetric(float64(len(s.Buffers())), "tables")
 	b.ReportMetric(float64(memLimit)/(1<<20), "go-mem-limit-MiB")
 	b.ReportMetric(float64(ms.Sys)/(1<<20), "go-sys-MiB")
+	b.ReportMetric(float64(kept.HeapAlloc)/(1<<20), "heap-kept-MiB")
 }
