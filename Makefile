@@ -115,7 +115,7 @@ bench-freshness: ## freshness p50/p99 through the emulators (PutRecords -> visib
 	$(EMU_ENV) && DMS2ICEBERG_RACE=0 go test -tags integration -run '^$$' -bench '^BenchmarkFreshness$$' -benchtime=1x -timeout 60m -v ./integration/
 
 .PHONY: bench-tables
-bench-tables: ## many tables: 200 tables at 1,000 changes/s in total, records of 0.4 KiB and 64 KiB, peak RSS and msgs/cpu-s, one process per size (~3 min); BENCH_TABLES (200), BENCH_RATE (1000), BENCH_SECONDS (60), BENCH_BUDGET (bytes, 256 MiB)
+bench-tables: ## many tables: 200 tables at 1,000 changes/s in total, records of 0.4 KiB and 64 KiB, peak RSS and msgs/cpu-s, one process per size (~3 min); BENCH_TABLES (200), BENCH_RATE (1000), BENCH_SECONDS (60), BENCH_BUDGET (bytes, 128 MiB), BENCH_MAINTENANCE (1; 0 turns it off), BENCH_MAINTENANCE_CONCURRENCY (0: one per CPU)
 	@for size in 0.4KiB 64KiB; do \
 	  DMS2ICEBERG_BENCH_TABLES=1 go test -run '^$$' -bench "^BenchmarkManyTables/record=$$size\$$" -benchtime=1x -timeout 30m ./cmd/dms2iceberg/ || exit 1; \
 	done
