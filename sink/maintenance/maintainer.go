@@ -72,7 +72,7 @@ type Maintainer struct {
 	pauseUntil  time.Time // after a failed run, nothing runs before
 	pauses      int
 	eqSince     time.Time // position mode: when equality deletes were first seen outstanding
-	slots       *Slots    // shared with the process's other maintainers (nil: unbounded)
+	runSlots    *Slots    // shared with the process's other maintainers (nil: unbounded)
 
 	// For tests and the benchmark.
 	busy         atomic.Bool

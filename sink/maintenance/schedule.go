@@ -104,7 +104,7 @@ func (m *Maintainer) check(ctx context.Context) {
 	if !s.any() {
 		return
 	}
-	release, err := m.slots.acquire(ctx)
+	release, err := m.runSlots.acquire(ctx)
 	if err != nil {
 		return
 	}

@@ -17,9 +17,6 @@ func NewSlots(n int) *Slots {
 	return &Slots{c: make(chan struct{}, n)}
 }
 
-// Len is the number of runs the slots admit at once.
-func (s *Slots) Len() int { return cap(s.c) }
-
 // acquire waits for a slot; the caller must call release once. A nil s admits every run.
 func (s *Slots) acquire(ctx context.Context) (release func(), err error) {
 	if s == nil {
@@ -34,4 +31,4 @@ func (s *Slots) acquire(ctx context.Context) (release func(), err error) {
 }
 
 // UseSlots makes m's scheduled runs wait for one of s (nil: unbounded). Call it before Run.
-func (m *Maintainer) UseSlots(s *Slots) { m.slots = s }
+func (m *Maintainer) UseSlots(s *Slots) { m.runSlots = s }
