@@ -272,6 +272,34 @@ func TestSenderRate(t *testing.T) {
 	}
 }
 
+// A slow endpoint must not slow the generator below its rate: it catches up with bigger
+// requests (TestMaintenanceBesideSeveralWorkers once reached 38 records/s of 250 in CI,
+// where every PutRecords took about 550 ms).
+func TestSenderRateCatchesUpWithSlowAnswers(t *testing.T) {
+	src := synthetic(1000, 5, 0)
+	clock := time.Unix(0, 0)
+	f := &fakeKinesis{callErr: func(int) error { clock = clock.Add(550 * time.Millisecond); return nil }}
+	s, _ := testSender(f)
+	s.now = func() time.Time { return clock }
+	s.sleep = func(_ context.Context, d time.Duration) error { clock = clock.Add(d); return nil }
+	s.rate = 250
+	if err := s.send(context.Background(), seqOf(src)); err != nil {
+		t.Fatal(err)
+	}
+	checkWritten(t, src, f.written)
+	// 1000 records at 250/s is 4 s; the last answer adds its 550 ms.
+	if el := clock.Sub(time.Unix(0, 0)); el > 5*time.Second {
+		t.Fatalf("1000 records at 250/s with 550 ms answers took %s of fake time (%d requests)", el, len(f.sizes))
+	}
+	big := 0
+	for _, n := range f.sizes {
+		big = max(big, n)
+	}
+	if big <= 25 {
+		t.Fatalf("largest request %d records: the sender never caught up", big)
+	}
+}
+
 func TestSenderStopsOnCancel(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &fakeKinesis{callErr: func(c int) error {
