@@ -139,6 +139,8 @@ type maintainJSON struct {
 	SnapshotsBefore     int      `json:"snapshots_before"`
 	SnapshotsAfter      int      `json:"snapshots_after"`
 	SnapshotsExpired    int      `json:"snapshots_expired"`
+	FilesDeferred       int      `json:"files_deferred"`
+	DeferredRemoved     int      `json:"deferred_files_removed"`
 	ManifestsBefore     int      `json:"manifests_before"`
 	ManifestsAfter      int      `json:"manifests_after"`
 	ManifestsRewritten  int      `json:"manifests_rewritten"`
@@ -160,6 +162,7 @@ func newMaintainJSON(r maintenance.Report) *maintainJSON {
 		DeleteFilesBefore: r.DeleteFilesBefore, DeleteFilesAfter: r.DeleteFilesAfter,
 		DeleteFilesRemoved: r.DeleteFilesRemoved, DeleteRowsRemoved: r.DeleteRowsRemoved,
 		SnapshotsBefore: r.SnapshotsBefore, SnapshotsAfter: r.SnapshotsAfter, SnapshotsExpired: r.SnapshotsExpired,
+		FilesDeferred: r.FilesDeferred, DeferredRemoved: r.DeferredFilesRemoved,
 		ManifestsBefore: r.ManifestsBefore, ManifestsAfter: r.ManifestsAfter, ManifestsRewritten: r.ManifestsRewritten,
 		OrphansRemoved: r.OrphansRemoved, OrphanBytes: r.OrphanBytes,
 		MetadataBytesBefore: r.MetadataBytesBefore, MetadataBytesAfter: r.MetadataBytesAfter,
@@ -209,6 +212,9 @@ func printReport(w io.Writer, name string, r maintenance.Report) {
 		fmt.Fprintf(w, "  delete files   %d → %d\n", r.DeleteFilesBefore, r.DeleteFilesAfter)
 	}
 	fmt.Fprintf(w, "  snapshots      %d → %d  (%d expired)\n", r.SnapshotsBefore, r.SnapshotsAfter, r.SnapshotsExpired)
+	if r.FilesDeferred > 0 || r.DeferredFilesRemoved > 0 {
+		fmt.Fprintf(w, "  deferred files %d listed for deletion after snapshot_retention, %d deleted\n", r.FilesDeferred, r.DeferredFilesRemoved)
+	}
 	fmt.Fprintf(w, "  manifests      %s → %s\n", count(r.ManifestsBefore), count(r.ManifestsAfter))
 	fmt.Fprintf(w, "  orphan files   %d removed (%s)\n", r.OrphansRemoved, humanBytes(r.OrphanBytes))
 	fmt.Fprintf(w, "  metadata       %s → %s\n", humanBytes(r.MetadataBytesBefore), humanBytes(r.MetadataBytesAfter))

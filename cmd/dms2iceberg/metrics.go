@@ -207,7 +207,7 @@ func newPromMetrics() *promMetrics {
 	m.maintRuns = counter("maintenance", "runs_total", "Maintenance runs that changed something, by trigger.", []string{"table", "trigger"})
 	m.maintDuration = histogram("maintenance", "duration_seconds", "Duration of maintenance runs.", commitBuckets, table)
 	m.maintDeletesFreed = counter("maintenance", "delete_files_removed_total", "Equality-delete files applied and removed by compaction.", table)
-	m.maintFailures = counter("maintenance", "failures_total", "Failed maintenance steps (compact, expire, manifests, orphans, lease).", []string{"table", "step"})
+	m.maintFailures = counter("maintenance", "failures_total", "Failed maintenance steps (position, compact, expire, manifests, purge, orphans, lease).", []string{"table", "step"})
 	m.tableStatus = gauge("table", "status", "1 for the table's current state (active, paused, dropped).", []string{"table", "status"})
 	m.tableSchemaChanges = counter("table", "schema_changes_total", "Schema changes applied (or refused: incompatible) by kind.", []string{"table", "kind"})
 	m.tableDLQClass = counter("table", "dead_letters_by_class_total", "Dead letters by class.", []string{"table", "class"})

@@ -70,6 +70,8 @@ func RunTable(ctx context.Context, cat catalog.Catalog, ident table.Identifier, 
 		return Report{Table: name}, fmt.Errorf("%s: %w (%s until %s)", name, ErrLeaseHeld, owner, until.Format(time.RFC3339))
 	}
 	defer m.release()
-	s := steps{compact: true, expire: true, manifests: true, orphans: !opts.SkipOrphans, trigger: "manual"}
+	m.listDeferred(ctx, tbl, time.Now())
+	s := steps{compact: true, expire: true, manifests: true, orphans: !opts.SkipOrphans, trigger: "manual",
+		purge: m.deferredDue(time.Now())}
 	return m.maintain(ctx, s)
 }

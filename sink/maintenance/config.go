@@ -55,6 +55,11 @@ type Config struct {
 	SnapshotRetention time.Duration `yaml:"snapshot_retention"`
 	// KeepLast snapshots are always kept, whatever their age. Default 10.
 	KeepLast int `yaml:"keep_last"`
+	// MaxSnapshots caps the snapshots kept on the main branch: older ones are expired even
+	// inside SnapshotRetention, because every snapshot kept costs memory and CPU in the table's
+	// writer (design.md §11). Their files are still deleted only once SnapshotRetention has
+	// passed. 0: no cap. Must be above KeepLast. Default 100.
+	MaxSnapshots int `yaml:"max_snapshots"`
 	// ExpireBatch expires snapshots once this many are expirable (expiry also follows every
 	// compaction). Default 20.
 	ExpireBatch int `yaml:"expire_batch"`
@@ -122,6 +127,7 @@ func DefaultConfig() Config {
 		CheckInterval:     30 * time.Second,
 		SnapshotRetention: 15 * time.Minute,
 		KeepLast:          10,
+		MaxSnapshots:      100,
 		ExpireBatch:       20,
 		MaxMetadataBytes:  4 << 20,
 		MaxManifests:      64,
@@ -173,6 +179,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotRetention < 0 {
 		return fmt.Errorf("sink.maintenance.snapshot_retention: must not be negative, got %s", c.SnapshotRetention)
+	}
+	if c.MaxSnapshots < 0 || (c.MaxSnapshots > 0 && c.MaxSnapshots <= c.KeepLast) {
+		return fmt.Errorf("sink.maintenance.max_snapshots: must be 0 (no cap) or above keep_last (%d), got %d", c.KeepLast, c.MaxSnapshots)
 	}
 	if c.OrphanMinAge < MinOrphanAge {
 		return fmt.Errorf("sink.maintenance.orphan_min_age: must be at least %s (files being written are younger), got %s", MinOrphanAge, c.OrphanMinAge)

@@ -22,6 +22,7 @@ func TestConfigValidate(t *testing.T) {
 		"position_delay":           func(c *maintenance.Config) { c.PositionDelay = -time.Second },
 		"rewrite_deleted_fraction": func(c *maintenance.Config) { c.RewriteDeletedFraction = 1.5 },
 		"concurrency":              func(c *maintenance.Config) { c.Concurrency = -1 },
+		"max_snapshots":            func(c *maintenance.Config) { c.MaxSnapshots = c.KeepLast },
 	} {
 		c := maintenance.DefaultConfig()
 		mod(&c)
@@ -29,5 +30,10 @@ func TestConfigValidate(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "sink.maintenance."+name) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	c := maintenance.DefaultConfig()
+	c.MaxSnapshots = 0 // no cap
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -21,7 +21,16 @@ var (
 	CompactOnly        = Steps{compact: true, trigger: "test"}
 	PositionOnly       = Steps{position: true, trigger: "test"}
 	ExpireAndManifests = Steps{expire: true, manifests: true, trigger: "test"}
+	Purge              = Steps{purge: true, trigger: "test"}
 )
+
+// SetClock moves the clock deferred deletions are due by; ListDeferred reads the pending lists
+// from storage, as a restarted process does, and returns how many it knows.
+func (m *Maintainer) SetClock(f func() time.Time) { m.clock = f }
+func (m *Maintainer) ListDeferred(ctx context.Context, tbl *table.Table) int {
+	m.listDeferred(ctx, tbl, time.Now())
+	return len(m.deferred)
+}
 
 var (
 	ErrLeaseLost = errLeaseLost

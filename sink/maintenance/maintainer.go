@@ -73,6 +73,10 @@ type Maintainer struct {
 	pauses      int
 	eqSince     time.Time // position mode: when equality deletes were first seen outstanding
 	runSlots    *Slots    // shared with the process's other maintainers (nil: unbounded)
+	// Lists of files to delete later (deferred.go), and when storage was last listed for them.
+	deferred       []deferredList
+	deferredListed time.Time
+	clock          func() time.Time // when deferred lists are due (tests move it)
 
 	// For tests and the benchmark.
 	busy         atomic.Bool
@@ -176,6 +180,9 @@ func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error
 	}
 	if !stop && (s.manifests || rep.Compacted) {
 		stop = fail("manifests", m.rewriteManifests(ctx, rep))
+	}
+	if !stop && s.purge {
+		stop = fail("purge", m.purge(ctx, rep))
 	}
 	if !stop && s.orphans {
 		fail("orphans", m.removeOrphans(ctx, rep))

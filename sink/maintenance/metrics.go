@@ -47,7 +47,7 @@ type Report struct {
 	// Table is the target "namespace.table".
 	Table string
 	// Trigger says what started the run: "position" (equality deletes to convert), "delete-files", "delete-rows", "small-files",
-	// "snapshots", "metadata-size", "manifests", "interval", "orphans" or "manual".
+	// "snapshots", "metadata-size", "manifests", "interval", "deferred-deletes", "orphans" or "manual".
 	Trigger string
 	// Started is when the run began and Took how long it ran.
 	Started time.Time
@@ -88,8 +88,12 @@ type Report struct {
 	ConversionTook             time.Duration
 	ConversionAttempts         int
 
-	// SnapshotsExpired were removed by snapshot expiry.
-	SnapshotsExpired int
+	// SnapshotsExpired were removed by snapshot expiry. FilesDeferred are the files only
+	// snapshots expired before snapshot_retention (by max_snapshots) referenced: listed for
+	// deletion once it has passed. DeferredFilesRemoved were deleted from such lists.
+	SnapshotsExpired     int
+	FilesDeferred        int
+	DeferredFilesRemoved int
 	// ManifestsRewritten were merged into ManifestsAdded.
 	ManifestsRewritten, ManifestsAdded int
 	// OrphansRemoved files (OrphanBytes in total) were deleted by orphan cleanup.
@@ -103,7 +107,8 @@ type Report struct {
 
 // Changed reports whether the run changed the table or its files.
 func (r Report) Changed() bool {
-	return r.Compacted || r.Converted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0
+	return r.Compacted || r.Converted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0 ||
+		r.DeferredFilesRemoved > 0
 }
 
 type nopMetrics struct{}

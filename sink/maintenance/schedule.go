@@ -41,15 +41,18 @@ type tableState struct {
 	leaseUntil           time.Time
 	lastCompaction       time.Time
 	lastOrphans          time.Time
+	deferredDue          bool // a list of deferred file deletions is due
 }
 
 // steps is what a run does.
 type steps struct {
-	position, compact, expire, manifests, orphans bool
-	trigger                                       string
+	position, compact, expire, manifests, orphans, purge bool
+	trigger                                              string
 }
 
-func (s steps) any() bool { return s.position || s.compact || s.expire || s.manifests || s.orphans }
+func (s steps) any() bool {
+	return s.position || s.compact || s.expire || s.manifests || s.orphans || s.purge
+}
 
 func (s *steps) why(trigger string) {
 	if s.trigger == "" {
@@ -146,14 +149,16 @@ func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Tim
 	meta := tbl.Metadata()
 	props := tbl.Properties()
 	st := tableState{counts: summaryCounts(tbl.CurrentSnapshot()), snapshots: len(meta.Snapshots()),
-		expirable: expirable(meta, m.cfg.KeepLast, m.cfg.SnapshotRetention, now)}
+		expirable: expirable(meta, m.cfg.KeepLast, m.cfg.expiryAge(meta, now), now)}
 	st.leaseOwner, st.leaseUntil = ReadLease(props)
 	st.lastCompaction = parseTime(props[tableprop.LastCompaction])
 	st.lastOrphans = parseTime(props[tableprop.LastOrphanCleanup])
 	if full {
 		m.lastFull = now
 		m.metaBytes, m.manifests = fileStats(ctx, tbl)
+		m.listDeferred(ctx, tbl, now)
 	}
+	st.deferredDue = m.deferredDue(m.now())
 	st.metaBytes, st.manifests = m.metaBytes, m.manifests
 	return st
 }
@@ -178,6 +183,25 @@ func fileStats(ctx context.Context, tbl *table.Table) (int64, int) {
 		n = len(mf)
 	}
 	return size, n
+}
+
+// expiryAge is the age past which snapshots expire: SnapshotRetention, or less when the main
+// branch has more than MaxSnapshots snapshots, so that its newest MaxSnapshots stay (give or take
+// snapshots with the same millisecond; never fewer than KeepLast).
+func (c Config) expiryAge(meta table.Metadata, now time.Time) time.Duration {
+	age := c.SnapshotRetention
+	cur := meta.CurrentSnapshot()
+	if c.MaxSnapshots <= 0 || cur == nil {
+		return age
+	}
+	for i, s := range table.AncestorsOf(cur.SnapshotID, meta.SnapshotByID) {
+		if i == c.MaxSnapshots {
+			// The first snapshot past the cap is older than this age; ExpireSnapshots measures
+			// against a later clock, so it is too.
+			return max(0, min(age, now.Sub(time.UnixMilli(s.TimestampMs))-time.Millisecond))
+		}
+	}
+	return age
 }
 
 // expirable counts the snapshots ExpireSnapshots would remove with these settings: the main
@@ -227,6 +251,10 @@ func (m *Maintainer) due(st tableState, now time.Time) steps {
 		}
 	} else {
 		m.eqSince = time.Time{}
+	}
+	if st.deferredDue {
+		s.purge = true
+		s.why("deferred-deletes")
 	}
 	if st.expirable >= c.ExpireBatch {
 		s.expire = true

@@ -16,15 +16,19 @@ import (
 
 // The steps besides compaction (compact.go): snapshot expiry, manifest rewrite, orphan cleanup.
 
-// expire removes the snapshots outside the retention window, then the files only they
-// referenced. The file removal runs here, after the commit, not inside it: the commit may run on
-// the writer's goroutine.
+// expire removes the snapshots outside the retention window (snapshot_retention, shortened by
+// max_snapshots), then the files only they referenced. The file removal runs here, after the
+// commit, not inside it: the commit may run on the writer's goroutine. When a snapshot younger
+// than snapshot_retention was expired (the count cap), the files are listed for deletion once
+// it would have aged out (deferred.go), so readers in flight keep them for the full window.
 func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
 	c, err := m.commit(ctx, "expire", nil, func(_ context.Context, txn *table.Transaction, head *table.Table, _ int) error {
-		if expirable(head.Metadata(), m.cfg.KeepLast, m.cfg.SnapshotRetention, time.Now()) == 0 {
+		now := time.Now()
+		age := m.cfg.expiryAge(head.Metadata(), now)
+		if expirable(head.Metadata(), m.cfg.KeepLast, age, now) == 0 {
 			return errNothingToDo
 		}
-		return txn.ExpireSnapshots(table.WithRetainLast(m.cfg.KeepLast), table.WithOlderThan(m.cfg.SnapshotRetention),
+		return txn.ExpireSnapshots(table.WithRetainLast(m.cfg.KeepLast), table.WithOlderThan(age),
 			table.WithPostCommit(false))
 	})
 	if errors.Is(err, errNothingToDo) {
@@ -45,10 +49,31 @@ func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
 		}
 	}
 	rep.SnapshotsExpired += len(ids)
-	if err := table.NewRemoveSnapshotsUpdate(ids, true).PostCommit(ctx, pre, tbl); err != nil && !onlyNotExist(err) {
-		m.log.Warn("removing the files of expired snapshots failed (orphan cleanup will remove them)", zap.Error(err))
+	var due time.Time // when the youngest expired snapshot would have aged out
+	for _, id := range ids {
+		if s := pre.Metadata().SnapshotByID(id); s != nil {
+			if d := time.UnixMilli(s.TimestampMs).Add(m.cfg.SnapshotRetention); d.After(due) {
+				due = d
+			}
+		}
 	}
-	m.log.Info("expired snapshots", zap.Int("expired", len(ids)), zap.Int("left", len(kept)))
+	if !due.After(time.Now()) {
+		if err := table.NewRemoveSnapshotsUpdate(ids, true).PostCommit(ctx, pre, tbl); err != nil && !onlyNotExist(err) {
+			m.log.Warn("removing the files of expired snapshots failed (orphan cleanup will remove them)", zap.Error(err))
+		}
+		m.log.Info("expired snapshots", zap.Int("expired", len(ids)), zap.Int("left", len(kept)))
+		return nil
+	}
+	files, err := filesOfExpired(ctx, pre, tbl, ids)
+	if err == nil && len(files) > 0 {
+		err = m.deferDeletes(ctx, tbl, files, due)
+	}
+	if err != nil {
+		m.log.Warn("listing the files of expired snapshots for deletion failed (orphan cleanup will remove them)", zap.Error(err))
+	}
+	rep.FilesDeferred += len(files)
+	m.log.Info("expired snapshots (max_snapshots); their files are deleted once snapshot_retention has passed",
+		zap.Int("expired", len(ids)), zap.Int("left", len(kept)), zap.Int("files", len(files)), zap.Time("delete_after", due))
 	return nil
 }
 
