@@ -125,6 +125,7 @@ type TableDeadLetters struct {
 	in     chan dlItem
 	exited chan struct{}
 	tbl    *table.Table
+	fsF    table.FSysF // of the table as opened, for commit.Detach
 	count  atomic.Int64
 }
 
@@ -309,7 +310,7 @@ func (d *TableDeadLetters) open(ctx context.Context) error {
 	if err := tableprop.CheckStateVersion(d.name, tbl.Properties()); err != nil {
 		return commit.Permanent(err)
 	}
-	d.tbl = tbl
+	d.tbl, d.fsF = tbl, tbl.FS
 	return nil
 }
 
@@ -462,8 +463,8 @@ func (d *TableDeadLetters) write(ctx context.Context, rows []StoredDeadLetter) (
 	if err != nil {
 		return nil, err
 	}
-	d.tbl = tbl
-	return tbl, nil
+	d.tbl = commit.Detach(tbl, d.cat, d.fsF)
+	return d.tbl, nil
 }
 
 // ReadDeadLetters reads every row of the dead-letter table ident (none when it does not exist),

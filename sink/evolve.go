@@ -123,6 +123,7 @@ func (w *writer) openOnce(ctx context.Context, ev *change.Event) error {
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", w.name, err)
 	}
+	w.fsF = tbl.FS // a table from the catalog, for commit.Detach
 	if err := w.use(tbl); err != nil {
 		return err
 	}

@@ -432,10 +432,12 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 	return tbl, removed, w.adopt(tbl)
 }
 
-// adopt uses a table the writer just committed. Its failure is not retried: the commit landed,
-// and a layout that cannot be built from the table will not be built on another attempt.
+// adopt uses a table the writer just committed (detached from the commit's transaction, which
+// it would otherwise keep alive with every earlier version: commit.Detach). Its failure is not
+// retried: the commit landed, and a layout that cannot be built from the table will not be built
+// on another attempt.
 func (w *writer) adopt(tbl *table.Table) error {
-	return commit.Permanent(w.use(tbl))
+	return commit.Permanent(w.use(commit.Detach(tbl, w.env.cat, w.fsF)))
 }
 
 // completeThroughProp is the value of tableprop.CompleteThrough for through when it advances the

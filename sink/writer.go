@@ -84,6 +84,9 @@ type writer struct {
 	log   *zap.Logger
 	buf   buffer
 	st    targetTable
+	// fsF is the file system of the table as opened from the catalog, for the tables the writer
+	// keeps after its commits (commit.Detach).
+	fsF table.FSysF
 	// def is the latest table-def seen in a control record of this table, defTS that record's
 	// metadata.timestamp.
 	def   *change.TableDef
