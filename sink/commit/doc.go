@@ -14,6 +14,9 @@
 // table (given or reloaded) whose state a newer state version of dms2iceberg wrote
 // (tableprop.CheckStateVersion): nothing is staged on it.
 //
+// It also owns what a committed table may be kept as (Detach): iceberg-go's committed tables keep
+// their transaction, and with it every earlier version, alive.
+//
 // Concurrency: Run blocks until the commit landed, the caller said the reloaded table already
 // holds the change, the attempts ran out, or the context ended. It starts no goroutines; the
 // callbacks run on the calling goroutine.
