@@ -34,8 +34,13 @@ func (m *Maintainer) ListDeferred(ctx context.Context, tbl *table.Table) int {
 
 var (
 	ErrLeaseLost = errLeaseLost
-	Expirable    = expirable
 )
+
+// Expirable counts the snapshots expiry removes by age alone (no max_snapshots).
+func Expirable(meta table.Metadata, keepLast int, retention time.Duration, now time.Time) int {
+	n, _ := expiry(meta, keepLast, 0, retention, now)
+	return n
+}
 
 // NewForTest is New without hand-off.
 func NewForTest(cat catalog.Catalog, ident table.Identifier, name string, cfg Config, log *zap.Logger) *Maintainer {

@@ -148,8 +148,8 @@ func (m *Maintainer) status(st tableState, now time.Time) Status {
 func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Time, full bool) tableState {
 	meta := tbl.Metadata()
 	props := tbl.Properties()
-	st := tableState{counts: summaryCounts(tbl.CurrentSnapshot()), snapshots: len(meta.Snapshots()),
-		expirable: expirable(meta, m.cfg.KeepLast, m.cfg.expiryAge(meta, now), now)}
+	st := tableState{counts: summaryCounts(tbl.CurrentSnapshot()), snapshots: len(meta.Snapshots())}
+	st.expirable, _ = m.cfg.expiry(meta, now)
 	st.leaseOwner, st.leaseUntil = ReadLease(props)
 	st.lastCompaction = parseTime(props[tableprop.LastCompaction])
 	st.lastOrphans = parseTime(props[tableprop.LastOrphanCleanup])
@@ -185,30 +185,19 @@ func fileStats(ctx context.Context, tbl *table.Table) (int64, int) {
 	return size, n
 }
 
-// expiryAge is the age past which snapshots expire: SnapshotRetention, or less when the main
-// branch has more than MaxSnapshots snapshots, so that its newest MaxSnapshots stay (give or take
-// snapshots with the same millisecond; never fewer than KeepLast).
-func (c Config) expiryAge(meta table.Metadata, now time.Time) time.Duration {
-	age := c.SnapshotRetention
-	cur := meta.CurrentSnapshot()
-	if c.MaxSnapshots <= 0 || cur == nil {
-		return age
-	}
-	for i, s := range table.AncestorsOf(cur.SnapshotID, meta.SnapshotByID) {
-		if i == c.MaxSnapshots {
-			// The first snapshot past the cap is older than this age; ExpireSnapshots measures
-			// against a later clock, so it is too.
-			return max(0, min(age, now.Sub(time.UnixMilli(s.TimestampMs))-time.Millisecond))
-		}
-	}
-	return age
+// expiry returns how many snapshots ExpireSnapshots would remove with the config's settings and
+// the age to hand it as older-than: the main branch keeps its newest KeepLast ancestors and every
+// ancestor younger than the age, up to the first one that is neither; snapshots outside the
+// branch are kept while younger than the age. The age is SnapshotRetention, or less when the main
+// branch has more than MaxSnapshots ancestors, so that its newest MaxSnapshots stay (give or take
+// snapshots of the same millisecond; never fewer than KeepLast). One walk of the ancestry.
+func (c Config) expiry(meta table.Metadata, now time.Time) (n int, age time.Duration) {
+	return expiry(meta, c.KeepLast, c.MaxSnapshots, c.SnapshotRetention, now)
 }
 
-// expirable counts the snapshots ExpireSnapshots would remove with these settings: the main
-// branch keeps its newest keepLast ancestors and every ancestor younger than retention, up to the
-// first one that is neither; snapshots outside the branch are kept while younger than retention.
-func expirable(meta table.Metadata, keepLast int, retention time.Duration, now time.Time) int {
-	cutoff := now.Add(-retention).UnixMilli()
+func expiry(meta table.Metadata, keepLast, maxSnapshots int, retention time.Duration, now time.Time) (int, time.Duration) {
+	age := retention
+	cutoff := now.Add(-age).UnixMilli()
 	keep := make(map[int64]bool)
 	for name, ref := range meta.Refs() {
 		keep[ref.SnapshotID] = true
@@ -216,6 +205,13 @@ func expirable(meta table.Metadata, keepLast int, retention time.Duration, now t
 			continue
 		}
 		for i, s := range table.AncestorsOf(ref.SnapshotID, meta.SnapshotByID) {
+			if maxSnapshots > 0 && i == maxSnapshots {
+				// The first ancestor past the cap is older than this age; ExpireSnapshots measures
+				// against a later clock, so it is too.
+				if capped := max(0, now.Sub(time.UnixMilli(s.TimestampMs))-time.Millisecond); capped < age {
+					age, cutoff = capped, now.Add(-capped).UnixMilli()
+				}
+			}
 			if s.TimestampMs < cutoff && i >= keepLast {
 				break
 			}
@@ -228,7 +224,7 @@ func expirable(meta table.Metadata, keepLast int, retention time.Duration, now t
 			n++
 		}
 	}
-	return n
+	return n, age
 }
 
 // due decides what to run from the measured state.

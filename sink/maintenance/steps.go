@@ -23,9 +23,8 @@ import (
 // it would have aged out (deferred.go), so readers in flight keep them for the full window.
 func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
 	c, err := m.commit(ctx, "expire", nil, func(_ context.Context, txn *table.Transaction, head *table.Table, _ int) error {
-		now := time.Now()
-		age := m.cfg.expiryAge(head.Metadata(), now)
-		if expirable(head.Metadata(), m.cfg.KeepLast, age, now) == 0 {
+		n, age := m.cfg.expiry(head.Metadata(), time.Now())
+		if n == 0 {
 			return errNothingToDo
 		}
 		return txn.ExpireSnapshots(table.WithRetainLast(m.cfg.KeepLast), table.WithOlderThan(age),
