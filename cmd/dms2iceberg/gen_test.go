@@ -250,22 +250,31 @@ func TestSenderWholeRequestErrors(t *testing.T) {
 	}
 }
 
-func TestSenderRate(t *testing.T) {
-	src := synthetic(50, 5, 0)
-	f := &fakeKinesis{}
-	s, _ := testSender(f)
+// sendAtRate sends n synthetic records at rate through a fake Kinesis whose every answer takes
+// answer, on a fake clock that only sleeps and answers move, checks they were all written, and
+// returns the fake time it took and the size of each request.
+func sendAtRate(t *testing.T, n int, rate float64, answer time.Duration) (time.Duration, []int) {
+	t.Helper()
+	src := synthetic(n, 5, 0)
 	clock := time.Unix(0, 0)
+	f := &fakeKinesis{callErr: func(int) error { clock = clock.Add(answer); return nil }}
+	s, _ := testSender(f)
 	s.now = func() time.Time { return clock }
 	s.sleep = func(_ context.Context, d time.Duration) error { clock = clock.Add(d); return nil }
-	s.rate = 100
+	s.rate = rate
 	if err := s.send(context.Background(), seqOf(src)); err != nil {
 		t.Fatal(err)
 	}
 	checkWritten(t, src, f.written)
-	if el := clock.Sub(time.Unix(0, 0)); el < 480*time.Millisecond || el > 600*time.Millisecond {
+	return clock.Sub(time.Unix(0, 0)), f.sizes
+}
+
+func TestSenderRate(t *testing.T) {
+	el, sizes := sendAtRate(t, 50, 100, 0)
+	if el < 480*time.Millisecond || el > 600*time.Millisecond {
 		t.Fatalf("50 records at 100/s took %s of fake time", el)
 	}
-	for _, n := range f.sizes {
+	for _, n := range sizes {
 		if n > 10 {
 			t.Fatalf("request of %d records at 100/s", n)
 		}
@@ -276,23 +285,13 @@ func TestSenderRate(t *testing.T) {
 // requests (TestMaintenanceBesideSeveralWorkers once reached 38 records/s of 250 in CI,
 // where every PutRecords took about 550 ms).
 func TestSenderRateCatchesUpWithSlowAnswers(t *testing.T) {
-	src := synthetic(1000, 5, 0)
-	clock := time.Unix(0, 0)
-	f := &fakeKinesis{callErr: func(int) error { clock = clock.Add(550 * time.Millisecond); return nil }}
-	s, _ := testSender(f)
-	s.now = func() time.Time { return clock }
-	s.sleep = func(_ context.Context, d time.Duration) error { clock = clock.Add(d); return nil }
-	s.rate = 250
-	if err := s.send(context.Background(), seqOf(src)); err != nil {
-		t.Fatal(err)
-	}
-	checkWritten(t, src, f.written)
+	el, sizes := sendAtRate(t, 1000, 250, 550*time.Millisecond)
 	// 1000 records at 250/s is 4 s; the last answer adds its 550 ms.
-	if el := clock.Sub(time.Unix(0, 0)); el > 5*time.Second {
-		t.Fatalf("1000 records at 250/s with 550 ms answers took %s of fake time (%d requests)", el, len(f.sizes))
+	if el > 5*time.Second {
+		t.Fatalf("1000 records at 250/s with 550 ms answers took %s of fake time (%d requests)", el, len(sizes))
 	}
 	big := 0
-	for _, n := range f.sizes {
+	for _, n := range sizes {
 		big = max(big, n)
 	}
 	if big <= 25 {
