@@ -55,11 +55,11 @@ func newPipeline(t *testing.T, shards, changes int, seed int64) *pipeline {
 
 // newPipelineLive is newPipeline with the workload written while the test runs, at rate records
 // per second: the returned generator process is still sending. The expected state and the
-// service configuration exist when it returns.
-func newPipelineLive(t *testing.T, shards, changes int, seed int64, rate int) (*pipeline, *Service) {
+// service configuration exist when it returns. genExtra is added to gen's arguments.
+func newPipelineLive(t *testing.T, shards, changes int, seed int64, rate int, genExtra ...string) (*pipeline, *Service) {
 	t.Helper()
 	p := preparePipeline(t)
-	gen := StartCommand(t, p.bin, p.genArgs(shards, changes, seed, rate), nil)
+	gen := StartCommand(t, p.bin, append(p.genArgs(shards, changes, seed, rate), genExtra...), nil)
 	WaitFor(t, 2*time.Minute, 100*time.Millisecond, func() (bool, error) {
 		if gen.Exited() {
 			if code, _ := gen.ExitCode(); code != 0 {
