@@ -1,11 +1,13 @@
 package maintenance
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -117,7 +119,12 @@ func (m *Maintainer) compactionConfig(tbl *table.Table) compaction.Config {
 func (m *Maintainer) planCompaction(ctx context.Context, src *table.Table) (*compactionPlan, error) {
 	snap := src.CurrentSnapshot()
 	p := &compactionPlan{src: src, snap: snap, before: summaryCounts(snap), rewritten: make(map[string]struct{})}
-	plan, err := compaction.Analyze(ctx, src, m.compactionConfig(src))
+	tasks, err := src.Scan().PlanFiles(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("plan files for compaction: %w", err)
+	}
+	cfg := m.compactionConfig(src)
+	plan, err := cfg.PlanCompaction(worthRewriting(tasks, cfg, m.cfg.positionMode()))
 	if err != nil {
 		return nil, err
 	}
@@ -301,4 +308,98 @@ func landed(tbl *table.Table, id string, from int64) bool {
 		}
 	}
 	return false
+}
+
+// worthRewriting keeps the data files whose rewrite the table's changes pay for, so that a
+// compaction's cost follows the changes since the last one, not the table's size (design.md §11,
+// "What a compaction rewrites"). iceberg-go's planner takes every file under 75% of the target
+// size, so a table of files a little smaller than that (a full load flushed in parts, or the
+// output of earlier compactions) was rewritten whole by every compaction. Kept:
+//   - a file with deletes that call for it: cfg.DeleteFileThreshold delete files (in position
+//     mode only position deletes and deletion vectors count; its equality deletes are the
+//     conversion's work, not a rewrite's), or cfg.DeleteRatioThreshold of its rows deleted by
+//     file-scoped deletes;
+//   - small files (under cfg.MinFileSizeBytes, no such deletes), tiered per partition: from the
+//     smallest up, a file joins while it is at most twice the size of the files rewritten before
+//     it together (the partition's files kept for their deletes first: merging into a rewrite
+//     that happens anyway costs only the small file), and only when the partition rewrites at
+//     least two files. A large file is thus rewritten only once the small files merged into it
+//     add up to half its size, so it grows by half each time, and each row is rewritten a
+//     logarithmic number of times.
+//
+// Every kept file also passes the planner's own rules, so cfg.PlanCompaction bin-packs exactly
+// these. A kept file keeps all its deletes (equality ones included): the rewrite applies them.
+func worthRewriting(tasks []table.FileScanTask, cfg compaction.Config, positionMode bool) []table.FileScanTask {
+	type partition struct {
+		rewritten int64 // bytes of the files kept for their deletes
+		kept      int
+		small     []table.FileScanTask
+	}
+	parts := map[string]*partition{}
+	var order []string
+	var keep []table.FileScanTask
+	for _, t := range tasks {
+		key := fmt.Sprint(t.File.SpecID(), t.File.Partition()) // fmt prints maps in key order
+		p := parts[key]
+		if p == nil {
+			p = &partition{}
+			parts[key] = p
+			order = append(order, key)
+		}
+		n := len(t.DeleteFiles) + len(t.DeletionVectorFiles)
+		if !positionMode {
+			n += len(t.EqualityDeleteFiles)
+		}
+		switch {
+		case n >= cfg.DeleteFileThreshold || (cfg.DeleteRatioThreshold > 0 && deletedFraction(t) >= cfg.DeleteRatioThreshold):
+			keep = append(keep, t)
+			p.rewritten += t.File.FileSizeBytes()
+			p.kept++
+		case t.File.FileSizeBytes() < cfg.MinFileSizeBytes:
+			p.small = append(p.small, t)
+		}
+	}
+	for _, key := range order {
+		p := parts[key]
+		slices.SortStableFunc(p.small, func(a, b table.FileScanTask) int {
+			return cmp.Compare(a.File.FileSizeBytes(), b.File.FileSizeBytes())
+		})
+		sum, n := p.rewritten, 0
+		for _, t := range p.small {
+			if p.kept+n > 0 && t.File.FileSizeBytes() > 2*sum {
+				break
+			}
+			sum += t.File.FileSizeBytes()
+			n++
+		}
+		if p.kept+n >= 2 {
+			keep = append(keep, p.small[:n]...)
+		}
+	}
+	return keep
+}
+
+// deletedFraction is the fraction of t's rows that its file-scoped position deletes and deletion
+// vectors delete (as the planner counts it; equality deletes cannot be attributed to one file).
+func deletedFraction(t table.FileScanTask) float64 {
+	rows := t.File.Count()
+	if rows <= 0 {
+		return 0
+	}
+	var deleted int64
+	for _, d := range slices.Concat(t.DeleteFiles, t.DeletionVectorFiles) {
+		if d.ContentType() == iceberg.EntryContentEqDeletes {
+			continue
+		}
+		if ref := d.ReferencedDataFile(); ref != nil && *ref != "" || sameBounds(d) {
+			deleted += d.Count()
+		}
+	}
+	return float64(min(deleted, rows)) / float64(rows)
+}
+
+// sameBounds reports whether a position-delete file's file_path bounds name one data file.
+func sameBounds(d iceberg.DataFile) bool {
+	lo, hi := d.LowerBoundValues()[posPathField], d.UpperBoundValues()[posPathField]
+	return len(lo) > 0 && string(lo) == string(hi)
 }
