@@ -58,9 +58,10 @@ type conversionPlan struct {
 // data file: the global scope of unpartitioned deletes), each with the highest sequence number
 // of an equality delete holding it.
 type keyScope struct {
-	seq  map[string]int64
-	ints []int64  // single-column integer keys, sorted, for bound checks
-	strs []string // single-column string keys, sorted
+	seq    map[string]int64
+	ints   []int64         // single-column integer keys, sorted, for bound checks
+	intSeq map[int64]int64 // seq by single-column integer key, for probing without text
+	strs   []string        // single-column string keys, sorted
 }
 
 // convert turns the table's outstanding equality deletes into position deletes and adds what it
@@ -274,13 +275,26 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		}
 		p.probed[d.df.FilePath()] = true
 		var positions []int64
-		err := readKeys(ctx, fs, d.df.FilePath(), schema, keyIDs, func(key string, pos int64) {
-			if s := global.seq[key]; s > d.seq {
-				positions = append(positions, pos)
-			} else if sc != nil && sc.seq[key] > d.seq {
-				positions = append(positions, pos)
+		var err error
+		if intKey(keyIDs, keyType) {
+			var scoped map[int64]int64
+			if sc != nil {
+				scoped = sc.intSeq
 			}
-		})
+			err = probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], func(key, pos int64) {
+				if global.intSeq[key] > d.seq || scoped[key] > d.seq {
+					positions = append(positions, pos)
+				}
+			})
+		} else {
+			err = readKeys(ctx, fs, d.df.FilePath(), schema, keyIDs, func(key string, pos int64) {
+				if s := global.seq[key]; s > d.seq {
+					positions = append(positions, pos)
+				} else if sc != nil && sc.seq[key] > d.seq {
+					positions = append(positions, pos)
+				}
+			})
+		}
 		if err != nil {
 			removeFiles(fs, p.posDels)
 			return nil, fmt.Errorf("probe %s: %w", d.df.FilePath(), err)
@@ -359,11 +373,15 @@ func (s *keyScope) index(t iceberg.Type) {
 	if s == nil {
 		return
 	}
-	for k := range s.seq {
+	for k, seq := range s.seq {
 		switch t.(type) {
 		case iceberg.Int32Type, iceberg.Int64Type:
 			if v, err := strconv.ParseInt(k, 10, 64); err == nil {
 				s.ints = append(s.ints, v)
+				if s.intSeq == nil {
+					s.intSeq = make(map[int64]int64, len(s.seq))
+				}
+				s.intSeq[v] = seq
 			}
 		case iceberg.StringType:
 			s.strs = append(s.strs, k)
@@ -445,6 +463,42 @@ func readKeys(ctx context.Context, fs icebergio.IO, path string, schema *iceberg
 			}
 			pos++
 		}
+		return nil
+	})
+}
+
+// intKey reports whether the table's key is one int or long column, which probeInts reads.
+func intKey(keyIDs []int, t iceberg.Type) bool {
+	switch t.(type) {
+	case iceberg.Int32Type, iceberg.Int64Type:
+		return len(keyIDs) == 1
+	}
+	return false
+}
+
+// probeInts is readKeys for a single int or long key column, without rendering each row's key
+// as text: a probe reads every row of a candidate file, so on a big table its cost per row is
+// most of a conversion's (design.md §11.1). Null keys are skipped, as in readKeys.
+func probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, fn func(key, pos int64)) error {
+	var pos int64
+	return readColumns(ctx, fs, path, []int{keyID}, func(rec arrow.RecordBatch) error {
+		switch c := rec.Column(0).(type) {
+		case *array.Int64:
+			for i, v := range c.Int64Values() {
+				if c.IsValid(i) {
+					fn(v, pos+int64(i))
+				}
+			}
+		case *array.Int32:
+			for i, v := range c.Int32Values() {
+				if c.IsValid(i) {
+					fn(int64(v), pos+int64(i))
+				}
+			}
+		default:
+			return fmt.Errorf("key column %d is %s, not an integer", keyID, c.DataType())
+		}
+		pos += rec.NumRows()
 		return nil
 	})
 }
