@@ -57,6 +57,8 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		retention: envDuration("BENCH_RETENTION", 30*time.Second),
 		mode:      os.Getenv("BENCH_DELETE_MODE"),
 		posDelay:  envDuration("BENCH_POSITION_DELAY", maintenance.DefaultConfig().PositionDelay),
+		loadChunk: envInt("BENCH_LOAD_CHUNK", 1_000_000),
+		scanReps:  envInt("BENCH_SCAN_REPEAT", 8),
 	}
 	out := io.Writer(os.Stdout)
 	if path := os.Getenv("BENCH_OUT"); path != "" {
@@ -72,10 +74,12 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 	b.ReportMetric(r.cpuRatio, "commit-cpu-ratio")
 	b.ReportMetric(float64(r.maxMetaBytes), "max-metadata-bytes")
 	b.ReportMetric(r.maxGap.Seconds(), "max-commit-gap-s")
+	b.ReportMetric(r.maintCPUPer1k.Seconds()*1000, "maint-cpu-ms/1k-changes")
 }
 
 type benchParams struct {
 	rows, commits, keys, scanEvery, maxDel, keepLast int
+	loadChunk, scanReps                              int
 	interval, retention, posDelay                    time.Duration
 	mode                                             string
 }
@@ -84,6 +88,7 @@ type benchResult struct {
 	maxScanRatio, cpuRatio float64
 	maxMetaBytes           int64
 	maxGap                 time.Duration
+	maintCPUPer1k          time.Duration
 }
 
 func envInt(name string, def int) int {
@@ -188,6 +193,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		}
 	}()
 
+	ident := table.Identifier{"shop", "bench"}
 	ack := &counter{}
 	seq := 0
 	model := &benchModel{}
@@ -208,19 +214,33 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			b.Fatal(err)
 		}
 	}
-	ident := table.Identifier{"shop", "bench"}
-
 	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v, delete_mode %q, position_delay %s)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
 		mc.Enabled, p.mode, p.posDelay, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
 	load0 := loadavg()
 	start := time.Now()
 	for id := 1; id <= p.rows; id++ {
 		submit(change.OpLoad, id, int32(id%1000))
+		if id%p.loadChunk == 0 || id == p.rows { // a full load flushes in parts
+			if err := s.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
-	if err := s.Flush(ctx); err != nil {
-		b.Fatal(err)
+	fmt.Fprintf(out, "load: %d rows in %s, flushed every %d rows\n\n", p.rows, time.Since(start).Round(time.Millisecond), p.loadChunk)
+	if p.rows > p.loadChunk && mc.Enabled {
+		// A table that has been live for a while has had its load's parts merged long ago: merge
+		// them before the CDC phase, so that this one-off rewrite is not counted as the cost of
+		// the changes.
+		lc := *mc
+		lc.DeleteMode = p.mode
+		c0, t0 := cpuNow(), time.Now()
+		rep, err := maintenance.RunTable(ctx, cat, ident, lc, maintenance.RunOptions{IgnoreLease: true, SkipOrphans: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(out, "load's parts merged: %d data files into %d in %s (%s CPU)\n\n", rep.DataFilesRewritten, rep.DataFilesWritten,
+			time.Since(t0).Round(time.Millisecond), (cpuNow() - c0).Round(time.Millisecond))
 	}
-	fmt.Fprintf(out, "load: %d rows in %s\n\n", p.rows, time.Since(start).Round(time.Millisecond))
 	s.mu.Lock()
 	m, _ := s.writers["shop.bench"].maint.(*maintenance.Maintainer)
 	s.mu.Unlock()
@@ -240,8 +260,17 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	tick := time.NewTicker(p.interval)
 	defer tick.Stop()
 	var last time.Time
+	// Maintenance CPU: the process's CPU over the CDC phase (scan measurements excluded) minus
+	// the ingestion cycles' (submit, flush, reading the metadata size), each of those counted at
+	// the median of the cycles during which no maintenance ran. Maintenance runs on other
+	// goroutines, and its commits on the writer's, so a cycle that overlaps it cannot be split.
+	var cdcCPU, scanCPU time.Duration
+	var cycles []time.Duration
+	cdc0 := cpuNow()
 	for i := 1; i <= p.commits; i++ {
 		<-tick.C
+		cy0 := cpuNow()
+		runs0, busy0 := m.Runs(), m.Busy()
 		for k := 0; k < p.keys; k++ {
 			x := rng.IntN(100)
 			switch {
@@ -254,7 +283,6 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 				submit(change.OpInsert, maxID, int32(rng.IntN(1000)))
 			}
 		}
-		runs0, busy0 := m.Runs(), m.Busy()
 		c0, w0 := cpuNow(), time.Now()
 		if err := s.Flush(ctx); err != nil {
 			b.Fatal(err)
@@ -283,13 +311,18 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		if fi, err := os.Stat(strings.TrimPrefix(tbl.MetadataLocation(), "file://")); err == nil {
 			res.maxMetaBytes = max(res.maxMetaBytes, fi.Size())
 		}
+		if !busy0 && !m.Busy() && m.Runs() == runs0 {
+			cycles = append(cycles, cpuNow()-cy0)
+		}
 		if i%p.scanEvery == 0 || i == p.commits {
+			sc0 := cpuNow()
 			// The table as of this commit, timed once our own compaction (if one is running) is
 			// done, so that it does not compete with the scans for the CPU.
 			for wait := time.Now(); m.Busy() && time.Since(wait) < time.Minute; {
 				time.Sleep(10 * time.Millisecond)
 			}
-			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), out)
+			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), p.scanReps, out)
+			scanCPU += cpuNow() - sc0
 			ratios = append(ratios, ratio)
 			res.maxScanRatio = max(res.maxScanRatio, ratio)
 			last = time.Time{} // the measurement paused ingestion: not a gap
@@ -297,6 +330,14 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		}
 	}
 	elapsed := time.Since(start)
+	cdcCPU = cpuNow() - cdc0 - scanCPU
+	slices.Sort(cycles)
+	var cycleCPU time.Duration
+	if len(cycles) > 0 {
+		cycleCPU = cycles[len(cycles)/2]
+	}
+	maintCPU := max(0, cdcCPU-time.Duration(p.commits)*cycleCPU)
+	res.maintCPUPer1k = time.Duration(float64(maintCPU) / float64(p.commits*p.keys) * 1000)
 
 	first, lastN := samples[:min(100, len(samples))], samples[max(0, len(samples)-100):]
 	cpuAll := func(ss []commitSample) time.Duration { return median(ss, func(c commitSample) bool { return true }) }
@@ -385,6 +426,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			probed, posWritten, lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)*99/100].Round(time.Millisecond),
 			lags[len(lags)-1].Round(time.Millisecond), len(lags), len(samples))
 	}
+	fmt.Fprintf(out, "- CPU over the CDC phase (scans excluded): %s for %d changes; ingestion cycle median %s (%d cycles without maintenance); maintenance **%s per 1,000 changes** (%s in all)\n",
+		cdcCPU.Round(time.Second), p.commits*p.keys, cycleCPU.Round(time.Microsecond), len(cycles), res.maintCPUPer1k.Round(time.Millisecond), maintCPU.Round(time.Second))
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	fmt.Fprintf(out, "- peak RSS %.0f MiB, process CPU %s over the run\n", float64(ru.Maxrss)/1024, cpuNow().Round(time.Second))
@@ -419,9 +462,9 @@ func median(ss []commitSample, keep func(commitSample) bool) time.Duration {
 	return d[len(d)/2]
 }
 
-// benchScanRow times a full scan of the table (best of two), writes the same rows into a new
+// benchScanRow times a full scan of the table (best of reps, interleaved with the copy's), writes the same rows into a new
 // single-file table (a freshly compacted copy), times its scan, and prints a report row.
-func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, model *benchModel, commit, compactions int, out io.Writer) float64 {
+func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, model *benchModel, commit, compactions, reps int, out io.Writer) float64 {
 	scan := func(t *table.Table) (time.Duration, int, int64) {
 		runtime.GC() // the previous scan's garbage is not this one's cost
 		start := time.Now()
@@ -470,7 +513,7 @@ func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *t
 	// Interleave the two scans and keep the best of each: background compaction and other
 	// processes on the machine then disturb both alike.
 	d, dc := time.Duration(1<<62), time.Duration(1<<62)
-	for range 8 {
+	for range reps {
 		t1, _, _ := scan(tbl)
 		t2, crow, _ := scan(cp)
 		d, dc = min(d, t1), min(dc, t2)
