@@ -33,7 +33,15 @@ import (
 //   - process CPU time per commit (getrusage around Flush), first 100 vs last 100 commits;
 //   - the metadata file's size and the snapshot count over the run;
 //   - the longest gap between two ingestion commits and the longest commit while maintenance
-//     was running.
+//     was running;
+//   - maintenance CPU per 1,000 changes: the CDC phase's process CPU minus the scans and minus
+//     the commits at the median CPU of a commit without maintenance running.
+//
+// The load is flushed in parts of BENCH_LOAD_CHUNK rows (as a full load spread over shards
+// arrives); with more than one part, one maintenance run merges them before the CDC phase (timed
+// and printed, not counted), so the table starts as it would after its first compaction.
+// BENCH_SCAN_REPEAT is how many times each scan runs, interleaved with the copy's (the best of
+// each is reported).
 //
 // It runs only with DMS2ICEBERG_BENCH_MAINTENANCE=1 (make bench-maintenance), once, whatever
 // -benchtime says. BENCH_MAX_DELETE_FILES, BENCH_KEEP_LAST and BENCH_RETENTION tune maintenance;
@@ -226,6 +234,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			}
 		}
 	}
+	// Printed to stdout only, for integration/pyiceberg/scan_time.py to read the live table.
+	fmt.Printf("data dir (catalog.db, warehouse): %s\n", dir)
 	fmt.Fprintf(out, "load: %d rows in %s, flushed every %d rows\n\n", p.rows, time.Since(start).Round(time.Millisecond), p.loadChunk)
 	if p.rows > p.loadChunk && mc.Enabled {
 		// A table that has been live for a while has had its load's parts merged long ago: merge
