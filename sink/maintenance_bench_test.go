@@ -2,11 +2,14 @@ package sink
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -41,7 +44,9 @@ import (
 // arrives); with more than one part, one maintenance run merges them before the CDC phase (timed
 // and printed, not counted), so the table starts as it would after its first compaction.
 // BENCH_SCAN_REPEAT is how many times each scan runs, interleaved with the copy's (the best of
-// each is reported).
+// each is reported). BENCH_PYICEBERG_PYTHON names a python with pyiceberg (`.ci/spark.sh env`
+// prints DMS2ICEBERG_IT_PYICEBERG_PYTHON): at every scan point PyIceberg's scan is timed against a
+// compacted copy too, once the maintainer has converted the outstanding equality deletes.
 //
 // It runs only with DMS2ICEBERG_BENCH_MAINTENANCE=1 (make bench-maintenance), once, whatever
 // -benchtime says. BENCH_MAX_DELETE_FILES, BENCH_KEEP_LAST and BENCH_RETENTION tune maintenance;
@@ -67,6 +72,7 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		posDelay:  envDuration("BENCH_POSITION_DELAY", maintenance.DefaultConfig().PositionDelay),
 		loadChunk: envInt("BENCH_LOAD_CHUNK", 1_000_000),
 		scanReps:  envInt("BENCH_SCAN_REPEAT", 8),
+		pyiceberg: os.Getenv("BENCH_PYICEBERG_PYTHON"),
 	}
 	out := io.Writer(os.Stdout)
 	if path := os.Getenv("BENCH_OUT"); path != "" {
@@ -88,6 +94,7 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 type benchParams struct {
 	rows, commits, keys, scanEvery, maxDel, keepLast int
 	loadChunk, scanReps                              int
+	pyiceberg                                        string // python with pyiceberg: time its scans too
 	interval, retention, posDelay                    time.Duration
 	mode                                             string
 }
@@ -275,6 +282,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	// the median of the cycles during which no maintenance ran. Maintenance runs on other
 	// goroutines, and its commits on the writer's, so a cycle that overlaps it cannot be split.
 	var cdcCPU, scanCPU time.Duration
+	var pyRows []string
 	var cycles []time.Duration
 	cdc0 := cpuNow()
 	for i := 1; i <= p.commits; i++ {
@@ -333,6 +341,9 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			}
 			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), p.scanReps, out)
 			scanCPU += cpuNow() - sc0
+			if p.pyiceberg != "" {
+				pyRows = append(pyRows, benchPyIceberg(b, ctx, cat, ident, dir, i, p))
+			}
 			ratios = append(ratios, ratio)
 			res.maxScanRatio = max(res.maxScanRatio, ratio)
 			last = time.Time{} // the measurement paused ingestion: not a gap
@@ -410,6 +421,14 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	slices.Sort(convTook)
 	slices.Sort(lags)
 	fmt.Fprintf(out, "\n")
+	if len(pyRows) > 0 {
+		fmt.Fprintf(out, "PyIceberg (%s), after ingestion paused until no equality delete was left:\n\n", p.pyiceberg)
+		fmt.Fprintf(out, "| commit | wait for conversion | PyIceberg scan | compacted copy | ratio | delete files | position deletes |\n|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range pyRows {
+			fmt.Fprintln(out, r)
+		}
+		fmt.Fprintf(out, "\n")
+	}
 	fmt.Fprintf(out, "- run: %d commits in %s (%.1f commits/s)\n", len(samples), elapsed.Round(time.Second), float64(len(samples))/elapsed.Seconds())
 	slices.Sort(ratios)
 	fmt.Fprintf(out, "- machine: load average %s at the start, %s at the end (2 cores shared with other work)\n", load0, loadavg())
@@ -546,4 +565,49 @@ func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *t
 	fmt.Fprintf(out, "| %d | %s | %s | %.2f | %s | %d | %d | %d | %s | %d |\n", commit, d.Round(time.Millisecond), dc.Round(time.Millisecond),
 		ratio, mark, totals.GetInt("total-data-files", 0), totals.GetInt("total-delete-files", 0), len(tbl.Metadata().Snapshots()), kib(fi.Size()), compactions)
 	return ratio
+}
+
+// benchPyIceberg times PyIceberg's full scan of the table against a compacted copy of it
+// (integration/pyiceberg/scan_time.py) and returns a report row. PyIceberg does not apply
+// equality deletes, and while commits arrive every flush interval the newest ones always have
+// theirs outstanding (a conversion converts what its plan saw, README "Which engine reads which
+// mode"), so ingestion stays paused until the maintainer has converted them; the wait is
+// reported.
+func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, ident table.Identifier, dir string, commit int, p benchParams) string {
+	start := time.Now()
+	for {
+		tbl, err := cat.LoadTable(ctx, ident)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if tbl.CurrentSnapshot().Summary.Properties.GetInt("total-equality-deletes", 0) == 0 {
+			break
+		}
+		if time.Since(start) > p.posDelay+2*time.Minute {
+			return fmt.Sprintf("| %d | equality deletes outstanding after %s | – | – | – | – | – |", commit, time.Since(start).Round(time.Second))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	wait := time.Since(start)
+	cmd := exec.CommandContext(ctx, p.pyiceberg, filepath.Join("..", "integration", "pyiceberg", "scan_time.py"),
+		"--catalog-db", filepath.Join(dir, "catalog.db"), "--warehouse", filepath.Join(dir, "warehouse"),
+		"--table", strings.Join(ident, "."), "--copy-dir", filepath.Join(b.TempDir(), "copy"), "--reps", strconv.Itoa(p.scanReps))
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("pyiceberg scan at commit %d: %v\n%s", commit, err, stderr.String())
+	}
+	var r struct {
+		Rows            int     `json:"rows"`
+		DeleteFiles     int     `json:"delete_files"`
+		PositionDeletes int64   `json:"position_deletes"`
+		Scan            float64 `json:"scan_s"`
+		Copy            float64 `json:"copy_scan_s"`
+		Ratio           float64 `json:"ratio"`
+	}
+	if err := json.Unmarshal(outb, &r); err != nil {
+		b.Fatalf("pyiceberg scan at commit %d: %v: %s", commit, err, outb)
+	}
+	return fmt.Sprintf("| %d | %s | %.3fs | %.3fs | %.2f | %d | %d |", commit, wait.Round(time.Millisecond), r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes)
 }
