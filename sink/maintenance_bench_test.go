@@ -456,7 +456,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			lags[len(lags)-1].Round(time.Millisecond), len(lags), len(samples))
 	}
 	fmt.Fprintf(out, "- CPU over the CDC phase (scans excluded): %s for %d changes; ingestion cycle median %s (%d cycles without maintenance); maintenance **%s per 1,000 changes** (%s in all)\n",
-		cdcCPU.Round(time.Second), p.commits*p.keys, cycleCPU.Round(time.Microsecond), len(cycles), res.maintCPUPer1k.Round(time.Millisecond), maintCPU.Round(time.Second))
+		cdcCPU.Round(time.Millisecond), p.commits*p.keys, cycleCPU.Round(time.Microsecond), len(cycles), res.maintCPUPer1k.Round(time.Millisecond), maintCPU.Round(time.Millisecond))
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	fmt.Fprintf(out, "- peak RSS %.0f MiB, process CPU %s over the run\n", float64(ru.Maxrss)/1024, cpuNow().Round(time.Second))
