@@ -58,10 +58,36 @@ type conversionPlan struct {
 // data file: the global scope of unpartitioned deletes), each with the highest sequence number
 // of an equality delete holding it.
 type keyScope struct {
-	seq    map[string]int64
-	ints   []int64         // single-column integer keys, sorted, for bound checks
-	intSeq map[int64]int64 // seq by single-column integer key, for probing without text
-	strs   []string        // single-column string keys, sorted
+	seq    map[string]int64 // seq by key rendered as text (keys other than a single integer)
+	intSeq map[int64]int64  // seq by single-column integer key, for probing without text
+	ints   []int64          // the integer keys, sorted, for bound checks
+	strs   []string         // single-column string keys, sorted
+	// intBits is a bit set over a hash of the integer keys (a one-hash Bloom filter) with at
+	// least 16 bits per key: a probe reads every row of a candidate file, almost none of which
+	// is deleted, and the bit answers most of them without a map lookup.
+	intBits  []uint64
+	bitShift uint
+}
+
+func newKeyScope() *keyScope {
+	return &keyScope{seq: map[string]int64{}, intSeq: map[int64]int64{}}
+}
+
+func (s *keyScope) empty() bool { return s == nil || len(s.seq) == 0 && len(s.intSeq) == 0 }
+
+// intBit is the position of integer key k in intBits (Fibonacci hashing).
+func (s *keyScope) intBit(k int64) uint64 { return uint64(k) * 0x9E3779B97F4A7C15 >> s.bitShift }
+
+// seqOfInt is the highest sequence number of an equality delete of integer key k in the scope, 0
+// for none (s may be nil).
+func (s *keyScope) seqOfInt(k int64) int64 {
+	if s == nil || len(s.intBits) == 0 {
+		return 0
+	}
+	if b := s.intBit(k); s.intBits[b>>6]&(1<<(b&63)) == 0 {
+		return 0
+	}
+	return s.intSeq[k]
 }
 
 // convert turns the table's outstanding equality deletes into position deletes and adds what it
@@ -225,7 +251,14 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}}
 	schema := src.Schema()
 	keyIDs := eqDels[0].df.EqualityFieldIDs()
-	global := &keyScope{seq: map[string]int64{}}
+	var keyType iceberg.Type
+	if len(keyIDs) == 1 {
+		if f, ok := schema.FindFieldByID(keyIDs[0]); ok {
+			keyType = f.Type
+		}
+	}
+	ints := intKey(keyIDs, keyType)
+	global := newKeyScope()
 	scopes := map[string]*keyScope{}
 	meta := src.Metadata()
 	for _, e := range eqDels {
@@ -237,23 +270,26 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		if spec := meta.PartitionSpecByID(int(e.df.SpecID())); spec != nil && !spec.IsUnpartitioned() {
 			k := scopeKey(e.df)
 			if sc = scopes[k]; sc == nil {
-				sc = &keyScope{seq: map[string]int64{}}
+				sc = newKeyScope()
 				scopes[k] = sc
 			}
 		}
-		err := readKeys(ctx, fs, e.df.FilePath(), schema, keyIDs, func(key string, _ int64) {
-			if sc.seq[key] < e.seq {
-				sc.seq[key] = e.seq
-			}
-		})
+		var err error
+		if ints {
+			err = probeInts(ctx, fs, e.df.FilePath(), keyIDs[0], func(key, _ int64) {
+				if sc.intSeq[key] < e.seq {
+					sc.intSeq[key] = e.seq
+				}
+			})
+		} else {
+			err = readKeys(ctx, fs, e.df.FilePath(), schema, keyIDs, func(key string, _ int64) {
+				if sc.seq[key] < e.seq {
+					sc.seq[key] = e.seq
+				}
+			})
+		}
 		if err != nil {
 			return nil, fmt.Errorf("read equality deletes %s: %w", e.df.FilePath(), err)
-		}
-	}
-	var keyType iceberg.Type
-	if len(keyIDs) == 1 {
-		if f, ok := schema.FindFieldByID(keyIDs[0]); ok {
-			keyType = f.Type
 		}
 	}
 	global.index(keyType)
@@ -276,13 +312,9 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		p.probed[d.df.FilePath()] = true
 		var positions []int64
 		var err error
-		if intKey(keyIDs, keyType) {
-			var scoped map[int64]int64
-			if sc != nil {
-				scoped = sc.intSeq
-			}
+		if ints {
 			err = probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], func(key, pos int64) {
-				if global.intSeq[key] > d.seq || scoped[key] > d.seq {
+				if global.seqOfInt(key) > d.seq || sc.seqOfInt(key) > d.seq {
 					positions = append(positions, pos)
 				}
 			})
@@ -368,33 +400,40 @@ func readPositions(ctx context.Context, fs icebergio.IO, path, dataPath string, 
 	})
 }
 
-// index sorts the scope's single-column integer or string keys for bound checks.
+// index sorts the scope's single-column integer or string keys for bound checks, and sets the
+// integer keys' bits.
 func (s *keyScope) index(t iceberg.Type) {
 	if s == nil {
 		return
 	}
-	for k, seq := range s.seq {
-		switch t.(type) {
-		case iceberg.Int32Type, iceberg.Int64Type:
-			if v, err := strconv.ParseInt(k, 10, 64); err == nil {
-				s.ints = append(s.ints, v)
-				if s.intSeq == nil {
-					s.intSeq = make(map[int64]int64, len(s.seq))
-				}
-				s.intSeq[v] = seq
-			}
-		case iceberg.StringType:
+	if _, ok := t.(iceberg.StringType); ok {
+		for k := range s.seq {
 			s.strs = append(s.strs, k)
 		}
+		slices.Sort(s.strs)
+	}
+	if len(s.intSeq) == 0 {
+		return
+	}
+	bits := uint(6) // at least one word
+	for 1<<bits < 16*len(s.intSeq) {
+		bits++
+	}
+	s.bitShift = 64 - bits
+	s.intBits = make([]uint64, 1<<(bits-6))
+	s.ints = make([]int64, 0, len(s.intSeq))
+	for k := range s.intSeq {
+		s.ints = append(s.ints, k)
+		b := s.intBit(k)
+		s.intBits[b>>6] |= 1 << (b & 63)
 	}
 	slices.Sort(s.ints)
-	slices.Sort(s.strs)
 }
 
 // mayHold reports whether data file d's key-column bounds can hold one of the scope's keys (true
 // when the key or the bounds do not allow the check).
 func (s *keyScope) mayHold(d liveFile, keyIDs []int, t iceberg.Type) bool {
-	if s == nil || len(s.seq) == 0 {
+	if s.empty() {
 		return false
 	}
 	if len(keyIDs) != 1 {
