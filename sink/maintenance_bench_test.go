@@ -241,8 +241,6 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			}
 		}
 	}
-	// Printed to stdout only, for integration/pyiceberg/scan_time.py to read the live table.
-	fmt.Printf("data dir (catalog.db, warehouse): %s\n", dir)
 	fmt.Fprintf(out, "load: %d rows in %s, flushed every %d rows\n\n", p.rows, time.Since(start).Round(time.Millisecond), p.loadChunk)
 	if p.rows > p.loadChunk && mc.Enabled {
 		// A table that has been live for a while has had its load's parts merged long ago: merge
@@ -342,7 +340,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), p.scanReps, out)
 			scanCPU += cpuNow() - sc0
 			if p.pyiceberg != "" {
-				pyRows = append(pyRows, benchPyIceberg(b, ctx, cat, ident, dir, i, p))
+				pyRows = append(pyRows, benchPyIceberg(b, ctx, cat, ident, dir, i, model.n, p))
 			}
 			ratios = append(ratios, ratio)
 			res.maxScanRatio = max(res.maxScanRatio, ratio)
@@ -573,7 +571,7 @@ func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *t
 // theirs outstanding (a conversion converts what its plan saw, README "Which engine reads which
 // mode"), so ingestion stays paused until the maintainer has converted them; the wait is
 // reported.
-func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, ident table.Identifier, dir string, commit int, p benchParams) string {
+func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, ident table.Identifier, dir string, commit, wantRows int, p benchParams) string {
 	start := time.Now()
 	for {
 		tbl, err := cat.LoadTable(ctx, ident)
@@ -608,6 +606,9 @@ func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, iden
 	}
 	if err := json.Unmarshal(outb, &r); err != nil {
 		b.Fatalf("pyiceberg scan at commit %d: %v: %s", commit, err, outb)
+	}
+	if r.Rows != wantRows { // ingestion is paused: the table holds the model's rows
+		b.Errorf("commit %d: PyIceberg read %d rows, the model has %d", commit, r.Rows, wantRows)
 	}
 	return fmt.Sprintf("| %d | %s | %.3fs | %.3fs | %.2f | %d | %d |", commit, wait.Round(time.Millisecond), r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes)
 }

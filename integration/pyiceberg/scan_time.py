@@ -2,10 +2,9 @@
 
 usage: python scan_time.py --catalog-db PATH --warehouse DIR --table NS.TABLE --copy-dir DIR [--reps N]
 
-It opens the service's embedded SQLite catalog (`make bench-maintenance` prints where its catalog
-and warehouse are while it runs), picks the newest snapshot without equality deletes (PyIceberg does not
-apply them; in delete_mode position the newest commit usually still has its own outstanding for
-up to position_delay), scans it to Arrow, writes the same rows into a new single-snapshot table in
+It opens the service's embedded SQLite catalog (`make bench-maintenance` runs it with
+BENCH_PYICEBERG_PYTHON, once the table's equality deletes are converted), picks the newest
+snapshot without equality deletes (PyIceberg does not apply them), scans it to Arrow, writes the same rows into a new single-snapshot table in
 a catalog of its own under --copy-dir (a freshly compacted copy), and times both scans, best of
 --reps, interleaved so that load on the machine disturbs both alike. It prints one JSON object:
 

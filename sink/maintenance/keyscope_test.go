@@ -35,7 +35,7 @@ func TestKeyScopeIntegerKeys(t *testing.T) {
 			if s.seqOfInt(k) != 0 {
 				t.Fatalf("n=%d: key %d not deleted, got a seq", n, k)
 			}
-			if b := s.intBit(k); s.intBits[b>>6]&(1<<(b&63)) != 0 {
+			if s.mayHoldInt(k) {
 				passed++
 			}
 		}

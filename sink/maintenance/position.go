@@ -84,10 +84,16 @@ func (s *keyScope) seqOfInt(k int64) int64 {
 	if s == nil || len(s.intBits) == 0 {
 		return 0
 	}
-	if b := s.intBit(k); s.intBits[b>>6]&(1<<(b&63)) == 0 {
+	if !s.mayHoldInt(k) {
 		return 0
 	}
 	return s.intSeq[k]
+}
+
+// mayHoldInt reports whether k's bit is set: false means k is not deleted in the scope.
+func (s *keyScope) mayHoldInt(k int64) bool {
+	b := s.intBit(k)
+	return s.intBits[b>>6]&(1<<(b&63)) != 0
 }
 
 // convert turns the table's outstanding equality deletes into position deletes and adds what it
