@@ -173,8 +173,14 @@ type TableConfig struct {
 	// "equality" (default; the cheapest write, read by Spark, Flink, Trino and Athena) or
 	// "position": the table's maintainer turns every commit's equality deletes into position
 	// deletes within sink.maintenance.position_delay, which PyIceberg, Snowflake and Databricks
-	// read too. Needs maintenance enabled.
+	// read too, or "dv": the same with deletion vectors, in a table created as format v3
+	// (format_version). On a format v2 table the conversion writes Parquet position-delete
+	// files, on v3 deletion vectors, whatever the mode says. Needs maintenance enabled.
 	DeleteMode string `yaml:"delete_mode"`
+	// FormatVersion is the Iceberg format version of the table when the sink creates it: 2 or 3.
+	// Default 0: 3 for delete_mode dv, else 2 (what every engine reads). An existing table keeps
+	// its version.
+	FormatVersion int `yaml:"format_version"`
 	// KeylessIdentity overrides sink.keyless_identity for this table: "auto" or "off". Default
 	// "": the sink's.
 	KeylessIdentity string `yaml:"keyless_identity"`
@@ -291,8 +297,8 @@ func (c Config) Validate() error {
 	}
 	if !c.Maintenance.Enabled {
 		for name, t := range c.Tables {
-			if t.DeleteMode == maintenance.DeleteModePosition {
-				return fmt.Errorf("sink.tables[%s].delete_mode: position needs sink.maintenance.enabled (the maintainer converts the deletes)", name)
+			if maintenance.Converting(t.DeleteMode) {
+				return fmt.Errorf("sink.tables[%s].delete_mode: %s needs sink.maintenance.enabled (the maintainer converts the deletes)", name, t.DeleteMode)
 			}
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -170,6 +171,9 @@ func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, er
 		return nil, &schemaError{fmt.Errorf("schema for %s: %w", w.src, err)}
 	}
 	props := maps.Clone(tableProperties)
+	if v := w.set.tc.formatVersion(); v != 0 {
+		props["format-version"] = strconv.Itoa(v)
+	}
 	var configured []change.ColumnDef
 	for _, c := range w.set.tc.Columns {
 		configured = append(configured, c.def())

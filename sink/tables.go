@@ -106,6 +106,15 @@ func (c Config) validateTables() error {
 	return c.validateTargets()
 }
 
+// formatVersion is the format version the sink creates the table with: format_version, else 3 for
+// delete_mode dv; 0 leaves tableProperties' (2).
+func (t TableConfig) formatVersion() int {
+	if t.FormatVersion == 0 && t.DeleteMode == maintenance.DeleteModeDV {
+		return 3
+	}
+	return t.FormatVersion
+}
+
 func (t TableConfig) validate(name string, hashKey []byte) error {
 	field := func(f string) string { return fmt.Sprintf("sink.tables[%s].%s", name, f) }
 	if name == "" || !strings.Contains(name, ".") {
@@ -196,8 +205,14 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 		return fmt.Errorf("%s: %w", field("ordering"), err)
 	}
 	if !maintenance.ValidDeleteMode(t.DeleteMode) {
-		return fmt.Errorf("%s: must be %q or %q, got %q", field("delete_mode"), maintenance.DeleteModeEquality,
-			maintenance.DeleteModePosition, t.DeleteMode)
+		return fmt.Errorf("%s: must be %q, %q or %q, got %q", field("delete_mode"), maintenance.DeleteModeEquality,
+			maintenance.DeleteModePosition, maintenance.DeleteModeDV, t.DeleteMode)
+	}
+	switch {
+	case t.FormatVersion != 0 && t.FormatVersion != 2 && t.FormatVersion != 3:
+		return fmt.Errorf("%s: must be 2 or 3, got %d", field("format_version"), t.FormatVersion)
+	case t.DeleteMode == maintenance.DeleteModeDV && t.FormatVersion == 2:
+		return fmt.Errorf("%s: dv needs format_version 3 (deletion vectors are a format v3 feature)", field("delete_mode"))
 	}
 	if err := validIdentity(t.KeylessIdentity); err != nil {
 		return fmt.Errorf("%s: %w", field("keyless_identity"), err)

@@ -161,22 +161,45 @@ func TestOrderingSettings(t *testing.T) {
 	}
 }
 
-// delete_mode is equality or position; position needs maintenance, which converts the deletes.
+// delete_mode is equality, position or dv; position and dv need maintenance, which converts the
+// deletes; dv needs format v3, which it implies unless format_version says 2.
 func TestDeleteModeValidated(t *testing.T) {
 	t.Parallel()
 	c := DefaultConfig()
 	c.Stream = "st"
-	c.Tables = map[string]TableConfig{"s.t": {DeleteMode: "position"}}
-	if err := c.Validate(); err != nil {
-		t.Fatalf("position: %v", err)
+	for _, tc := range []TableConfig{{DeleteMode: "position"}, {DeleteMode: "dv"}, {DeleteMode: "dv", FormatVersion: 3},
+		{FormatVersion: 3}, {DeleteMode: "position", FormatVersion: 3}} {
+		c.Tables = map[string]TableConfig{"s.t": tc}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("%+v: %v", tc, err)
+		}
 	}
-	c.Tables = map[string]TableConfig{"s.t": {DeleteMode: "dv"}}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "sink.tables[s.t].delete_mode") {
-		t.Fatalf("dv: %v, want an error naming sink.tables[s.t].delete_mode", err)
+	for _, bad := range []struct {
+		tc    TableConfig
+		field string
+	}{
+		{TableConfig{DeleteMode: "vectors"}, "sink.tables[s.t].delete_mode"},
+		{TableConfig{DeleteMode: "dv", FormatVersion: 2}, "sink.tables[s.t].delete_mode"},
+		{TableConfig{FormatVersion: 4}, "sink.tables[s.t].format_version"},
+		{TableConfig{FormatVersion: 1}, "sink.tables[s.t].format_version"},
+	} {
+		c.Tables = map[string]TableConfig{"s.t": bad.tc}
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), bad.field) {
+			t.Fatalf("%+v: %v, want an error naming %s", bad.tc, err, bad.field)
+		}
 	}
-	c.Tables = map[string]TableConfig{"s.t": {DeleteMode: "position"}}
-	c.Maintenance.Enabled = false
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "maintenance") {
-		t.Fatalf("position without maintenance: %v, want an error", err)
+	if v := (TableConfig{DeleteMode: "dv"}).formatVersion(); v != 3 {
+		t.Fatalf("delete_mode dv creates format v%d, want 3", v)
+	}
+	if v := (TableConfig{DeleteMode: "position"}).formatVersion(); v != 0 {
+		t.Fatalf("delete_mode position creates format v%d, want the default (0: tableProperties' 2)", v)
+	}
+	for _, mode := range []string{"position", "dv"} {
+		c.Tables = map[string]TableConfig{"s.t": {DeleteMode: mode}}
+		c.Maintenance.Enabled = false
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "maintenance") {
+			t.Fatalf("%s without maintenance: %v, want an error", mode, err)
+		}
+		c.Maintenance.Enabled = true
 	}
 }

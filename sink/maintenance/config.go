@@ -88,8 +88,12 @@ type Config struct {
 	CommitTimeout time.Duration `yaml:"-"`
 	// DeleteMode is the table's delete mode (design.md §11.1), set per table by the sink from
 	// sink.tables.<t>.delete_mode: DeleteModeEquality (default, "") leaves the writer's equality
-	// deletes to compaction; DeleteModePosition turns them into position deletes within
-	// PositionDelay, and compaction then rewrites only files past RewriteDeletedFraction.
+	// deletes to compaction; DeleteModePosition and DeleteModeDV turn them into position deletes
+	// within PositionDelay, and compaction then rewrites only files past RewriteDeletedFraction.
+	// The table's format version decides the kind of position delete: Parquet position-delete
+	// files on a format v2 table, deletion vectors (Puffin) on v3, where the spec allows no
+	// other. DeleteModeDV differs from DeleteModePosition only in the table the sink creates
+	// (format v3).
 	DeleteMode string `yaml:"-"`
 	// PositionDelay: in position mode, equality deletes are converted once the oldest one has
 	// been outstanding this long (the conversion of several commits at once reads each data
@@ -105,14 +109,18 @@ type Config struct {
 const (
 	DeleteModeEquality = "equality"
 	DeleteModePosition = "position"
+	DeleteModeDV       = "dv"
 )
 
 // ValidDeleteMode reports whether s is a delete mode ("" is the default, equality).
 func ValidDeleteMode(s string) bool {
-	return s == "" || s == DeleteModeEquality || s == DeleteModePosition
+	return s == "" || s == DeleteModeEquality || s == DeleteModePosition || s == DeleteModeDV
 }
 
-func (c Config) positionMode() bool { return c.DeleteMode == DeleteModePosition }
+// Converting reports whether delete mode s turns equality deletes into position deletes.
+func Converting(s string) bool { return s == DeleteModePosition || s == DeleteModeDV }
+
+func (c Config) positionMode() bool { return Converting(c.DeleteMode) }
 
 // DefaultConfig returns the defaults documented on each field.
 func DefaultConfig() Config {
@@ -193,7 +201,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("sink.maintenance.lease_duration: must be at least 10s, got %s", c.LeaseDuration)
 	}
 	if !ValidDeleteMode(c.DeleteMode) {
-		return fmt.Errorf("delete_mode: must be %q or %q, got %q", DeleteModeEquality, DeleteModePosition, c.DeleteMode)
+		return fmt.Errorf("delete_mode: must be %q, %q or %q, got %q", DeleteModeEquality, DeleteModePosition, DeleteModeDV, c.DeleteMode)
 	}
 	if c.PositionDelay < 0 {
 		return fmt.Errorf("sink.maintenance.position_delay: must not be negative, got %s", c.PositionDelay)

@@ -21,6 +21,7 @@ import (
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 	"github.com/google/uuid"
 	"go.uber.org/zap"
 
@@ -52,6 +53,35 @@ type conversionPlan struct {
 	// replaced are the live position-delete files of the probed data files whose positions the
 	// new files also hold (one file per data file, mergePositionDeletes); commit 2 drops them.
 	replaced []iceberg.DataFile
+	// On a format v3 table posDels are deletion vectors, one per data file in one Puffin file.
+	// replacedDVs are the live deletion vectors they supersede (commit 1 removes them: the spec
+	// allows one live deletion vector per data file), and dvOf is the live deletion vector of
+	// every probed data file the plan saw ("" for none), which check compares with the head.
+	dvs         bool
+	replacedDVs []iceberg.DataFile
+	dvOf        map[string]string
+}
+
+// dvKey names one live deletion vector: its Puffin file and the offset of its blob.
+func dvKey(df iceberg.DataFile) string {
+	if off := df.ContentOffset(); off != nil {
+		return fmt.Sprintf("%s@%d", df.FilePath(), *off)
+	}
+	return df.FilePath()
+}
+
+// liveDVs indexes the deletion vectors among posDels by the data file they reference.
+func liveDVs(posDels []liveFile) map[string]liveFile {
+	out := map[string]liveFile{}
+	for _, pd := range posDels {
+		if !table.IsDeletionVector(pd.df) {
+			continue
+		}
+		if ref := pd.df.ReferencedDataFile(); ref != nil {
+			out[*ref] = pd
+		}
+	}
+	return out
 }
 
 // keyScope holds the deleted keys that apply to the data files of one partition (or to every
@@ -132,6 +162,9 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 			rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
 				tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)})
 			rd.AddDeletes(p.posDels...)
+			if len(p.replacedDVs) > 0 {
+				rd.RemoveDeletes(p.replacedDVs...)
+			}
 			return rd.Commit(ctx)
 		})
 		attempts += max(c.sent, 1)
@@ -182,7 +215,8 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 	rep.ConversionTook += time.Since(start)
 	m.log.Info("converted equality deletes", zap.Duration("took", time.Since(start)),
 		zap.Int("equality_delete_files", len(p.eqDels)), zap.Int("data_files_probed", len(p.probed)),
-		zap.Int("position_delete_files", len(p.posDels)), zap.Int("position_delete_files_merged", len(p.replaced)),
+		zap.Bool("deletion_vectors", p.dvs),
+		zap.Int("position_delete_files", len(p.posDels)), zap.Int("position_delete_files_merged", len(p.replaced)+len(p.replacedDVs)),
 		zap.Int64("positions", p.rows),
 		zap.Int("attempts", attempts), zap.Int64("starting_snapshot", p.snap.SnapshotID))
 	return nil
@@ -255,6 +289,19 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	ownPos := fileScoped(posDels)
 	sort.Slice(eqDels, func(i, j int) bool { return eqDels[i].seq < eqDels[j].seq })
 	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}}
+	meta := src.Metadata()
+	var dvw *dv.DVWriter
+	var dvOf map[string]liveFile
+	if meta.Version() >= 3 {
+		// Format v3: deletion vectors, the only position deletes the spec lets a v3 writer add.
+		wfs, ok := fs.(icebergio.WriteFileIO)
+		if !ok {
+			return nil, errors.New("the table's file IO cannot write")
+		}
+		dvw = dv.NewDVWriter(wfs, func(id int32) *iceberg.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
+		dvOf = liveDVs(posDels)
+		p.dvs, p.dvOf = true, map[string]string{}
+	}
 	schema := src.Schema()
 	keyIDs := eqDels[0].df.EqualityFieldIDs()
 	var keyType iceberg.Type
@@ -266,7 +313,6 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	ints := intKey(keyIDs, keyType)
 	global := newKeyScope()
 	scopes := map[string]*keyScope{}
-	meta := src.Metadata()
 	for _, e := range eqDels {
 		p.maxSeq = max(p.maxSeq, e.seq)
 		if !slices.Equal(e.df.EqualityFieldIDs(), keyIDs) {
@@ -355,6 +401,13 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 			}
 			replaced = append(replaced, old.df)
 		}
+		if dvw != nil {
+			if err := p.addDV(ctx, dvw, d, positions, dvOf, posDels); err != nil {
+				return nil, err
+			}
+			p.replaced = append(p.replaced, replaced...)
+			continue
+		}
 		df, err := writePositionDeletes(fs, meta, location, d.df, positions)
 		if err != nil {
 			removeFiles(fs, p.posDels)
@@ -364,7 +417,54 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		p.replaced = append(p.replaced, replaced...)
 		p.rows += df.Count()
 	}
+	if dvw != nil {
+		files, err := dvw.Flush(ctx, fmt.Sprintf("%s/%s-dv.puffin", location, uuid.NewString()))
+		if err != nil {
+			return nil, fmt.Errorf("write deletion vectors: %w", err)
+		}
+		p.posDels = files
+		for _, df := range files {
+			p.rows += df.Count()
+		}
+	}
 	return p, nil
+}
+
+// addDV adds data file d's deleted positions to the plan's deletion vectors. A data file's
+// deletion vector holds every position deleted in it (readers ignore its Parquet position
+// deletes once it has one): those of its live deletion vector, which commit 1 replaces, and
+// those of the Parquet position-delete files that apply to it (file-scoped ones are already in
+// positions; partition-scoped ones, which a v2 writer may have left, are read here and stay for
+// their other data files).
+func (p *conversionPlan) addDV(ctx context.Context, dvw *dv.DVWriter, d liveFile, positions []int64, dvOf map[string]liveFile, posDels []liveFile) error {
+	path := d.df.FilePath()
+	p.dvOf[path] = ""
+	if old, ok := dvOf[path]; ok {
+		bm, err := dv.ReadDV(p.fs, old.df)
+		if err != nil {
+			return fmt.Errorf("read deletion vector of %s: %w", path, err)
+		}
+		dvw.Load(path, bm, d.df.SpecID(), d.df.Partition())
+		p.replacedDVs = append(p.replacedDVs, old.df)
+		p.dvOf[path] = dvKey(old.df)
+	}
+	for _, pd := range posDels {
+		if table.IsDeletionVector(pd.df) || pd.seq < d.seq || sameBounds(pd.df) || !mayReference(pd.df, path) {
+			continue
+		}
+		err := readPositions(ctx, p.fs, pd.df.FilePath(), path, func(pos int64) { positions = append(positions, pos) })
+		if err != nil {
+			return fmt.Errorf("read position deletes %s: %w", pd.df.FilePath(), err)
+		}
+	}
+	return dvw.Add(path, positions, d.df.SpecID(), d.df.Partition())
+}
+
+// mayReference reports whether a Parquet position-delete file's file_path bounds admit path (no
+// bounds admit every path).
+func mayReference(pd iceberg.DataFile, path string) bool {
+	lo, hi := pd.LowerBoundValues()[posPathField], pd.UpperBoundValues()[posPathField]
+	return (len(lo) == 0 || string(lo) <= path) && (len(hi) == 0 || path <= string(hi))
 }
 
 // posPathField and posPosField are the field ids of a position-delete file's columns.
@@ -740,5 +840,24 @@ func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[stri
 			return nil, errSuperseded
 		}
 	}
+	if p.dvs {
+		// Each probed data file must still have the deletion vector the plan merged (or none):
+		// another writer's new one would be dropped by the replacement, or left beside it.
+		now := liveDVs(posDels)
+		for path, want := range p.dvOf {
+			got := ""
+			if e, ok := now[path]; ok {
+				got = dvKey(e.df)
+			}
+			if got != want && !(got != "" && p.ours(now[path].df)) {
+				return nil, errSuperseded
+			}
+		}
+	}
 	return live, nil
+}
+
+// ours reports whether df is one of the deletion vectors the plan writes (commit 1 landed).
+func (p *conversionPlan) ours(df iceberg.DataFile) bool {
+	return len(p.posDels) > 0 && df.FilePath() == p.posDels[0].FilePath()
 }

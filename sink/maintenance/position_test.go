@@ -127,9 +127,16 @@ func TestPositionConversionKeepsRows(t *testing.T) {
 // A table partitioned by bucket on the key: the equality deletes are partition-scoped, and the
 // position deletes carry their data file's partition.
 func TestPositionConversionPartitioned(t *testing.T) {
+	for _, v := range []int{2, 3} {
+		t.Run(fmt.Sprintf("format=v%d", v), func(t *testing.T) { testPositionConversionPartitioned(t, v) })
+	}
+}
+
+func testPositionConversionPartitioned(t *testing.T, formatVersion int) {
 	dir := t.TempDir()
 	def := usersDef
 	def.Partition = []sink.PartitionField{{Column: "id", Transform: "bucket", N: 4}}
+	def.FormatVersion = formatVersion
 	h := newHarnessFor(t, dir, def)
 	m := newModel(h)
 	m.load(200)
@@ -163,6 +170,17 @@ func TestPositionConversionPartitioned(t *testing.T) {
 		}
 	}
 	for _, pd := range posDels {
+		if formatVersion >= 3 {
+			// A deletion vector names its data file.
+			ref := pd.ReferencedDataFile()
+			if !table.IsDeletionVector(pd) || ref == nil || parts[*ref] == "" {
+				t.Fatalf("position delete %s in a v3 table: want a deletion vector of a live data file", pd.FilePath())
+			}
+			if got, want := fmt.Sprint(pd.SpecID(), pd.Partition()), parts[*ref]; got != want || len(pd.Partition()) == 0 {
+				t.Fatalf("deletion vector of %s: spec and partition %s, its data file's %s", *ref, got, want)
+			}
+			continue
+		}
 		// File-scoped: the file_path column's bounds are the one data file (v2 manifests have no
 		// referenced_data_file).
 		lo, hi := string(pd.LowerBoundValues()[2147483546]), string(pd.UpperBoundValues()[2147483546])
@@ -321,6 +339,10 @@ func posDeletesPerDataFile(t *testing.T, tbl *table.Table) map[string]int {
 		if df.ContentType() != iceberg.EntryContentPosDeletes {
 			continue
 		}
+		if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil {
+			out[*ref]++
+			continue
+		}
 		lo, hi := string(df.LowerBoundValues()[2147483546]), string(df.UpperBoundValues()[2147483546])
 		if lo == "" || lo != hi {
 			t.Fatalf("position delete %s is not file-scoped (%q..%q)", df.FilePath(), lo, hi)
@@ -367,6 +389,94 @@ func TestPositionConversionMergesADataFilesPositionDeletes(t *testing.T) {
 	per := posDeletesPerDataFile(t, tbl)
 	if len(per) == 0 {
 		t.Fatal("no position deletes")
+	}
+	h.close()
+}
+
+// dvDef is usersDef with format_version 3 (what delete_mode dv implies; the harness runs the
+// maintainer itself, so the sink's table config names no delete mode).
+func dvDef() sink.TableConfig {
+	d := usersDef
+	d.FormatVersion = 3
+	return d
+}
+
+// In delete mode dv the table is format v3 and every conversion leaves one deletion vector per
+// data file (the spec allows no more): a data file that already has one gets a replacement
+// holding the old positions and the new ones, in the commit that removes the old one. The rows
+// stay the model's after every conversion, and after a compaction that rewrites files with
+// deletion vectors.
+func TestDVConversionKeepsOneDeletionVectorPerDataFile(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(300)
+	if v := loadUsers(t, h.cat).Metadata().Version(); v != 3 {
+		t.Fatalf("format_version 3 created a format v%d table", v)
+	}
+	cfg := positionConfig()
+	cfg.DeleteMode = maintenance.DeleteModeDV
+	mt := testMaintainer(t, h.cat, cfg)
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	var tbl *table.Table
+	for b := 1; b <= 4; b++ {
+		m.batch(b, 300) // deletes and updates keys of the load: its file gains positions each time
+		rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rep.EqualityDeletesConverted == 0 || rep.PositionDeletesWritten == 0 {
+			t.Fatalf("conversion %d: report %+v: want equality deletes converted", b, rep)
+		}
+		var rows []string
+		rows, tbl = scanRows(t, h.cat)
+		eq(t, rows, m.want()...)
+		eqFiles, posFiles := deleteKinds(t, tbl)
+		if eqFiles != 0 || posFiles == 0 {
+			t.Fatalf("conversion %d: %d equality and %d position delete files, want 0 and some (%+v)", b, eqFiles, posFiles, rep)
+		}
+		for _, df := range liveEntries(t, tbl) {
+			if df.ContentType() == iceberg.EntryContentPosDeletes && !table.IsDeletionVector(df) {
+				t.Fatalf("conversion %d: %s is a Parquet position-delete file in a v3 table", b, df.FilePath())
+			}
+		}
+		for path, n := range posDeletesPerDataFile(t, tbl) {
+			if n != 1 {
+				t.Fatalf("conversion %d: data file %s has %d deletion vectors, want 1", b, path, n)
+			}
+		}
+	}
+	// The load's data file carries the positions of all four batches, in one deletion vector.
+	var loadDV iceberg.DataFile
+	seqs := dataSeqs(t, tbl)
+	for _, df := range liveEntries(t, tbl) {
+		if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil && seqs[*ref] == 1 {
+			loadDV = df
+		}
+	}
+	if loadDV == nil || loadDV.Count() < 4 {
+		t.Fatalf("the load's data file has deletion vector %v, want one with at least 4 positions", loadDV)
+	}
+	// A compaction rewrites files with deletion vectors and drops those vectors with them.
+	rep, err := mt.Maintain(context.Background(), maintenance.CompactOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if !rep.Compacted {
+		t.Fatalf("report %+v: want a compaction", rep)
+	}
+	live := map[string]bool{}
+	for path := range dataSeqs(t, tbl) {
+		live[path] = true
+	}
+	for path := range posDeletesPerDataFile(t, tbl) {
+		if !live[path] {
+			t.Fatalf("a deletion vector references %s, which the compaction rewrote", path)
+		}
 	}
 	h.close()
 }
