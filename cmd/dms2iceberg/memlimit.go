@@ -1,27 +1,83 @@
 package main
 
 import (
+	"context"
 	"os"
 	"runtime/debug"
+	"sync/atomic"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 )
 
-// softMemoryLimit is the Go soft memory limit (runtime/debug.SetMemoryLimit) the service runs
-// under unless GOMEMLIMIT is set: four times the byte budget (consumer.max_inflight_bytes) plus
-// 256 MiB. What the budget admits is live about twice (the raw record and its decoded copy),
-// plus its converted row and a flush's Arrow batch and Parquet pages; the fixed part covers the
-// tables' queues, the loaded table metadata and the SDKs. Without a limit the garbage collector
-// lets the heap grow to twice the live heap and more under a high allocation rate (64 KiB
-// records: peak RSS 12 times the budget, docs/benchmarks.md "Many tables").
-func softMemoryLimit(budget int64) int64 { return 4*budget + 256<<20 }
+// memoryLimitBase is the part of the Go soft memory limit that does not follow the byte budget:
+// the tables' queues and loaded metadata, the garbage of their commits, the SDKs. 200 tables of
+// small records keep about 100 MiB after a collection (docs/benchmarks.md "Many tables").
+const memoryLimitBase = 384 << 20
 
-// applyMemoryLimit sets softMemoryLimit(budget) unless the operator set GOMEMLIMIT (which the
-// Go runtime applies itself). It returns the limit in effect and whether it came from
-// GOMEMLIMIT.
-func applyMemoryLimit(budget int64) (limit int64, fromEnv bool) {
-	if os.Getenv("GOMEMLIMIT") != "" {
-		return debug.SetMemoryLimit(-1), true
+// memoryLimitFor is the Go soft memory limit (runtime/debug.SetMemoryLimit) for held bytes
+// admitted by the byte budget (consumer.max_inflight_bytes): memoryLimitBase plus four times
+// held. What the budget admits is live about twice (the raw record and its decoded copy), plus
+// its converted row and a flush's Arrow batch and Parquet pages. Without a limit the garbage
+// collector lets the heap grow to twice the live heap and more under a high allocation rate
+// (64 KiB records: peak RSS 12 times the budget); a fixed limit low enough for many tables of
+// small records (which hold almost nothing in flight) halves the throughput of large records,
+// whose live heap is mostly what the budget holds. So the limit follows what is held.
+func memoryLimitFor(held int64) int64 { return memoryLimitBase + 4*max(held, 0) }
+
+// memoryLimiter keeps the Go soft memory limit at memoryLimitFor of the most the budget held in
+// the last window: a burst raises it at the next sample, and it falls back a window after.
+type memoryLimiter struct {
+	budget *membudget.Budget
+	every  time.Duration
+	peaks  []int64 // the most held in each of the last samples (a ring)
+	next   int
+	set    func(int64) int64 // debug.SetMemoryLimit
+	top    atomic.Int64      // the highest limit set
+}
+
+func newMemoryLimiter(budget *membudget.Budget) *memoryLimiter {
+	return &memoryLimiter{budget: budget, every: 250 * time.Millisecond, peaks: make([]int64, 40), set: debug.SetMemoryLimit}
+}
+
+// sample records what the budget holds now and sets the limit for the window's peak.
+func (l *memoryLimiter) sample() int64 {
+	l.peaks[l.next] = l.budget.Held()
+	l.next = (l.next + 1) % len(l.peaks)
+	var peak int64
+	for _, p := range l.peaks {
+		peak = max(peak, p)
 	}
-	limit = softMemoryLimit(budget)
-	debug.SetMemoryLimit(limit)
-	return limit, false
+	limit := memoryLimitFor(peak)
+	l.set(limit)
+	if limit > l.top.Load() {
+		l.top.Store(limit)
+	}
+	return limit
+}
+
+// run samples until ctx ends.
+func (l *memoryLimiter) run(ctx context.Context) error {
+	t := time.NewTicker(l.every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			l.sample()
+		}
+	}
+}
+
+// applyMemoryLimit sets the limit for an empty budget and returns the limiter that moves it
+// with what the budget holds (to be run by the caller), unless the operator set GOMEMLIMIT
+// (which the Go runtime applies itself; the limiter is then nil). It returns the limit in
+// effect.
+func applyMemoryLimit(budget *membudget.Budget) (limit int64, l *memoryLimiter) {
+	if os.Getenv("GOMEMLIMIT") != "" {
+		return debug.SetMemoryLimit(-1), nil
+	}
+	l = newMemoryLimiter(budget)
+	return l.sample(), l
 }

@@ -103,8 +103,12 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	// flushes early when they wait.
 	budget := membudget.New(cfg.Consumer.MaxInflightBytes)
 	metrics.watchBudget(budget)
-	memLimit, fromEnv := applyMemoryLimit(budget.Limit())
-	log.Info("memory", zap.Int64("max_inflight_bytes", budget.Limit()), zap.Int64("go_memory_limit", memLimit), zap.Bool("from_GOMEMLIMIT", fromEnv))
+	memLimit, limiter := applyMemoryLimit(budget)
+	if limiter != nil {
+		p.companions = append(p.companions, companion{run: limiter.run})
+	}
+	log.Info("memory", zap.Int64("max_inflight_bytes", budget.Limit()), zap.Int64("go_memory_limit", memLimit),
+		zap.Bool("from_GOMEMLIMIT", limiter == nil), zap.Bool("follows_budget", limiter != nil))
 	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMemoryBudget(budget), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
 		sink.WithCommitBounds(bound), sink.WithBoundsChanged(func() <-chan struct{} {
 			if c := cons.Load(); c != nil {

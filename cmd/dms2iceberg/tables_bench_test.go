@@ -33,7 +33,8 @@ import (
 // budget's peak use and the time readers waited for it. Sizes and rate: BENCH_TABLES (200),
 // BENCH_RATE (1000 changes/s in total), BENCH_SECONDS (60), BENCH_BUDGET
 // (consumer.max_inflight_bytes, default 128 MiB); the Go soft memory limit is the service's
-// (applyMemoryLimit: from the budget unless GOMEMLIMIT is set). Maintenance runs as in the
+// (applyMemoryLimit: following what the budget holds unless GOMEMLIMIT is set; go-mem-limit-MiB
+// is the highest it was set to). Maintenance runs as in the
 // service (BENCH_MAINTENANCE=0 turns it off). heap-kept-MiB is the heap live after the final
 // flush: what the tables keep between flushes. BENCH_HEAPPROFILE writes heap and goroutine
 // profiles at nine tenths of the run. Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
@@ -137,8 +138,15 @@ func benchManyTables(b *testing.B, size int) {
 		b.Fatal(err)
 	}
 	budget := membudget.New(limit)
-	memLimit, _ := applyMemoryLimit(limit) // as the service does
+	memLimit, limiter := applyMemoryLimit(budget) // as the service does
 	defer debug.SetMemoryLimit(math.MaxInt64)
+	var limiterDone sync.WaitGroup
+	limiterCtx, stopLimiter := context.WithCancel(context.Background())
+	if limiter != nil {
+		limiterDone.Go(func() { _ = limiter.run(limiterCtx) })
+	}
+	stopLimiterOnce := sync.OnceFunc(func() { stopLimiter(); limiterDone.Wait() })
+	defer stopLimiterOnce()
 	far := time.Now().Add(24 * time.Hour)
 	s, err := sink.New(cfg, cat, nopDLQ{}, sink.WithMemoryBudget(budget), sink.WithCommitBound(func() time.Time { return far }))
 	if err != nil {
@@ -236,6 +244,10 @@ func benchManyTables(b *testing.B, size int) {
 	cpu := cpuTime() - c0
 	close(stopSample)
 	sampler.Wait()
+	stopLimiterOnce()
+	if limiter != nil {
+		memLimit = limiter.top.Load()
+	}
 	n := sent.Load()
 	if held := budget.Held(); held != 0 {
 		b.Fatalf("the budget still holds %d bytes after the final flush: acknowledgements are missing", held)
