@@ -320,12 +320,19 @@ func TestCompactionConflictsWithLiveCommits(t *testing.T) {
 }
 
 // TestPositionModeBesideSeveralWorkers is TestMaintenanceBesideSeveralWorkers's traffic in
-// delete_mode position: three service processes on one stream while the workload is written,
-// each table's maintainer converting every commit's equality deletes within 200ms and compacting
-// on aggressive thresholds, beside the other workers' CDC commits. The tables must equal the
-// workload's final state, conversions must have run, and once the services stopped every
-// equality delete that a conversion could reach is gone.
+// delete_mode position and dv: three service processes on one stream while the workload is
+// written, each table's maintainer converting every commit's equality deletes within 200ms and
+// compacting on aggressive thresholds, beside the other workers' CDC commits. The tables must
+// equal the workload's final state, conversions must have run, and once the services stopped
+// every equality delete that a conversion could reach is gone; in dv mode every position delete
+// left is a deletion vector.
 func TestPositionModeBesideSeveralWorkers(t *testing.T) {
+	for _, mode := range []string{"position", "dv"} {
+		t.Run(mode, func(t *testing.T) { testConvertingBesideSeveralWorkers(t, mode) })
+	}
+}
+
+func testConvertingBesideSeveralWorkers(t *testing.T, mode string) {
 	p, gen := newPipelineLive(t, 4, 3000, 12, 250)
 	p.setMaintenance(map[string]any{
 		"max_delete_files":   4,
@@ -339,7 +346,7 @@ func TestPositionModeBesideSeveralWorkers(t *testing.T) {
 		"max_manifests":      6,
 		"lease_duration":     "20s",
 	})
-	p.setDeleteMode("position")
+	p.setDeleteMode(mode)
 	var svcs []*Service
 	for _, w := range []string{"w1", "w2", "w3"} {
 		svcs = append(svcs, StartService(t, p.bin, p.config, "DMS2ICEBERG_WORKER_ID="+w))
@@ -350,7 +357,7 @@ func TestPositionModeBesideSeveralWorkers(t *testing.T) {
 	p.records = countRecords(t, p.stream)
 	p.waitVerified(10*time.Minute, svcs...)
 	WaitFor(t, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
-		eq, _ := p.deleteFiles(t.Context())
+		eq, _, _ := p.deleteFiles(t.Context())
 		return sum(eq) == 0, nil
 	}, "every equality delete converted")
 	for _, s := range svcs {
@@ -370,9 +377,12 @@ func TestPositionModeBesideSeveralWorkers(t *testing.T) {
 		}
 		superseded += strings.Count(s.Log(), "superseded")
 	}
-	eq, pos := p.deleteFiles(t.Context())
-	t.Logf("MEASURED: %d records; %d conversions by %d workers, %d superseded; %d compactions; delete files left: equality %v, position %v",
-		p.records, conversions, by, superseded, len(compactions(t, svcs)), eq, pos)
+	eq, pos, dvs := p.deleteFiles(t.Context())
+	t.Logf("MEASURED: %s mode: %d records; %d conversions by %d workers, %d superseded; %d compactions; delete files left: equality %v, position %v (deletion vectors %v)",
+		mode, p.records, conversions, by, superseded, len(compactions(t, svcs)), eq, pos, dvs)
+	if mode == "dv" && sum(dvs) != sum(pos) || mode == "position" && sum(dvs) != 0 {
+		t.Fatalf("%s mode: %d of %d position delete files are deletion vectors", mode, sum(dvs), sum(pos))
+	}
 	if conversions == 0 {
 		t.Fatal("no conversion ran")
 	}

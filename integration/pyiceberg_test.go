@@ -102,35 +102,36 @@ func (p *pipeline) setDeleteMode(mode string) {
 }
 
 // deleteFiles counts the live equality- and position-delete files of every table of the
-// expected state, through the service's catalog.
-func (p *pipeline) deleteFiles(ctx context.Context) (eq, pos map[string]int) {
+// expected state, through the service's catalog, and among the position deletes the deletion
+// vectors (those of a format v3 table).
+func (p *pipeline) deleteFiles(ctx context.Context) (eq, pos, dvs map[string]int) {
 	t := p.t
 	t.Helper()
 	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
 	if err != nil {
 		t.Fatal(err)
 	}
-	eq, pos = map[string]int{}, map[string]int{}
+	eq, pos, dvs = map[string]int{}, map[string]int{}, map[string]int{}
 	for _, et := range p.readExpected().Tables {
 		name := et.Namespace + "." + et.Name
 		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
 		if err != nil {
 			t.Fatalf("load %s: %v", name, err)
 		}
-		e, ps := countDeletes(t, tbl)
-		eq[name], pos[name] = e, ps
+		e, ps, d := countDeletes(t, tbl)
+		eq[name], pos[name], dvs[name] = e, ps, d
 	}
 	if c, ok := cat.(interface{ Close() error }); ok {
 		_ = c.Close()
 	}
-	return eq, pos
+	return eq, pos, dvs
 }
 
-func countDeletes(t *testing.T, tbl *table.Table) (eq, pos int) {
+func countDeletes(t *testing.T, tbl *table.Table) (eq, pos, dvs int) {
 	t.Helper()
 	snap := tbl.CurrentSnapshot()
 	if snap == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	fs, err := tbl.FS(t.Context())
 	if err != nil {
@@ -153,10 +154,13 @@ func countDeletes(t *testing.T, tbl *table.Table) (eq, pos int) {
 				eq++
 			case iceberg.EntryContentPosDeletes:
 				pos++
+				if table.IsDeletionVector(e.DataFile()) {
+					dvs++
+				}
 			}
 		}
 	}
-	return eq, pos
+	return eq, pos, dvs
 }
 
 func sum(m map[string]int) int {
@@ -175,11 +179,12 @@ func sum(m map[string]int) int {
 // of a table's first commit apply to no older row, so there would be nothing to turn positional
 // (CI once saw 0 equality and 0 position delete files that way). In position mode
 // the maintainer converts every commit's equality deletes: once none is left (position deletes
-// outstanding), PyIceberg and Spark read every table equal to the expected state. In equality
+// outstanding), PyIceberg and Spark read every table equal to the expected state. In dv mode
+// the tables are format v3 and the position deletes deletion vectors, read the same way. In equality
 // mode (deletes outstanding) Spark reads every table right, and PyIceberg cannot read the
 // tables that have equality deletes.
 func TestReadersByDeleteMode(t *testing.T) {
-	for _, mode := range []string{"position", "equality"} {
+	for _, mode := range []string{"position", "dv", "equality"} {
 		t.Run(mode, func(t *testing.T) {
 			p, gen := newPipelineLive(t, 2, 2000, 21, 400)
 			p.writeConfig(map[string]any{
@@ -193,10 +198,10 @@ func TestReadersByDeleteMode(t *testing.T) {
 			}
 			p.records = countRecords(t, p.stream)
 			p.waitVerified(5*time.Minute, svc)
-			if mode == "position" {
+			if mode != "equality" {
 				deadline := time.Now().Add(2 * time.Minute) // a hang bound, not a speed assertion
 				for {
-					eq, _ := p.deleteFiles(t.Context())
+					eq, _, _ := p.deleteFiles(t.Context())
 					if sum(eq) == 0 {
 						break
 					}
@@ -210,12 +215,16 @@ func TestReadersByDeleteMode(t *testing.T) {
 				t.Fatalf("graceful stop: %v", err)
 			}
 			p.mustVerify()
-			eq, pos := p.deleteFiles(t.Context())
-			t.Logf("delete files outstanding: equality %v, position %v", eq, pos)
+			eq, pos, dvs := p.deleteFiles(t.Context())
+			t.Logf("delete files outstanding: equality %v, position %v (deletion vectors %v)", eq, pos, dvs)
 			switch mode {
 			case "position":
-				if sum(eq) != 0 || sum(pos) == 0 {
-					t.Fatalf("position mode: %d equality and %d position delete files outstanding, want 0 and some", sum(eq), sum(pos))
+				if sum(eq) != 0 || sum(pos) == 0 || sum(dvs) != 0 {
+					t.Fatalf("position mode: %d equality, %d position delete files (%d deletion vectors) outstanding, want 0, some (0)", sum(eq), sum(pos), sum(dvs))
+				}
+			case "dv":
+				if sum(eq) != 0 || sum(pos) == 0 || sum(dvs) != sum(pos) {
+					t.Fatalf("dv mode: %d equality, %d position delete files (%d deletion vectors) outstanding, want 0, some (all)", sum(eq), sum(pos), sum(dvs))
 				}
 			case "equality":
 				if sum(eq) == 0 || sum(pos) != 0 {
@@ -253,7 +262,7 @@ func TestReadersByDeleteMode(t *testing.T) {
 					if diffs := compareSpark(et, st, 10); len(diffs) > 0 {
 						t.Errorf("pyiceberg: %s differs from the expected state (%d rows read, %d expected):\n  %s", name, len(st.Rows), len(et.Rows), strings.Join(diffs, "\n  "))
 					} else {
-						t.Logf("pyiceberg: %s: %d rows equal the expected state (%d position delete files)", name, len(st.Rows), pos[name])
+						t.Logf("pyiceberg: %s: %d rows equal the expected state (%d position delete files, %d deletion vectors)", name, len(st.Rows), pos[name], dvs[name])
 					}
 				}
 			}
