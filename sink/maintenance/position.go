@@ -849,9 +849,10 @@ func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[stri
 			if e, ok := now[path]; ok {
 				got = dvKey(e.df)
 			}
-			if got != want && !(got != "" && p.ours(now[path].df)) {
-				return nil, errSuperseded
+			if got == want || got != "" && p.ours(now[path].df) { // unchanged, or commit 1 landed
+				continue
 			}
+			return nil, errSuperseded
 		}
 	}
 	return live, nil
