@@ -3,11 +3,14 @@ package maintenance_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
@@ -476,6 +479,93 @@ func TestDVConversionKeepsOneDeletionVectorPerDataFile(t *testing.T) {
 	for path := range posDeletesPerDataFile(t, tbl) {
 		if !live[path] {
 			t.Fatalf("a deletion vector references %s, which the compaction rewrote", path)
+		}
+	}
+	h.close()
+}
+
+// replaceDV commits, as another engine would, a new deletion vector for data file path holding
+// the same positions as its live one, in place of it: the rows stay, the vector is another.
+func replaceDV(t *testing.T, tbl *table.Table, path string) {
+	t.Helper()
+	ctx := context.Background()
+	var old iceberg.DataFile
+	for _, df := range liveEntries(t, tbl) {
+		if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil && *ref == path {
+			old = df
+		}
+	}
+	if old == nil {
+		t.Fatalf("%s has no deletion vector", path)
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bm, err := dv.ReadDV(fs, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta := tbl.Metadata()
+	w := dv.NewDVWriter(fs.(icebergio.WriteFileIO), func(id int32) *iceberg.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
+	w.Load(path, bm, old.SpecID(), old.Partition())
+	files, err := w.Flush(ctx, strings.TrimSuffix(tbl.Location(), "/")+"/data/other-engine-dv.puffin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	txn := tbl.NewTransaction()
+	if err := txn.NewRowDelta(nil).AddDeletes(files...).RemoveDeletes(old).Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A conversion on a v3 table replaces the deletion vectors of the data files it probes. When
+// another writer replaced one of them after the plan (here with the same positions, as a
+// rewrite of the vector would), the conversion is superseded — its replacement would remove a
+// vector that is no longer live — and the next one replans on the new vector.
+func TestDVConversionSupersededByAnotherVector(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(200)
+	m.batch(1, 200)
+	ctx := context.Background()
+	cfg := positionConfig()
+	cfg.DeleteMode = maintenance.DeleteModeDV
+	a := testMaintainer(t, h.cat, cfg)
+	a.IgnoreLease()
+	if rep, err := a.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("first conversion: %v %+v", err, rep)
+	}
+	loadFile := ""
+	for path, seq := range dataSeqs(t, loadUsers(t, h.cat)) {
+		if seq == 1 {
+			loadFile = path
+		}
+	}
+	m.batch(2, 200)
+	a.AfterRewrite(func() { replaceDV(t, loadUsers(t, h.cat), loadFile) })
+	rep, err := a.Maintain(ctx, maintenance.PositionOnly)
+	if err != nil || rep.Converted {
+		t.Fatalf("conversion beside another vector: %v, report %+v: want superseded without error", err, rep)
+	}
+	rows, _ := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	a.AfterRewrite(nil)
+	if rep, err := a.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("the next conversion: %v %+v", err, rep)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality delete files left", eqFiles)
+	}
+	for path, n := range posDeletesPerDataFile(t, tbl) {
+		if n != 1 {
+			t.Fatalf("data file %s has %d deletion vectors", path, n)
 		}
 	}
 	h.close()
