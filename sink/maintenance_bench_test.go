@@ -51,8 +51,8 @@ import (
 // It runs only with DMS2ICEBERG_BENCH_MAINTENANCE=1 (make bench-maintenance), once, whatever
 // -benchtime says. BENCH_MAX_DELETE_FILES, BENCH_KEEP_LAST and BENCH_RETENTION tune maintenance;
 // BENCH_MAINTENANCE_OFF=1 runs the same traffic without it, for comparison. BENCH_DELETE_MODE
-// (equality, position) is the table's delete_mode, BENCH_POSITION_DELAY maintenance.position_delay;
-// in position mode it also reports the time from a commit to the conversion of its equality
+// (equality, position, dv) is the table's delete_mode, BENCH_POSITION_DELAY maintenance.position_delay;
+// in position and dv mode it also reports the time from a commit to the conversion of its equality
 // deletes.
 // BENCH_OUT names a file that receives the report too.
 func BenchmarkMaintenanceCDC(b *testing.B) {
