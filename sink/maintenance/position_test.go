@@ -146,7 +146,13 @@ func testPositionConversionPartitioned(t *testing.T, formatVersion int) {
 	for b := 1; b <= 4; b++ {
 		m.batch(b, 200)
 	}
-	mt := testMaintainer(t, h.cat, positionConfig())
+	// The table's format version, not the mode, decides the kind of position delete: the mode
+	// is set against it (dv on the v2 table, position on the v3 one).
+	cfg := positionConfig()
+	if formatVersion == 2 {
+		cfg.DeleteMode = maintenance.DeleteModeDV
+	}
+	mt := testMaintainer(t, h.cat, cfg)
 	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
 		t.Fatal("no lease")
 	}
