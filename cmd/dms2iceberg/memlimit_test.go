@@ -69,3 +69,18 @@ func TestMemoryLimiterFollowsTheBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The service collects at GOGC 200 unless the operator set GOGC.
+func TestApplyGCPercent(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	t.Cleanup(func() { debug.SetGCPercent(old) })
+	t.Setenv("GOGC", "")
+	if got := applyGCPercent(); got != gcPercent || debug.SetGCPercent(100) != gcPercent {
+		t.Fatalf("GOGC unset: applyGCPercent %d, want %d in effect", got, gcPercent)
+	}
+	debug.SetGCPercent(75) // as the runtime sets it from GOGC=75 at start
+	t.Setenv("GOGC", "75") // here only its presence counts
+	if got := applyGCPercent(); got != 75 || debug.SetGCPercent(100) != 75 {
+		t.Fatalf("with GOGC set: applyGCPercent %d, want the runtime's 75 untouched", got)
+	}
+}

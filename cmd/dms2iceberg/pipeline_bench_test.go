@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
@@ -37,7 +39,8 @@ func cpuTime() time.Duration {
 // deletes and primary-key changes over four tables) through the decoder and the Iceberg sink
 // (SQLite catalog, local warehouse), as the shard processors do, without Kinesis. One op is the
 // whole workload; msgs/cpu-s is messages per CPU-second of the whole process, ns/msg the wall
-// time per message. The records come from one shard with no arrival times and no commit bound
+// time per message. The process runs with the service's collector settings (serviceGC). The
+// records come from one shard with no arrival times and no commit bound
 // (the guard orders but holds nothing back); BenchmarkPipelineGuard measures the guard itself.
 func BenchmarkPipeline(b *testing.B) { benchPipeline(b, "arrival", 1, false, "") }
 
@@ -58,6 +61,17 @@ func BenchmarkPipelineKeylessIdentity(b *testing.B) {
 	b.Run("keyless_identity=off", func(b *testing.B) { benchPipeline(b, "arrival", 1, false, sink.KeylessIdentityOff) })
 }
 
+// serviceGC sets the Go collector as the service runs it, for an empty byte budget (the soft
+// memory limit of applyMemoryLimit, GOGC of applyGCPercent; GOMEMLIMIT and GOGC still override),
+// and returns what restores the test binary's.
+func serviceGC() (restore func()) {
+	oldLimit, oldPercent := debug.SetMemoryLimit(-1), debug.SetGCPercent(100)
+	debug.SetGCPercent(oldPercent)
+	applyMemoryLimit(membudget.New(membudget.DefaultLimit)) // the limiter is not run: nothing is held
+	applyGCPercent()
+	return func() { debug.SetMemoryLimit(oldLimit); debug.SetGCPercent(oldPercent) }
+}
+
 // benchPipeline runs the workload with the ordering, over shards, with a commit bound when bound,
 // and sink.keyless_identity identity ("": the default).
 func benchPipeline(b *testing.B, ordering string, shards int, bound bool, identity string) {
@@ -66,6 +80,7 @@ func benchPipeline(b *testing.B, ordering string, shards int, bound bool, identi
 	for m := range gen.Messages() {
 		msgs = append(msgs, m.Data)
 	}
+	defer serviceGC()()
 	var wall, cpu time.Duration
 	ops := 0
 	for b.Loop() {

@@ -104,11 +104,12 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	budget := membudget.New(cfg.Consumer.MaxInflightBytes)
 	metrics.watchBudget(budget)
 	memLimit, limiter := applyMemoryLimit(budget)
+	gogc := applyGCPercent()
 	if limiter != nil {
 		p.companions = append(p.companions, companion{run: limiter.run})
 	}
 	log.Info("memory", zap.Int64("max_inflight_bytes", budget.Limit()), zap.Int64("go_memory_limit", memLimit),
-		zap.Bool("from_GOMEMLIMIT", limiter == nil), zap.Bool("follows_budget", limiter != nil))
+		zap.Bool("from_GOMEMLIMIT", limiter == nil), zap.Bool("follows_budget", limiter != nil), zap.Int("gogc", gogc))
 	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMemoryBudget(budget), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
 		sink.WithCommitBounds(bound), sink.WithBoundsChanged(func() <-chan struct{} {
 			if c := cons.Load(); c != nil {

@@ -34,7 +34,7 @@ import (
 // BENCH_RATE (1000 changes/s in total), BENCH_SECONDS (60), BENCH_BUDGET
 // (consumer.max_inflight_bytes, default 128 MiB); the Go soft memory limit is the service's
 // (applyMemoryLimit: following what the budget holds unless GOMEMLIMIT is set; go-mem-limit-MiB
-// is the highest it was set to). Maintenance runs as in the
+// is the highest it was set to), and so is GOGC (applyGCPercent, reported as gogc). Maintenance runs as in the
 // service (BENCH_MAINTENANCE=0 turns it off). heap-kept-MiB is the heap live after the final
 // flush: what the tables keep between flushes. BENCH_HEAPPROFILE writes heap and goroutine
 // profiles at nine tenths of the run. Skipped unless DMS2ICEBERG_BENCH_TABLES=1.
@@ -140,6 +140,8 @@ func benchManyTables(b *testing.B, size int) {
 	budget := membudget.New(limit)
 	memLimit, limiter := applyMemoryLimit(budget) // as the service does
 	defer debug.SetMemoryLimit(math.MaxInt64)
+	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	gogc := applyGCPercent()
 	var limiterDone sync.WaitGroup
 	limiterCtx, stopLimiter := context.WithCancel(context.Background())
 	if limiter != nil {
@@ -270,6 +272,7 @@ func benchManyTables(b *testing.B, size int) {
 	b.ReportMetric(budget.Blocked().Seconds(), "blocked-s")
 	b.ReportMetric(float64(len(s.Buffers())), "tables")
 	b.ReportMetric(float64(memLimit)/(1<<20), "go-mem-limit-MiB")
+	b.ReportMetric(float64(gogc), "gogc")
 	b.ReportMetric(float64(ms.Sys)/(1<<20), "go-sys-MiB")
 	b.ReportMetric(float64(kept.HeapAlloc)/(1<<20), "heap-kept-MiB")
 }
