@@ -99,6 +99,14 @@ type Config struct {
 	// tables created without the column keep appending. Tables override it with
 	// TableConfig.KeylessIdentity.
 	KeylessIdentity string `yaml:"keyless_identity"`
+	// DeleteMode is the delete mode (TableConfig.DeleteMode) of every table that does not set
+	// its own: "equality" (default), "position" or "dv", so that a deployment with no per-table
+	// configuration can choose one. position and dv need maintenance.
+	DeleteMode string `yaml:"delete_mode"`
+	// FormatVersion is the format version (TableConfig.FormatVersion) of every table the sink
+	// creates that does not set its own: 2 or 3. Default 0: 3 where the table's delete mode is
+	// dv, else 2.
+	FormatVersion int `yaml:"format_version"`
 	// Reload is what a DMS table reload does to the target table (design.md §12 "Reload"):
 	// "replace" (default): a create-table newer than the last one applied, on a table with
 	// data, starts a reload; its load rows are staged on the Iceberg branch dms2iceberg-reload
@@ -235,6 +243,7 @@ func DefaultConfig() Config {
 		Ordering:          OrderingArrival,
 		FreshnessInterval: time.Minute,
 		KeylessIdentity:   KeylessIdentityAuto,
+		DeleteMode:        maintenance.DeleteModeEquality,
 		Reload:            ReloadReplace,
 		ReloadQuietPeriod: 5 * time.Minute,
 		DeadLetters:       DeadLetterConfig{Type: DeadLettersTable, Namespace: "dms2iceberg", Table: "dead_letters", QueueLength: 10000},
@@ -295,12 +304,8 @@ func (c Config) Validate() error {
 	if err := c.Maintenance.Validate(); err != nil {
 		return err
 	}
-	if !c.Maintenance.Enabled {
-		for name, t := range c.Tables {
-			if maintenance.Converting(t.DeleteMode) {
-				return fmt.Errorf("sink.tables[%s].delete_mode: %s needs sink.maintenance.enabled (the maintainer converts the deletes)", name, t.DeleteMode)
-			}
-		}
+	if err := c.validDeletes(); err != nil {
+		return err
 	}
 	return c.validateTables()
 }
@@ -324,4 +329,28 @@ func validIdentity(v string) error {
 		return nil
 	}
 	return fmt.Errorf("%q is not auto or off", v)
+}
+
+// validDeletes checks the sink-wide delete mode and format version, and that every table whose
+// delete mode (its own or the sink's) converts deletes has maintenance to do it.
+func (c Config) validDeletes() error {
+	switch {
+	case !maintenance.ValidDeleteMode(c.DeleteMode):
+		return fmt.Errorf("sink.delete_mode: must be %q, %q or %q, got %q", maintenance.DeleteModeEquality,
+			maintenance.DeleteModePosition, maintenance.DeleteModeDV, c.DeleteMode)
+	case c.FormatVersion != 0 && c.FormatVersion != 2 && c.FormatVersion != 3:
+		return fmt.Errorf("sink.format_version: must be 2 or 3, got %d", c.FormatVersion)
+	case c.DeleteMode == maintenance.DeleteModeDV && c.FormatVersion == 2:
+		return fmt.Errorf("sink.delete_mode: dv needs format_version 3 (deletion vectors are a format v3 feature)")
+	case c.Maintenance.Enabled:
+		return nil
+	case maintenance.Converting(c.DeleteMode):
+		return fmt.Errorf("sink.delete_mode: %s needs sink.maintenance.enabled (the maintainer converts the deletes)", c.DeleteMode)
+	}
+	for name, t := range c.Tables {
+		if maintenance.Converting(t.DeleteMode) {
+			return fmt.Errorf("sink.tables[%s].delete_mode: %s needs sink.maintenance.enabled (the maintainer converts the deletes)", name, t.DeleteMode)
+		}
+	}
+	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -325,4 +326,84 @@ func TestMaintenanceConcurrencyBoundsRunsAcrossTables(t *testing.T) {
 		}
 	}
 	t.Logf("%d runs on %d tables, one at a time", len(reps), tablesRun)
+}
+
+// sink.delete_mode dv with no delete mode on the table: the sink creates it as format v3 and its
+// maintainer turns the writer's equality deletes into deletion vectors, the content exact.
+func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
+		withMaintenance(func(c *maintenance.Config) {
+			c.Enabled = true
+			c.Owner = "dv"
+			c.MinInterval = 0
+			c.CheckInterval = 20 * time.Millisecond
+			c.PositionDelay = 0
+		}),
+		withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV }),
+		withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
+	m := newModel(h)
+	m.load(200)
+	for b := 1; b <= 4; b++ {
+		m.batch(b, 200)
+	}
+	var eqs, pos, dvs int
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, tbl := scanRows(t, h.cat, "users")
+		if v := tbl.Metadata().Version(); v != 3 {
+			t.Fatalf("the table is format v%d, want 3 (sink.delete_mode dv)", v)
+		}
+		if eqs, pos, dvs = deleteKinds(t, tbl); eqs == 0 && dvs > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d equality deletes, %d position deletes (%d deletion vectors) left after 30 s: the sink's delete mode was not applied", eqs, pos, dvs)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if pos != dvs {
+		t.Fatalf("%d position deletes, %d of them deletion vectors: a v3 table gets vectors only", pos, dvs)
+	}
+	rows, _ := scanRows(t, h.cat, "users")
+	eq(t, rows, m.want()...)
+	h.close()
+}
+
+// deleteKinds counts the live delete files of tbl's current snapshot: equality deletes, position
+// deletes, and the position deletes that are deletion vectors.
+func deleteKinds(t *testing.T, tbl *table.Table) (eqs, pos, dvs int) {
+	t.Helper()
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return 0, 0, 0
+	}
+	fs, err := tbl.FS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mans {
+		if mf.ManifestContent() != iceberg.ManifestContentDeletes {
+			continue
+		}
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch e.DataFile().ContentType() {
+			case iceberg.EntryContentEqDeletes:
+				eqs++
+			case iceberg.EntryContentPosDeletes:
+				pos++
+				if table.IsDeletionVector(e.DataFile()) {
+					dvs++
+				}
+			}
+		}
+	}
+	return eqs, pos, dvs
 }

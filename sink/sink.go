@@ -309,7 +309,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	// The table's maintainer runs beside its writer and stops when the writer has finished.
 	mcfg := s.cfg.Maintenance
 	tc, _ := s.cfg.TableConfigFor(src)
-	mcfg.DeleteMode = tc.DeleteMode
+	mcfg.DeleteMode = s.cfg.deletesFor(tc).DeleteMode
 	m := maintenance.New(s.cat, w.ident, w.name, mcfg, w.log, s.mmetrics,
 		maintenance.HandoffWait(s.cfg.FlushInterval))
 	m.UseSlots(s.maintSlots)

@@ -106,6 +106,18 @@ func (c Config) validateTables() error {
 	return c.validateTargets()
 }
 
+// deletesFor is tc with the sink's delete mode and format version where tc leaves them unset
+// (what the table's writer and maintainer use).
+func (c Config) deletesFor(tc TableConfig) TableConfig {
+	if tc.DeleteMode == "" {
+		tc.DeleteMode = c.DeleteMode
+	}
+	if tc.FormatVersion == 0 {
+		tc.FormatVersion = c.FormatVersion
+	}
+	return tc
+}
+
 // formatVersion is the format version the sink creates the table with: format_version, else 3 for
 // delete_mode dv; 0 leaves tableProperties' (2).
 func (t TableConfig) formatVersion() int {
@@ -357,6 +369,7 @@ type settings struct {
 
 func (c Config) settingsFor(src string) *settings {
 	tc, key := c.TableConfigFor(src)
+	tc = c.deletesFor(tc)
 	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,

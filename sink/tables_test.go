@@ -203,3 +203,46 @@ func TestDeleteModeValidated(t *testing.T) {
 		c.Maintenance.Enabled = true
 	}
 }
+
+// sink.delete_mode and sink.format_version apply to every table that does not set its own, and
+// are validated like a table's.
+func TestSinkDeleteModeIsEveryTablesDefault(t *testing.T) {
+	t.Parallel()
+	c := DefaultConfig()
+	c.Stream = "st"
+	c.DeleteMode = "dv"
+	c.Tables = map[string]TableConfig{"s.own": {DeleteMode: "equality"}, "s.v2": {FormatVersion: 2}}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		src     string
+		mode    string
+		version int
+	}{
+		{"s.unconfigured", "dv", 3}, // no entry: the sink's mode, and dv creates v3
+		{"s.own", "equality", 0},    // its own mode wins
+		{"s.v2", "dv", 2},           // its own version wins: the conversion writes Parquet there
+	} {
+		st := c.settingsFor(tc.src)
+		if st.tc.DeleteMode != tc.mode || st.tc.formatVersion() != tc.version {
+			t.Errorf("%s: delete mode %q, format version %d; want %q, %d", tc.src, st.tc.DeleteMode, st.tc.formatVersion(), tc.mode, tc.version)
+		}
+	}
+	for _, bad := range []struct {
+		mod   func(*Config)
+		field string
+	}{
+		{func(c *Config) { c.DeleteMode = "vectors" }, "sink.delete_mode"},
+		{func(c *Config) { c.FormatVersion = 4 }, "sink.format_version"},
+		{func(c *Config) { c.DeleteMode, c.FormatVersion = "dv", 2 }, "sink.delete_mode"},
+		{func(c *Config) { c.DeleteMode, c.Maintenance.Enabled = "position", false }, "sink.delete_mode: position needs sink.maintenance.enabled"},
+	} {
+		c := DefaultConfig()
+		c.Stream = "st"
+		bad.mod(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), bad.field) {
+			t.Errorf("%+v: %v, want an error naming %s", c, err, bad.field)
+		}
+	}
+}
