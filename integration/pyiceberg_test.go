@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // EnvPyIcebergPython is the python of the venv that has pyiceberg, as `.ci/spark.sh env` prints it.
@@ -129,38 +129,11 @@ func (p *pipeline) deleteFiles(ctx context.Context) (eq, pos, dvs map[string]int
 
 func countDeletes(t *testing.T, tbl *table.Table) (eq, pos, dvs int) {
 	t.Helper()
-	snap := tbl.CurrentSnapshot()
-	if snap == nil {
-		return 0, 0, 0
-	}
-	fs, err := tbl.FS(t.Context())
+	n, err := maintenance.CountDeletes(t.Context(), tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mans, err := snap.Manifests(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mans {
-		if mf.ManifestContent() != iceberg.ManifestContentDeletes {
-			continue
-		}
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch e.DataFile().ContentType() {
-			case iceberg.EntryContentEqDeletes:
-				eq++
-			case iceberg.EntryContentPosDeletes:
-				pos++
-				if table.IsDeletionVector(e.DataFile()) {
-					dvs++
-				}
-			}
-		}
-	}
-	return eq, pos, dvs
+	return n.Equality, n.Position, n.DVs
 }
 
 func sum(m map[string]int) int {

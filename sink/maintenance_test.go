@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -354,7 +353,11 @@ func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
 		if v := tbl.Metadata().Version(); v != 3 {
 			t.Fatalf("the table is format v%d, want 3 (sink.delete_mode dv)", v)
 		}
-		if eqs, pos, dvs = deleteKinds(t, tbl); eqs == 0 && dvs > 0 {
+		n, err := maintenance.CountDeletes(t.Context(), tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if eqs, pos, dvs = n.Equality, n.Position, n.DVs; eqs == 0 && dvs > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -368,42 +371,4 @@ func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
 	rows, _ := scanRows(t, h.cat, "users")
 	eq(t, rows, m.want()...)
 	h.close()
-}
-
-// deleteKinds counts the live delete files of tbl's current snapshot: equality deletes, position
-// deletes, and the position deletes that are deletion vectors.
-func deleteKinds(t *testing.T, tbl *table.Table) (eqs, pos, dvs int) {
-	t.Helper()
-	snap := tbl.CurrentSnapshot()
-	if snap == nil {
-		return 0, 0, 0
-	}
-	fs, err := tbl.FS(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mans, err := snap.Manifests(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mans {
-		if mf.ManifestContent() != iceberg.ManifestContentDeletes {
-			continue
-		}
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch e.DataFile().ContentType() {
-			case iceberg.EntryContentEqDeletes:
-				eqs++
-			case iceberg.EntryContentPosDeletes:
-				pos++
-				if table.IsDeletionVector(e.DataFile()) {
-					dvs++
-				}
-			}
-		}
-	}
-	return eqs, pos, dvs
 }

@@ -209,6 +209,35 @@ func liveFilesAll(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels 
 	return data, eqDels, posDels, nil
 }
 
+// DeleteCounts are the delete files live in a snapshot by kind: equality deletes, and position
+// deletes of which DVs are deletion vectors (format v3).
+type DeleteCounts struct{ Equality, Position, DVs int }
+
+// CountDeletes counts the delete files live in tbl's current snapshot (all zero without one):
+// what a reader must apply, and in delete_mode position or dv what is left to convert.
+func CountDeletes(ctx context.Context, tbl *table.Table) (DeleteCounts, error) {
+	var n DeleteCounts
+	snap := tbl.CurrentSnapshot()
+	if snap == nil {
+		return n, nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return n, err
+	}
+	_, eqs, pos, err := liveFilesAll(fs, snap)
+	if err != nil {
+		return n, err
+	}
+	n.Equality, n.Position = len(eqs), len(pos)
+	for _, f := range pos {
+		if table.IsDeletionVector(f.df) {
+			n.DVs++
+		}
+	}
+	return n, nil
+}
+
 // scopeKey names the scope of a file's partition: the spec and the partition values.
 func scopeKey(df iceberg.DataFile) string {
 	part := df.Partition()

@@ -19,31 +19,11 @@ import (
 // deleteKinds counts the live equality- and position-delete files of the current snapshot.
 func deleteKinds(t *testing.T, tbl *table.Table) (eq, pos int) {
 	t.Helper()
-	fs, err := tbl.FS(context.Background())
+	n, err := maintenance.CountDeletes(context.Background(), tbl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mans, err := tbl.CurrentSnapshot().Manifests(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mans {
-		if mf.ManifestContent() != iceberg.ManifestContentDeletes {
-			continue
-		}
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch e.DataFile().ContentType() {
-			case iceberg.EntryContentEqDeletes:
-				eq++
-			case iceberg.EntryContentPosDeletes:
-				pos++
-			}
-		}
-	}
-	return eq, pos
+	return n.Equality, n.Position
 }
 
 // liveEntries returns every live file of the current snapshot.
