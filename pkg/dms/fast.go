@@ -1,6 +1,8 @@
 package dms
 
 import (
+	"encoding/binary"
+	"math/bits"
 	"unicode/utf8"
 	"unsafe"
 
@@ -502,6 +504,17 @@ func scanString(data []byte, i int) (span, int, bool) {
 	start := i + 1
 	esc, ascii := false, true
 	for j := start; j < len(data); j++ {
+		// Eight bytes at a time up to the next byte that needs a look.
+		for j+8 <= len(data) {
+			if m := strStops(binary.LittleEndian.Uint64(data[j:])); m != 0 {
+				j += bits.TrailingZeros64(m) >> 3
+				break
+			}
+			j += 8
+		}
+		if j >= len(data) {
+			break
+		}
 		c := data[j]
 		if !strSpecial[c] {
 			continue
@@ -520,6 +533,17 @@ func scanString(data []byte, i int) (span, int, bool) {
 		}
 	}
 	return span{}, 0, false
+}
+
+// strStops marks, in the eight bytes of x (little-endian), the bytes scanString must look at
+// (strSpecial) with their high bit. A byte is zero after the XOR with the quote or the backslash
+// exactly when it is one; (v - 0x01…) &^ v & 0x80… flags every zero byte of v, and can flag a
+// byte above a flagged one (a borrow), never one below: the lowest flag is always a real one,
+// and only the lowest is used. Non-ASCII bytes are their own high bit.
+func strStops(x uint64) uint64 {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	q, b := x^(ones*'"'), x^(ones*'\\')
+	return ((q-ones)&^q | (b-ones)&^b | x) & highs
 }
 
 // strSpecial marks the bytes scanString must look at: the quote, the backslash, and non-ASCII.

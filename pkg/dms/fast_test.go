@@ -2,7 +2,9 @@ package dms
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
@@ -96,5 +98,40 @@ func TestMetaIndex(t *testing.T) {
 	}
 	if metaIndex([]byte("other")) != -1 {
 		t.Error("unknown field found")
+	}
+}
+
+// scanString's eight-byte skip finds the same end, escape and UTF-8 verdict as a byte-by-byte
+// scan, with the first byte that needs a look at every offset of a word, after every kind of
+// byte before it (a quote, a backslash pair, non-ASCII, a 0x01 that a borrow could flag).
+func TestScanStringWordSkip(t *testing.T) {
+	byByte := func(data []byte, i int) (span, int, bool) {
+		start, esc := i+1, false
+		for j := start; j < len(data); j++ {
+			switch data[j] {
+			case '"':
+				if !utf8.Valid(data[start:j]) {
+					return span{}, 0, false
+				}
+				return span{start: int32(start), end: int32(j), esc: esc}, j + 1, true
+			case '\\':
+				esc = true
+				j++
+			}
+		}
+		return span{}, 0, false
+	}
+	fills := []string{"a", "\x01", "\x00", "é", `\"`, `\\`, "\x7f", "\xff"}
+	for n := 0; n < 20; n++ {
+		for _, fill := range fills {
+			for _, tail := range []string{`"`, `\""`, `é"`, "\x80\"", `"rest"`, ``, `\`} {
+				data := []byte(`"` + strings.Repeat(fill, n) + tail + `,"k":1}`)
+				gotSp, gotNext, gotOK := scanString(data, 0)
+				wantSp, wantNext, wantOK := byByte(data, 0)
+				if gotSp != wantSp || gotNext != wantNext || gotOK != wantOK {
+					t.Fatalf("%q: scanString %+v %d %v, byte by byte %+v %d %v", data, gotSp, gotNext, gotOK, wantSp, wantNext, wantOK)
+				}
+			}
+		}
 	}
 }
