@@ -334,17 +334,13 @@ func validIdentity(v string) error {
 // validDeletes checks the sink-wide delete mode and format version, and that every table whose
 // delete mode (its own or the sink's) converts deletes has maintenance to do it.
 func (c Config) validDeletes() error {
-	switch {
-	case !maintenance.ValidDeleteMode(c.DeleteMode):
-		return fmt.Errorf("sink.delete_mode: must be %q, %q or %q, got %q", maintenance.DeleteModeEquality,
-			maintenance.DeleteModePosition, maintenance.DeleteModeDV, c.DeleteMode)
-	case c.FormatVersion != 0 && c.FormatVersion != 2 && c.FormatVersion != 3:
-		return fmt.Errorf("sink.format_version: must be 2 or 3, got %d", c.FormatVersion)
-	case c.DeleteMode == maintenance.DeleteModeDV && c.FormatVersion == 2:
-		return fmt.Errorf("sink.delete_mode: dv needs format_version 3 (deletion vectors are a format v3 feature)")
-	case c.Maintenance.Enabled:
+	if err := validDeletes(c.DeleteMode, c.FormatVersion, func(f string) string { return "sink." + f }); err != nil {
+		return err
+	}
+	if c.Maintenance.Enabled {
 		return nil
-	case maintenance.Converting(c.DeleteMode):
+	}
+	if maintenance.Converting(c.DeleteMode) {
 		return fmt.Errorf("sink.delete_mode: %s needs sink.maintenance.enabled (the maintainer converts the deletes)", c.DeleteMode)
 	}
 	for name, t := range c.Tables {

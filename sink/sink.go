@@ -308,8 +308,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	}
 	// The table's maintainer runs beside its writer and stops when the writer has finished.
 	mcfg := s.cfg.Maintenance
-	tc, _ := s.cfg.TableConfigFor(src)
-	mcfg.DeleteMode = s.cfg.deletesFor(tc).DeleteMode
+	mcfg.DeleteMode = w.set.tc.DeleteMode // the table's, else the sink's (settingsFor)
 	m := maintenance.New(s.cat, w.ident, w.name, mcfg, w.log, s.mmetrics,
 		maintenance.HandoffWait(s.cfg.FlushInterval))
 	m.UseSlots(s.maintSlots)

@@ -106,16 +106,19 @@ func (c Config) validateTables() error {
 	return c.validateTargets()
 }
 
-// deletesFor is tc with the sink's delete mode and format version where tc leaves them unset
-// (what the table's writer and maintainer use).
-func (c Config) deletesFor(tc TableConfig) TableConfig {
-	if tc.DeleteMode == "" {
-		tc.DeleteMode = c.DeleteMode
+// validDeletes checks a delete mode and format version, of the sink or of one table (field
+// names the setting in errors).
+func validDeletes(mode string, version int, field func(string) string) error {
+	switch {
+	case !maintenance.ValidDeleteMode(mode):
+		return fmt.Errorf("%s: must be %q, %q or %q, got %q", field("delete_mode"), maintenance.DeleteModeEquality,
+			maintenance.DeleteModePosition, maintenance.DeleteModeDV, mode)
+	case version != 0 && version != 2 && version != 3:
+		return fmt.Errorf("%s: must be 2 or 3, got %d", field("format_version"), version)
+	case mode == maintenance.DeleteModeDV && version == 2:
+		return fmt.Errorf("%s: dv needs format_version 3 (deletion vectors are a format v3 feature)", field("delete_mode"))
 	}
-	if tc.FormatVersion == 0 {
-		tc.FormatVersion = c.FormatVersion
-	}
-	return tc
+	return nil
 }
 
 // formatVersion is the format version the sink creates the table with: format_version, else 3 for
@@ -216,15 +219,8 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	if err := validOrdering(t.Ordering); err != nil {
 		return fmt.Errorf("%s: %w", field("ordering"), err)
 	}
-	if !maintenance.ValidDeleteMode(t.DeleteMode) {
-		return fmt.Errorf("%s: must be %q, %q or %q, got %q", field("delete_mode"), maintenance.DeleteModeEquality,
-			maintenance.DeleteModePosition, maintenance.DeleteModeDV, t.DeleteMode)
-	}
-	switch {
-	case t.FormatVersion != 0 && t.FormatVersion != 2 && t.FormatVersion != 3:
-		return fmt.Errorf("%s: must be 2 or 3, got %d", field("format_version"), t.FormatVersion)
-	case t.DeleteMode == maintenance.DeleteModeDV && t.FormatVersion == 2:
-		return fmt.Errorf("%s: dv needs format_version 3 (deletion vectors are a format v3 feature)", field("delete_mode"))
+	if err := validDeletes(t.DeleteMode, t.FormatVersion, field); err != nil {
+		return err
 	}
 	if err := validIdentity(t.KeylessIdentity); err != nil {
 		return fmt.Errorf("%s: %w", field("keyless_identity"), err)
@@ -369,7 +365,14 @@ type settings struct {
 
 func (c Config) settingsFor(src string) *settings {
 	tc, key := c.TableConfigFor(src)
-	tc = c.deletesFor(tc)
+	// The sink's delete mode and format version where the table leaves them unset: the writer
+	// creates the table with them, and its maintainer takes the mode from here.
+	if tc.DeleteMode == "" {
+		tc.DeleteMode = c.DeleteMode
+	}
+	if tc.FormatVersion == 0 {
+		tc.FormatVersion = c.FormatVersion
+	}
 	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
