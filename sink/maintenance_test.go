@@ -66,17 +66,20 @@ func (m *model) load(n int) {
 	m.h.flush()
 }
 
-func (m *model) batch(b, n int) {
+func (m *model) batch(b, n int) { m.batchOn("s0", b, n) }
+
+// batchOn is batch with every change on shard.
+func (m *model) batchOn(shard string, b, n int) {
 	for id := b % 7; id <= n; id += 7 {
 		if id > 0 {
-			m.upsert("s0", id, fmt.Sprintf("v%d", b))
+			m.upsert(shard, id, fmt.Sprintf("v%d", b))
 		}
 	}
 	for id := 1 + b%11; id <= n; id += 11 {
-		m.del("s0", id)
+		m.del(shard, id)
 	}
 	for id := 2 + b%13; id <= n; id += 29 {
-		m.upsert("s0", id, fmt.Sprintf("r%d", b))
+		m.upsert(shard, id, fmt.Sprintf("r%d", b))
 	}
 	m.h.flush()
 }
@@ -327,11 +330,13 @@ func TestMaintenanceConcurrencyBoundsRunsAcrossTables(t *testing.T) {
 	t.Logf("%d runs on %d tables, one at a time", len(reps), tablesRun)
 }
 
-// sink.delete_mode dv with no delete mode on the table: the sink creates it as format v3 and its
-// maintainer turns the writer's equality deletes into deletion vectors, the content exact.
+// sink.delete_mode dv and no per-table configuration, in DMS's default layout (the table-def on
+// the task's shard, the full load spread over four shards by key, the CDC on one shard): the
+// sink creates the table as format v3 from the table-def and its maintainer turns the writer's
+// equality deletes into deletion vectors, the content exact.
 func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
 	dir := t.TempDir()
-	h := newHarness(t, dir, withTables(map[string]TableConfig{"shop.users": usersDef}),
+	h := newHarness(t, dir,
 		withMaintenance(func(c *maintenance.Config) {
 			c.Enabled = true
 			c.Owner = "dv"
@@ -341,10 +346,14 @@ func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
 		}),
 		withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV }),
 		withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
+	h.ctl("c", 1, "users", "create-table", "id*:INT4 name:WSTRING amount:NUMERIC")
 	m := newModel(h)
-	m.load(200)
+	for id := 1; id <= 200; id++ {
+		m.upsert(fmt.Sprintf("s%d", id%4), id, "v0")
+	}
+	h.flush()
 	for b := 1; b <= 4; b++ {
-		m.batch(b, 200)
+		m.batchOn("s1", b, 200)
 	}
 	var eqs, pos, dvs int
 	deadline := time.Now().Add(30 * time.Second)
