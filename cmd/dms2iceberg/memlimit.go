@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"sync/atomic"
 	"time"
 
@@ -94,11 +95,15 @@ const gcPercent = 200
 // applyGCPercent sets gcPercent unless the operator set GOGC (which the runtime applies itself).
 // It returns the GOGC in effect.
 func applyGCPercent() int {
-	if v := os.Getenv("GOGC"); v != "" {
-		old := debug.SetGCPercent(100)
-		debug.SetGCPercent(old)
-		return old
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(gcPercent)
 	}
-	debug.SetGCPercent(gcPercent)
-	return gcPercent
+	return gcPercentNow()
+}
+
+// gcPercentNow is the GOGC in effect (-1: off), read without setting it.
+func gcPercentNow() int {
+	s := []metrics.Sample{{Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	return int(int64(s[0].Value.Uint64())) // off reads as -1 in two's complement
 }

@@ -78,9 +78,11 @@ func TestApplyGCPercent(t *testing.T) {
 	if got := applyGCPercent(); got != gcPercent || debug.SetGCPercent(100) != gcPercent {
 		t.Fatalf("GOGC unset: applyGCPercent %d, want %d in effect", got, gcPercent)
 	}
-	debug.SetGCPercent(75) // as the runtime sets it from GOGC=75 at start
-	t.Setenv("GOGC", "75") // here only its presence counts
-	if got := applyGCPercent(); got != 75 || debug.SetGCPercent(100) != 75 {
-		t.Fatalf("with GOGC set: applyGCPercent %d, want the runtime's 75 untouched", got)
+	for _, set := range []int{75, -1} { // as the runtime sets it from GOGC=75 or GOGC=off at start
+		debug.SetGCPercent(set)
+		t.Setenv("GOGC", "set") // here only its presence counts
+		if got := applyGCPercent(); got != set || debug.SetGCPercent(100) != set {
+			t.Fatalf("with GOGC set: applyGCPercent %d, want the runtime's %d untouched", got, set)
+		}
 	}
 }

@@ -66,8 +66,7 @@ func BenchmarkPipelineKeylessIdentity(b *testing.B) {
 // memory limit of applyMemoryLimit, GOGC of applyGCPercent; GOMEMLIMIT and GOGC still override),
 // and returns what restores the test binary's.
 func serviceGC() (restore func()) {
-	oldLimit, oldPercent := debug.SetMemoryLimit(-1), debug.SetGCPercent(100)
-	debug.SetGCPercent(oldPercent)
+	oldLimit, oldPercent := debug.SetMemoryLimit(-1), gcPercentNow()
 	applyMemoryLimit(membudget.New(membudget.DefaultLimit)) // the limiter is not run: nothing is held
 	applyGCPercent()
 	return func() { debug.SetMemoryLimit(oldLimit); debug.SetGCPercent(oldPercent) }

@@ -140,7 +140,7 @@ func benchManyTables(b *testing.B, size int) {
 	budget := membudget.New(limit)
 	memLimit, limiter := applyMemoryLimit(budget) // as the service does
 	defer debug.SetMemoryLimit(math.MaxInt64)
-	defer debug.SetGCPercent(debug.SetGCPercent(100))
+	defer debug.SetGCPercent(gcPercentNow())
 	gogc := applyGCPercent()
 	var limiterDone sync.WaitGroup
 	limiterCtx, stopLimiter := context.WithCancel(context.Background())
