@@ -87,9 +87,10 @@ func applyMemoryLimit(budget *membudget.Budget) (limit int64, l *memoryLimiter) 
 // grow to three times what is live before a collection, instead of the Go default of twice. The
 // soft memory limit above caps the heap whatever GOGC says, so this changes how often the
 // collector runs below the limit, not how much memory the service may take. Measured on the
-// pipeline benchmark (docs/benchmarks.md, "GOGC 200"): about 15 % more messages per CPU-second
-// on two cores, where the collector's background workers ran beside the pipeline; 300 and off
-// (collect at the limit only) were no better, a larger heap touching more fresh memory.
+// pipeline benchmark (docs/benchmarks.md, "Side-by-side ratio", 2026-12-06): about 15 % more
+// messages per CPU-second on two cores, where the collector's background workers ran beside the
+// pipeline; 300 and off (collect at the limit only) were no better, a larger heap touching more
+// fresh memory.
 const gcPercent = 200
 
 // applyGCPercent sets gcPercent unless the operator set GOGC (which the runtime applies itself).
