@@ -346,7 +346,7 @@ func testConvertingBesideSeveralWorkers(t *testing.T, mode string) {
 		"max_manifests":      6,
 		"lease_duration":     "20s",
 	})
-	p.setDeleteMode(mode)
+	p.setDeleteMode(mode, true) // per table (TestReadersByDeleteMode sets it sink-wide)
 	var svcs []*Service
 	for _, w := range []string{"w1", "w2", "w3"} {
 		svcs = append(svcs, StartService(t, p.bin, p.config, "DMS2ICEBERG_WORKER_ID="+w))

@@ -72,8 +72,10 @@ func pyicebergRead(t *testing.T, dataDir string, tables []string) map[string]spa
 	return res
 }
 
-// setDeleteMode sets sink.tables.<every table>.delete_mode in the service's configuration.
-func (p *pipeline) setDeleteMode(mode string) {
+// setDeleteMode sets the delete mode in the service's configuration: sink.delete_mode, what a
+// deployment without per-table configuration sets, or with perTable
+// sink.tables.<every table>.delete_mode.
+func (p *pipeline) setDeleteMode(mode string, perTable bool) {
 	t := p.t
 	t.Helper()
 	b, err := os.ReadFile(p.config)
@@ -85,12 +87,16 @@ func (p *pipeline) setDeleteMode(mode string) {
 		t.Fatal(err)
 	}
 	snk := cfg["sink"].(map[string]any)
-	tables, _ := snk["tables"].(map[string]any)
-	if len(tables) == 0 {
-		t.Fatal("the generator's config has no sink.tables")
-	}
-	for _, v := range tables {
-		v.(map[string]any)["delete_mode"] = mode
+	if !perTable {
+		snk["delete_mode"] = mode
+	} else {
+		tables, _ := snk["tables"].(map[string]any)
+		if len(tables) == 0 {
+			t.Fatal("the generator's config has no sink.tables")
+		}
+		for _, v := range tables {
+			v.(map[string]any)["delete_mode"] = mode
+		}
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -164,7 +170,7 @@ func TestReadersByDeleteMode(t *testing.T) {
 				"flush_interval": "300ms", "maintenance": map[string]any{
 					"max_delete_files": 1000000, "max_delete_rows": 1000000000, "max_small_files": 1000000,
 					"interval": "24h", "check_interval": "1s", "position_delay": "500ms", "orphan_interval": "0s"}})
-			p.setDeleteMode(mode)
+			p.setDeleteMode(mode, false) // sink-wide, as without per-table configuration
 			svc := StartService(t, p.bin, p.config)
 			if err := gen.WaitTimeout(5 * time.Minute); err != nil {
 				t.Fatalf("gen: %v\n%s", err, tailFile(gen.LogPath, 8<<10))
