@@ -37,6 +37,11 @@ type Decoder struct {
 	// shared: the record being decoded came through DecodeShared, so the fast path points
 	// strings into it instead of copying them.
 	shared bool
+	// colSlab and textSlab are what the fast path carves fresh events' columns and (shared)
+	// unescaped strings from (slab.go); fromSlab: this record's arena is textSlab's free end.
+	colSlab  []change.Column
+	textSlab []byte
+	fromSlab bool
 
 	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
 	visitMetaFn   func(key []byte, v *fastjson.Value)
@@ -135,9 +140,11 @@ func (d *Decoder) decodeInto(data []byte, ev *change.Event, shared bool) error {
 	d.shared = shared
 	cols := ev.Columns[:0]
 	if !d.slowOnly && d.decodeFast(data, ev, cols) {
+		d.keepText()
 		d.arena = nil
 		return nil
 	}
+	d.fromSlab = false
 	ev.Schema, ev.Table, ev.Op = "", "", change.OpUnknown
 	ev.Columns, ev.Before, ev.Control = nil, nil, nil
 	ev.Meta = change.Metadata{}

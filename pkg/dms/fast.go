@@ -201,7 +201,7 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 	case cap(cols) >= total:
 		buf = cols[:total]
 	default:
-		buf = make([]change.Column, total)
+		buf = d.columns(total)
 	}
 	front, back := 0, n-1
 	for _, c := range s.cols {
@@ -412,7 +412,7 @@ func (d *Decoder) fastStr(data []byte, sp span) (string, bool) {
 		// Shared: the first escaped string of the record. Escapes are in the column values,
 		// copied in the record's order, so the rest of the record from here bounds what the
 		// arena must hold (a third fewer bytes than the whole record in the pipeline benchmark).
-		d.arena = make([]byte, 0, len(data)-int(sp.start))
+		d.arena = d.text(len(data) - int(sp.start))
 	}
 	start := len(d.arena)
 	out, ok := appendUnescaped(d.arena, raw)
