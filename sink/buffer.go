@@ -352,7 +352,7 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 		// by is the row whose change set the state.
 		by int
 	}
-	last := make(map[string]int, len(sel)) // key -> index into states
+	last := newKeyIndex(l, len(sel), &b.keyBuf) // key -> index into states
 	var states []state
 	nk := len(l.keyIdx)
 	keys := make([]dms.Datum, len(b.rows)*nk) // every row's key, one allocation per plan
@@ -360,15 +360,14 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 	// state, unless the key's current state came from a change that is later although it was
 	// planned first (laterAcross).
 	set := func(key []dms.Datum, rowIdx int, src []dms.Datum, by int) {
-		b.keyBuf = encodeKey(l, b.keyBuf[:0], key)
-		if si, ok := last[string(b.keyBuf)]; ok {
+		if si, ok := last.get(key); ok {
 			if lim.ordered && laterAcross(&b.rows[states[si].by], &b.rows[by]) {
 				return
 			}
 			states[si].row, states[si].src, states[si].by = rowIdx, src, by
 			return
 		}
-		last[string(b.keyBuf)] = len(states)
+		last.put(key, len(states))
 		states = append(states, state{row: rowIdx, key: key, src: src, by: by})
 	}
 	for _, i := range sel {
@@ -394,8 +393,7 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			if r.oldKey != nil {
 				from = r.oldKey
 			}
-			b.keyBuf = encodeKey(l, b.keyBuf[:0], from)
-			si, ok := last[string(b.keyBuf)]
+			si, ok := last.get(from)
 			switch {
 			case !ok:
 				src = from
