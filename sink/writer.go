@@ -181,26 +181,22 @@ func (w *writer) run(ctx context.Context) error {
 				}
 			}
 		case it, ok := <-w.in:
-			if !ok {
-				w.closing = true
-				return w.flush(ctx)
-			}
-			if it.flush != nil {
-				err := w.flush(ctx)
-				w.publish() // before the reply: a caller of Flush sees what it left
-				it.flush <- err
-				if stateversion.IsRefused(err) {
-					return err // the table is refused for good: stop, like any other flush would
-				}
-				break
-			}
-			if err := w.add(ctx, it.ev); err != nil {
+			if stop, err := w.receive(ctx, it, ok); stop {
 				return err
 			}
-			if w.full() {
-				if err := w.flush(ctx); err != nil {
-					return err
+			// Take in what is queued already, a bounded run of it, without a select over every
+			// channel each time (it locks them all: in BenchmarkPipeline's profile the loop's
+			// select was 3 % of the process's CPU). The timers wait at most that run.
+			for range drainItems {
+				select {
+				case it, ok := <-w.in:
+					if stop, err := w.receive(ctx, it, ok); stop {
+						return err
+					}
+					continue
+				default:
 				}
+				break
 			}
 		case <-w.nudge:
 			// Under memory pressure the buffer commits now rather than at its interval or
@@ -234,6 +230,36 @@ func (w *writer) run(ctx context.Context) error {
 		}
 		w.publish()
 	}
+}
+
+// drainItems is how many queued items the writer takes in after one, before it selects again.
+const drainItems = 256
+
+// receive takes in one item of the queue (ok false: the queue closed). stop is true when the
+// writer must return err.
+func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err error) {
+	if !ok {
+		w.closing = true
+		return true, w.flush(ctx)
+	}
+	if it.flush != nil {
+		err := w.flush(ctx)
+		w.publish() // before the reply: a caller of Flush sees what it left
+		it.flush <- err
+		if stateversion.IsRefused(err) {
+			return true, err // the table is refused for good: stop, like any other flush would
+		}
+		return false, nil
+	}
+	if err := w.add(ctx, it.ev); err != nil {
+		return true, err
+	}
+	if w.full() {
+		if err := w.flush(ctx); err != nil {
+			return true, err
+		}
+	}
+	return false, nil
 }
 
 // full reports whether the buffer reached a flush threshold, unless the last flush could commit
