@@ -42,7 +42,7 @@ func TestDecodeSharedAllocs(t *testing.T) {
 	}
 	evs := make([]change.Event, 101)
 	i := 0
-	// A fresh event's columns come from a slab of 32 records' (slab.go): less than one
+	// A fresh event's columns come from a slab of 32 KiB (slab.go): less than one
 	// allocation per record, which AllocsPerRun rounds down to 0.
 	if n := testing.AllocsPerRun(100, func() { _ = d.DecodeShared(benchUpdate, &evs[i]); i++ }); n != 0 {
 		t.Errorf("DecodeShared into a fresh event: %v allocs, want 0", n)
