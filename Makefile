@@ -105,7 +105,7 @@ clean: ## remove build output and local demo data (bin/, .data/); .emu/ stays (r
 	rm -rf bin .data dist coverage.out
 
 .PHONY: bench-ratio
-bench-ratio: ## BenchmarkPipeline against the reference fast path (../shared/perfprobe), 3 alternating rounds, best of each and the ratio (~6 min; idle machine)
+bench-ratio: ## BenchmarkPipeline against the reference fast path (../shared/perfprobe), 3 alternating rounds, best of each and the ratio (~1 min; idle machine); OURS_CPU, OURS_BENCHTIME
 	.ci/bench-ratio.sh
 
 .PHONY: bench-freshness

@@ -14,8 +14,8 @@ SRC=${PERFPROBE_DIR:-"$ROOT/../shared/perfprobe"}
 ROUNDS=${ROUNDS:-3}
 OURS_CPU=${OURS_CPU:-}
 # Both sides measure about as many messages: the reference 300,000 in one run, BenchmarkPipeline
-# 4 runs of its stream (72,479 messages each, 289,916). Each side's cold start (heap growth,
-# first encoders) is then spread over the same count; with 3 runs (217k messages, this script
+# 4 runs of its stream (70,005 messages each, 280,020). Each side's cold start (heap growth,
+# first encoders) is then spread over about the same count; with 3 runs (210k messages, this script
 # before 2026-12-06) ours measured 10-15 % lower for that reason alone (docs/benchmarks.md).
 OURS_BENCHTIME=${OURS_BENCHTIME:-4x}
 cpu_flag=()

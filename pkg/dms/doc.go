@@ -55,10 +55,11 @@
 //
 // Concurrency: a Decoder owns a reusable JSON parser and scratch state and is NOT safe for
 // concurrent use; give each goroutine (each shard processor) its own Decoder. Events a Decoder
-// produces do not alias its memory: every string in an Event points into a byte arena
+// produces never see its later writes: every string in an Event points into a byte arena
 // allocated for that event alone (Decode), or, with DecodeShared, into the record itself where
-// the record's text is the value (escaped strings are still copied), so events may be handed to
-// other goroutines. Config,
+// the record's text is the value (escaped strings are copied into a slab the decoder only ever
+// appends to, slab.go), and a fresh event's columns are carved from a slab that is never
+// written again; so events may be handed to other goroutines. Config,
 // TypeOptions, Datum and all package-level functions (IcebergType, InferType, Convert, ConvertIn, ColumnDomain, KeyType, KeyDomain,
 // AppendDatum, AppendKey, Render, RenderArrow, DatumAt, DatumView, ArrowSchema) are safe for concurrent
 // use; AppendDatum writes to the builder it is given, which the caller must not share.
