@@ -38,10 +38,9 @@ type Decoder struct {
 	// strings into it instead of copying them.
 	shared bool
 	// colSlab and textSlab are what the fast path carves fresh events' columns and (shared)
-	// unescaped strings from (slab.go); fromSlab: this record's arena is textSlab's free end.
+	// unescaped strings from (slab.go).
 	colSlab  []change.Column
 	textSlab []byte
-	fromSlab bool
 
 	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
 	visitMetaFn   func(key []byte, v *fastjson.Value)
@@ -144,7 +143,6 @@ func (d *Decoder) decodeInto(data []byte, ev *change.Event, shared bool) error {
 		d.arena = nil
 		return nil
 	}
-	d.fromSlab = false
 	ev.Schema, ev.Table, ev.Op = "", "", change.OpUnknown
 	ev.Columns, ev.Before, ev.Control = nil, nil, nil
 	ev.Meta = change.Metadata{}

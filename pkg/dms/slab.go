@@ -33,29 +33,21 @@ func (d *Decoder) columns(n int) []change.Column {
 	return c
 }
 
-// text returns an empty arena with room for n bytes at the free end of the text slab; keepText
-// marks what the record wrote there as taken when the record decoded.
+// text returns an empty arena with room for n bytes at the free end of the text slab: in a
+// DecodeShared call, the fast path's only arena. keepText takes what the record wrote there.
 func (d *Decoder) text(n int) []byte {
 	if cap(d.textSlab)-len(d.textSlab) < n {
 		d.textSlab = make([]byte, 0, max(n, slabBytes))
 	}
-	d.fromSlab = true
 	return d.textSlab[len(d.textSlab):len(d.textSlab):cap(d.textSlab)]
 }
 
-// keepText takes the bytes the record just decoded wrote into the text slab (its arena came from
-// text and was never moved: the unescaped text fits the room text was asked for).
+// keepText marks the bytes the shared record just decoded wrote into the text slab as taken.
+// Its arena is the slab's free end, never moved: append moves a slice only past its capacity,
+// and the unescaped text fits the room text was asked for (were it ever larger, the arena is an
+// array of its own and the slab stays as it was).
 func (d *Decoder) keepText() {
-	if !d.fromSlab {
-		return
-	}
-	d.fromSlab = false
-	free := d.textSlab[len(d.textSlab):cap(d.textSlab)]
-	if n := len(d.arena); n > 0 && n <= len(free) && &d.arena[0] == &free[0] {
+	if n := len(d.arena); d.shared && n <= cap(d.textSlab)-len(d.textSlab) {
 		d.textSlab = d.textSlab[:len(d.textSlab)+n]
-		return
-	}
-	if len(d.arena) > 0 {
-		d.textSlab = nil // moved after all: start a new slab rather than reason about it
 	}
 }
