@@ -14,15 +14,25 @@ import (
 // row's key and copying it into a new string for the map was most of plan's work and its
 // allocations; a single-column key, what most tables have, now costs neither.
 type keyIndex struct {
-	l      *layout
-	direct bool // the key is one column of a type directKey represents
-	one    map[directKey]int
-	many   map[string]int
-	buf    *[]byte // the buffer's scratch for encoded keys
+	l    *layout
+	kind directKind // how a single-column key is its own map key; directNone: encoded
+	one  map[directKey]int
+	many map[string]int
+	buf  *[]byte // the buffer's scratch for encoded keys
 }
 
-// directKey is a single-column key's value: I (integers, dates, times, timestamps; a
-// decimal's low half), Hi (a decimal's high half), S (strings), null flag.
+// directKind says which fields of its Datum a single-column key is: decided once per plan from
+// the key column's type, not per row.
+type directKind uint8
+
+const (
+	directNone    directKind = iota // several columns, or a type directKey does not represent
+	directInt                       // integers, dates, times, timestamps: I
+	directDecimal                   // I and Hi
+	directString                    // S
+)
+
+// directKey is a single-column key's value (the fields its kind uses) or its null flag.
 type directKey struct {
 	null  bool
 	i, hi int64
@@ -34,11 +44,15 @@ func newKeyIndex(l *layout, size int, buf *[]byte) keyIndex {
 	if len(l.keyIdx) == 1 {
 		switch l.types[l.keyIdx[0]].(type) {
 		case iceberg.Int32Type, iceberg.Int64Type, iceberg.DateType, iceberg.TimeType,
-			iceberg.TimestampType, iceberg.TimestampTzType, iceberg.DecimalType, iceberg.StringType:
-			x.direct = true
+			iceberg.TimestampType, iceberg.TimestampTzType:
+			x.kind = directInt
+		case iceberg.DecimalType:
+			x.kind = directDecimal
+		case iceberg.StringType:
+			x.kind = directString
 		}
 	}
-	if x.direct {
+	if x.kind != directNone {
 		x.one = make(map[directKey]int, size)
 	} else {
 		x.many = make(map[string]int, size)
@@ -47,22 +61,21 @@ func newKeyIndex(l *layout, size int, buf *[]byte) keyIndex {
 }
 
 func (x *keyIndex) direct1(key []dms.Datum) directKey {
-	d := key[0]
-	if d.Null {
+	switch d := key[0]; {
+	case d.Null:
 		return directKey{null: true}
-	}
-	switch x.l.types[x.l.keyIdx[0]].(type) {
-	case iceberg.StringType:
+	case x.kind == directString:
 		return directKey{s: d.S}
-	case iceberg.DecimalType:
+	case x.kind == directDecimal:
 		return directKey{i: d.I, hi: d.Hi}
+	default:
+		return directKey{i: d.I}
 	}
-	return directKey{i: d.I}
 }
 
 // get returns the state of key, if the plan has one.
 func (x *keyIndex) get(key []dms.Datum) (int, bool) {
-	if x.direct {
+	if x.kind != directNone {
 		si, ok := x.one[x.direct1(key)]
 		return si, ok
 	}
@@ -73,7 +86,7 @@ func (x *keyIndex) get(key []dms.Datum) (int, bool) {
 
 // put records si as the state of key, which get does not find.
 func (x *keyIndex) put(key []dms.Datum, si int) {
-	if x.direct {
+	if x.kind != directNone {
 		x.one[x.direct1(key)] = si
 		return
 	}

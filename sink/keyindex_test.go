@@ -33,8 +33,8 @@ func TestKeyIndexAgreesWithEncodedKeys(t *testing.T) {
 			l := &layout{names: []string{"k"}, types: []iceberg.Type{c.typ}, keyIdx: []int{0}}
 			var buf []byte
 			x := newKeyIndex(l, 0, &buf)
-			if x.direct != c.direct {
-				t.Fatalf("direct = %v, want %v", x.direct, c.direct)
+			if (x.kind != directNone) != c.direct {
+				t.Fatalf("direct = %v, want %v", x.kind != directNone, c.direct)
 			}
 			var keys [][]dms.Datum
 			for _, s := range c.texts {
