@@ -28,6 +28,20 @@ func bufLayout(keyed bool, wm map[string]string) *layout {
 	return l
 }
 
+// keyPaths are the two ways a plan keys its rows (keyindex.go): the id column as an int, its
+// own map key, and the same values under a type whose keys are encoded (a double key: AppendKey
+// encodes its bits, here the ids). Plan tests run on both.
+var keyPaths = []struct {
+	name string
+	typ  iceberg.Type
+}{{"direct", iceberg.PrimitiveTypes.Int32}, {"encoded", iceberg.PrimitiveTypes.Float64}}
+
+// keyedAs is l with its id column of type t.
+func keyedAs(l *layout, t iceberg.Type) *layout {
+	l.types[0] = t
+	return l
+}
+
 // brow is a buffered row: op is "u" (upsert), "d" (delete), "k<old>" (key change from id old),
 // "p" (a partial update lacking qty) or "r" (a replayed upsert); pos is "shard/seq".
 func brow(op, pos string, id int, name string, qty int) row {
@@ -108,51 +122,53 @@ func TestBufferPlan(t *testing.T) {
 			upserts: []int{1}, deletes: []int64{5, 6}, maxSeq: []string{"a=2"}, fromBuffer: 1, merged: 1, mergedQty: 1},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := newBuffer()
-			for _, r := range c.rows {
-				b.add(r, 10)
-			}
-			got := b.plan(bufLayout(c.keyed, c.wm), all)
-			if !slices.Equal(got.upserts, c.upserts) {
-				t.Errorf("upserts %v, want %v", got.upserts, c.upserts)
-			}
-			var dels []int64
-			for _, k := range got.deletes {
-				dels = append(dels, k[0].I)
-			}
-			if !slices.Equal(dels, c.deletes) {
-				t.Errorf("deletes %v, want %v", dels, c.deletes)
-			}
-			var seqs []string
-			for _, s := range slices.Sorted(maps.Keys(got.maxSeq)) {
-				seqs = append(seqs, s+"="+got.maxSeq[s])
-			}
-			if !slices.Equal(seqs, c.maxSeq) {
-				t.Errorf("maxSeq %v, want %v", seqs, c.maxSeq)
-			}
-			if got.trimmed != c.trimmed {
-				t.Errorf("trimmed %d, want %d", got.trimmed, c.trimmed)
-			}
-			var lks []int
-			for _, lk := range got.lookups {
-				lks = append(lks, lk.row)
-			}
-			if got.fromBuffer != c.fromBuffer || !slices.Equal(lks, c.lookups) || got.missing != c.missing {
-				t.Errorf("partial: from buffer %d, lookups %v, missing %d; want %d, %v, %d",
-					got.fromBuffer, lks, got.missing, c.fromBuffer, c.lookups, c.missing)
-			}
-			if c.merged >= 0 {
-				r := b.rows[c.merged]
-				if r.vals[2] != (dms.Datum{I: int64(c.mergedQty)}) || len(r.absent) != 0 || r.absent == nil {
-					t.Errorf("merged row: qty %+v absent %v, want qty %d and an empty absent list", r.vals[2], r.absent, c.mergedQty)
+		for _, kp := range keyPaths {
+			t.Run(c.name+"/"+kp.name, func(t *testing.T) {
+				t.Parallel()
+				b := newBuffer()
+				for _, r := range c.rows {
+					b.add(r, 10)
 				}
-			}
-			if got.empty() != (len(c.upserts) == 0 && len(c.deletes) == 0) {
-				t.Errorf("empty() = %v", got.empty())
-			}
-		})
+				got := b.plan(keyedAs(bufLayout(c.keyed, c.wm), kp.typ), all)
+				if !slices.Equal(got.upserts, c.upserts) {
+					t.Errorf("upserts %v, want %v", got.upserts, c.upserts)
+				}
+				var dels []int64
+				for _, k := range got.deletes {
+					dels = append(dels, k[0].I)
+				}
+				if !slices.Equal(dels, c.deletes) {
+					t.Errorf("deletes %v, want %v", dels, c.deletes)
+				}
+				var seqs []string
+				for _, s := range slices.Sorted(maps.Keys(got.maxSeq)) {
+					seqs = append(seqs, s+"="+got.maxSeq[s])
+				}
+				if !slices.Equal(seqs, c.maxSeq) {
+					t.Errorf("maxSeq %v, want %v", seqs, c.maxSeq)
+				}
+				if got.trimmed != c.trimmed {
+					t.Errorf("trimmed %d, want %d", got.trimmed, c.trimmed)
+				}
+				var lks []int
+				for _, lk := range got.lookups {
+					lks = append(lks, lk.row)
+				}
+				if got.fromBuffer != c.fromBuffer || !slices.Equal(lks, c.lookups) || got.missing != c.missing {
+					t.Errorf("partial: from buffer %d, lookups %v, missing %d; want %d, %v, %d",
+						got.fromBuffer, lks, got.missing, c.fromBuffer, c.lookups, c.missing)
+				}
+				if c.merged >= 0 {
+					r := b.rows[c.merged]
+					if r.vals[2] != (dms.Datum{I: int64(c.mergedQty)}) || len(r.absent) != 0 || r.absent == nil {
+						t.Errorf("merged row: qty %+v absent %v, want qty %d and an empty absent list", r.vals[2], r.absent, c.mergedQty)
+					}
+				}
+				if got.empty() != (len(c.upserts) == 0 && len(c.deletes) == 0) {
+					t.Errorf("empty() = %v", got.empty())
+				}
+			})
+		}
 	}
 }
 
@@ -314,27 +330,29 @@ func TestBufferPlanBound(t *testing.T) {
 			take: []int{0}, upserts: []int{0}, maxSeq: []string{"a=1"}},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			b := newBuffer()
-			for _, r := range c.rows {
-				b.add(r, 10)
-			}
-			got := b.plan(bufLayout(true, nil), c.lim)
-			if !slices.Equal(got.take, c.take) || !slices.Equal(got.upserts, c.upserts) {
-				t.Errorf("take %v upserts %v, want %v and %v", got.take, got.upserts, c.take, c.upserts)
-			}
-			var seqs []string
-			for _, s := range slices.Sorted(maps.Keys(got.maxSeq)) {
-				seqs = append(seqs, s+"="+got.maxSeq[s])
-			}
-			if !slices.Equal(seqs, c.maxSeq) {
-				t.Errorf("maxSeq %v, want %v", seqs, c.maxSeq)
-			}
-			if b.within(c.lim) != (len(c.take) > 0) {
-				t.Errorf("within = %v with take %v", b.within(c.lim), c.take)
-			}
-		})
+		for _, kp := range keyPaths {
+			t.Run(c.name+"/"+kp.name, func(t *testing.T) {
+				t.Parallel()
+				b := newBuffer()
+				for _, r := range c.rows {
+					b.add(r, 10)
+				}
+				got := b.plan(keyedAs(bufLayout(true, nil), kp.typ), c.lim)
+				if !slices.Equal(got.take, c.take) || !slices.Equal(got.upserts, c.upserts) {
+					t.Errorf("take %v upserts %v, want %v and %v", got.take, got.upserts, c.take, c.upserts)
+				}
+				var seqs []string
+				for _, s := range slices.Sorted(maps.Keys(got.maxSeq)) {
+					seqs = append(seqs, s+"="+got.maxSeq[s])
+				}
+				if !slices.Equal(seqs, c.maxSeq) {
+					t.Errorf("maxSeq %v, want %v", seqs, c.maxSeq)
+				}
+				if b.within(c.lim) != (len(c.take) > 0) {
+					t.Errorf("within = %v with take %v", b.within(c.lim), c.take)
+				}
+			})
+		}
 	}
 }
 
