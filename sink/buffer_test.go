@@ -42,6 +42,15 @@ func keyedAs(l *layout, t iceberg.Type) *layout {
 	return l
 }
 
+// filled is a buffer holding rows, each from a record of 10 bytes.
+func filled(rows []row) *buffer {
+	b := newBuffer()
+	for _, r := range rows {
+		b.add(r, 10)
+	}
+	return &b
+}
+
 // brow is a buffered row: op is "u" (upsert), "d" (delete), "k<old>" (key change from id old),
 // "p" (a partial update lacking qty) or "r" (a replayed upsert); pos is "shard/seq".
 func brow(op, pos string, id int, name string, qty int) row {
@@ -125,10 +134,7 @@ func TestBufferPlan(t *testing.T) {
 		for _, kp := range keyPaths {
 			t.Run(c.name+"/"+kp.name, func(t *testing.T) {
 				t.Parallel()
-				b := newBuffer()
-				for _, r := range c.rows {
-					b.add(r, 10)
-				}
+				b := filled(c.rows)
 				got := b.plan(keyedAs(bufLayout(c.keyed, c.wm), kp.typ), all)
 				if !slices.Equal(got.upserts, c.upserts) {
 					t.Errorf("upserts %v, want %v", got.upserts, c.upserts)
@@ -333,10 +339,7 @@ func TestBufferPlanBound(t *testing.T) {
 		for _, kp := range keyPaths {
 			t.Run(c.name+"/"+kp.name, func(t *testing.T) {
 				t.Parallel()
-				b := newBuffer()
-				for _, r := range c.rows {
-					b.add(r, 10)
-				}
+				b := filled(c.rows)
 				got := b.plan(keyedAs(bufLayout(true, nil), kp.typ), c.lim)
 				if !slices.Equal(got.take, c.take) || !slices.Equal(got.upserts, c.upserts) {
 					t.Errorf("take %v upserts %v, want %v and %v", got.take, got.upserts, c.take, c.upserts)
