@@ -48,6 +48,14 @@ type Config struct {
 	// Kinesis propagation delay (AWS: typically under 1 s) plus clock skew between Kinesis and
 	// this host (NTP, which the leases already need: tens of ms). Default 2s.
 	ArrivalMargin time.Duration `yaml:"arrival_margin"`
+	// HeartbeatInterval, when positive, makes the consumer put a small heartbeat record
+	// (partition key HeartbeatPartitionKey) every this often into each shard it owns that is
+	// caught up and has delivered nothing for that long. Reading it back gives the shard a read
+	// horizon from Kinesis's own arrival time instead of read time minus ArrivalMargin, so an
+	// idle shard holds the commit bound back by about this interval instead of the margin.
+	// Needs kinesis:PutRecords on the stream, and every other consumer of the stream sees
+	// the heartbeat records (dms2iceberg skips them). Default 0: off.
+	HeartbeatInterval time.Duration `yaml:"heartbeat_interval"`
 	// MaxReadAhead is how far past the stream watermark W, by arrival time, a shard that is not
 	// holding W back is read before its processor pauses (read-ahead alignment). Default 30s.
 	MaxReadAhead time.Duration `yaml:"max_read_ahead"`
@@ -99,6 +107,9 @@ func (c Config) Validate() error {
 		if pos.v <= 0 {
 			return fmt.Errorf("%s: must be positive, got %s", pos.path, pos.v)
 		}
+	}
+	if c.HeartbeatInterval < 0 || (c.HeartbeatInterval > 0 && c.HeartbeatInterval < minHeartbeatInterval) {
+		return fmt.Errorf("consumer.heartbeat_interval: must be 0 (off) or at least %s, got %s", minHeartbeatInterval, c.HeartbeatInterval)
 	}
 	if c.ArrivalMargin < 0 {
 		return fmt.Errorf("consumer.arrival_margin: must not be negative, got %s", c.ArrivalMargin)

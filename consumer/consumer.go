@@ -57,6 +57,9 @@ type Metrics interface {
 	HorizonPublishFailed(shard string)
 	// ReadAheadPaused reports how long a shard's processor paused for read-ahead alignment.
 	ReadAheadPaused(shard string, d time.Duration)
+	// Heartbeats counts heartbeat records of a shard (heartbeat.go): event "put", "put_failed"
+	// or "read".
+	Heartbeats(shard, event string, n int)
 	// LeaseStateRefused counts a lease not taken because its row was written by a newer state
 	// version of dms2iceberg.
 	LeaseStateRefused(shard string)
@@ -75,6 +78,7 @@ func (NopMetrics) StreamWatermark(time.Time, time.Duration, string, string) {}
 func (NopMetrics) HorizonPublishFailed(string)                              {}
 func (NopMetrics) ReadAheadPaused(string, time.Duration)                    {}
 func (NopMetrics) LeaseStateRefused(string)                                 {}
+func (NopMetrics) Heartbeats(string, string, int)                           {}
 
 // Option configures optional collaborators.
 type Option func(*Consumer)
@@ -214,6 +218,15 @@ func (c *Consumer) Run(ctx context.Context) error {
 		stopHorizons()
 		<-hzDone
 	}()
+	if every := c.cfg.HeartbeatInterval; every > 0 {
+		// Heartbeats only help shards that are still read: they stop with reading (runCtx).
+		hbDone := make(chan struct{})
+		go func() {
+			defer close(hbDone)
+			c.runHeartbeats(runCtx, kc, every)
+		}()
+		defer func() { fail(nil); <-hbDone }()
+	}
 	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(leases)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)

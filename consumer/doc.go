@@ -19,6 +19,11 @@
 // from any goroutine; Consumer.BoundsChanged wakes the writers a gate held back. A processor pauses inside ProcessRecords (read-
 // ahead alignment) while it is too far ahead of W, waking on every recomputation.
 //
+// Heartbeats (heartbeat.go, consumer.heartbeat_interval, off by default): a second goroutine
+// of Run, stopped with reading and waited for, puts a heartbeat record into each owned quiet
+// shard; processors skip heartbeat records (whatever the setting) after folding their arrival
+// into the shard's horizon.
+//
 // Consumer.Run starts the worker and returns only after the worker has shut down, at the latest
 // ShutdownSlack past the stop's deadline (because the KCL's own shutdown can hang). The deadline
 // is Config.ShutdownTimeout from the stop, or the process's (WithShutdownDeadline); every

@@ -173,7 +173,18 @@ func (l *horizonLoop) tick(ctx context.Context) {
 	c := l.c
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
+	began := time.Now()
+	var listed, published, scanned time.Time
+	defer func() {
+		// A slow round is a round without a new W: the tables commit nothing newer meanwhile.
+		if took := time.Since(began); took > durOr(c.cfg.HorizonInterval, DefaultHorizonInterval) {
+			l.c.log.Info("slow horizon round: W was not recomputed meanwhile", zap.Duration("took", took),
+				zap.Duration("list_shards", sinceOr(listed, began)), zap.Duration("publish", sinceOr(published, listed)),
+				zap.Duration("scan_leases", sinceOr(scanned, published)))
+		}
+	}()
 	shards, listedAt, err := c.shards.snapshot(ctx)
+	listed = time.Now()
 	if err != nil {
 		l.warn("shard-list", "could not list the stream's shards; horizons do not advance at the tip", err)
 		listedAt = time.Time{}
@@ -191,10 +202,12 @@ func (l *horizonLoop) tick(ctx context.Context) {
 		p.updateHorizon(open)
 		p.publish(ctx, false)
 	}
+	published = time.Now()
 	if shards == nil {
 		return
 	}
 	list, err := c.leases.Rows(ctx)
+	scanned = time.Now()
 	if err != nil && list == nil {
 		l.warn("scan", "could not read the lease table; W is not recomputed", err)
 		return
@@ -236,6 +249,14 @@ func (l *horizonLoop) tick(ctx context.Context) {
 			delete(l.logged, id) // bounded
 		}
 	}
+}
+
+// sinceOr is to - from, or 0 when either is unset (the round ended before that phase).
+func sinceOr(to, from time.Time) time.Duration {
+	if to.IsZero() || from.IsZero() {
+		return 0
+	}
+	return to.Sub(from)
 }
 
 // warn logs a failure of the loop, at most once per heldLogEvery per kind.

@@ -30,8 +30,12 @@ type processor struct {
 	// epoch is the lease epoch this processor was started under; its checkpoints are
 	// conditional on it.
 	epoch int64
-	// saved is the last checkpoint this processor wrote (or started from).
-	saved string
+	// saved is the last checkpoint this processor wrote (or started from), savedAt when.
+	saved   string
+	savedAt time.Time
+	// lastData is the last sequence number of the last delivery that held more than
+	// heartbeats: a checkpoint that passes nothing newer waits (checkpoint).
+	lastData string
 	// parents are the shards that must be finished before this one's records are handed on.
 	parents []string
 	gated   bool
@@ -104,10 +108,11 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 			return
 		}
 	}
-	p.checkpoint()
+	p.checkpoint(false)
 	readTime := p.c.now()
 	if in.CacheEntryTime != nil {
 		readTime = *in.CacheEntryTime // just before the read: the earlier, the safer
+		defer p.pace(*in.CacheEntryTime, len(in.Records) == 0 && in.MillisBehindLatest < p.c.cfg.IdleBetweenReads.Milliseconds())
 	}
 	if len(in.Records) == 0 {
 		if in.MillisBehindLatest == 0 {
@@ -134,12 +139,20 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	// one the sink orders by.
 	arrived := timeOf(p.hz.lastArrival.Load())
 	first := time.Time{}
+	heartbeats := 0
 	for i := range in.Records {
 		r := &in.Records[i]
 		seq := aws.ToString(r.SequenceNumber)
 		arrived = maxTime(arrived, p.arrival(r))
 		if i == 0 {
 			first = arrived
+		}
+		if isHeartbeat(r) {
+			// Not a change: it only moves the horizon (its arrival, folded in above).
+			p.acct.Release(int64(len(r.Data)))
+			kept -= int64(len(r.Data))
+			heartbeats++
+			continue
 		}
 		events = append(events, change.Event{})
 		ev := &events[len(events)-1]
@@ -162,11 +175,17 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		ev.Arrival = arrived
 	}
 	fault.Hit(fault.AfterDecode)
+	if heartbeats > 0 {
+		p.c.metrics.Heartbeats(p.shard, "read", heartbeats)
+	}
 	last := &in.Records[len(in.Records)-1]
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
 		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
+	}
+	if heartbeats < len(in.Records) {
+		p.lastData = aws.ToString(last.SequenceNumber)
 	}
 	d := p.track.BeginTracked(aws.ToString(last.SequenceNumber), first, p.tracked)
 	if !p.handOn(d, events) {
@@ -176,7 +195,45 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	if in.MillisBehindLatest == 0 {
 		p.atTip(readTime)
 	}
-	p.checkpoint()
+	p.checkpoint(false)
+}
+
+// readSpacing is the least time between the starts of two GetRecords calls on one shard.
+// Kinesis allows 5 per second per shard, and the KCL (v1.0.0, polling) counts its calls in
+// windows of a second: the 6th call in a window makes it sleep until the window ends
+// (localTPSExceededError, "sleep for a second"). It reads again at once after a delivery with
+// records, so on a shard with steady traffic it spent its five calls in the first part of each
+// window and read nothing for the rest: in BenchmarkFreshness that was about one such sleep per
+// shard per second and the whole tail of the freshness (docs/benchmarks.md). Spaced by a fifth of a
+// second (and 10 ms, since a window ends only after more than a second), no window takes a
+// sixth call, and a record waits at most one spacing for its read.
+const readSpacing = time.Second/5 + 10*time.Millisecond
+
+// pace returns once readSpacing has passed since the read of this delivery started (readStart,
+// the KCL's time before its GetRecords call), so that the KCL's next call keeps the spacing.
+// idles is set when the KCL itself sleeps consumer.idle_between_reads before its next call (an
+// empty read at the tip); that sleep counts.
+func (p *processor) pace(readStart time.Time, idles bool) {
+	wait := paceWait(readStart, time.Now(), p.c.cfg.IdleBetweenReads, idles)
+	if wait <= 0 {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-p.ctx.Done():
+	}
+}
+
+// paceWait is how long pace waits at now: until readSpacing after readStart, less the KCL's own
+// idle sleep when it takes one.
+func paceWait(readStart, now time.Time, idle time.Duration, idles bool) time.Duration {
+	wait := readStart.Add(readSpacing).Sub(now)
+	if idles {
+		wait -= idle
+	}
+	return wait
 }
 
 // handOn submits the delivery's events, pausing for read-ahead alignment before each one that
@@ -351,12 +408,19 @@ func (p *processor) deadLetter(seq string, raw []byte, cause error) bool {
 
 // checkpoint writes the shard checkpoint up to the committed prefix, if it moved. The write is
 // conditional on this processor's lease epoch, so a processor whose lease moved on cannot write.
-func (p *processor) checkpoint() {
+// Unless final (the shutdown's), a checkpoint that would pass only heartbeat records since the
+// last one written waits until heartbeatCheckpointEvery has passed: an idle shard would
+// otherwise cost a DynamoDB write per heartbeat, and reading heartbeats again after a restart
+// costs nothing.
+func (p *processor) checkpoint(final bool) {
 	if p.stale.Load() {
 		return
 	}
 	seq := p.track.Committed()
 	if seq == "" || change.CompareSeq(seq, p.saved) <= 0 {
+		return
+	}
+	if !final && change.CompareSeq(p.lastData, p.saved) <= 0 && p.c.now().Sub(p.savedAt) < heartbeatCheckpointEvery {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -374,7 +438,7 @@ func (p *processor) checkpoint() {
 		p.log.Warn("checkpoint failed; will retry", zap.String("seq", seq), zap.Error(err))
 		return
 	}
-	p.saved = seq
+	p.saved, p.savedAt = seq, p.c.now()
 	p.c.metrics.Checkpointed(p.shard, seq)
 }
 
@@ -405,7 +469,7 @@ func (p *processor) Shutdown(in *kcl.ShutdownInput) {
 		p.log.Error("shutdown: pending changes not committed; they will be read again", zap.String("reason", reason), zap.Error(err))
 		return
 	}
-	p.checkpoint()
+	p.checkpoint(true)
 	if in.ShutdownReason == kcl.TERMINATE && !p.halted && !p.stale.Load() {
 		// The final horizon, the last record's arrival (finalHorizon; the tip rule never
 		// applies to a shard at its end), is published before SHARD_END, which freezes it.

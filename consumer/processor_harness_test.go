@@ -154,6 +154,24 @@ type fakeStream struct {
 	mu     sync.Mutex
 	shards map[string][]string
 	first  string
+	// closed lists the shards listed with an ending sequence number; every shard's range
+	// starts at hashOf(id).
+	closed map[string]bool
+	// puts are the PutRecords calls; putErr fails them.
+	puts   []*kinesis.PutRecordsInput
+	putErr error
+}
+
+func hashOf(shard string) string { return "hash-" + shard }
+
+func (f *fakeStream) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, _ ...func(*kinesis.Options)) (*kinesis.PutRecordsOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.putErr != nil {
+		return nil, f.putErr
+	}
+	f.puts = append(f.puts, in)
+	return &kinesis.PutRecordsOutput{Records: make([]ktypes.PutRecordsResultEntry, len(in.Records))}, nil
 }
 
 func (f *fakeStream) ListShards(context.Context, *kinesis.ListShardsInput, ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
@@ -161,7 +179,10 @@ func (f *fakeStream) ListShards(context.Context, *kinesis.ListShardsInput, ...fu
 	defer f.mu.Unlock()
 	out := &kinesis.ListShardsOutput{}
 	for id, parents := range f.shards {
-		s := ktypes.Shard{ShardId: aws.String(id)}
+		s := ktypes.Shard{ShardId: aws.String(id), HashKeyRange: &ktypes.HashKeyRange{StartingHashKey: aws.String(hashOf(id))}}
+		if f.closed[id] {
+			s.SequenceNumberRange = &ktypes.SequenceNumberRange{EndingSequenceNumber: aws.String("999")}
+		}
 		if len(parents) > 0 {
 			s.ParentShardId = aws.String(parents[0])
 		}
@@ -202,6 +223,22 @@ type fakeMetrics struct {
 	publishFailed, paused int
 	watermark             time.Time
 	holder                string
+	heartbeats            map[string]int // "shard event" -> count
+}
+
+func (m *fakeMetrics) Heartbeats(shard, event string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.heartbeats == nil {
+		m.heartbeats = make(map[string]int)
+	}
+	m.heartbeats[shard+" "+event] += n
+}
+
+func (m *fakeMetrics) heartbeatCount(shard, event string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.heartbeats[shard+" "+event]
 }
 
 func (m *fakeMetrics) StreamWatermark(w time.Time, _ time.Duration, holder, _ string) {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
 
@@ -367,4 +368,45 @@ func TestProcessorHaltsWhenADeadLetterFails(t *testing.T) {
 		t.Fatal("a failed dead letter is not fatal")
 	}
 	e.wantCheckpoint(shard, "", "after a failed dead letter")
+}
+
+// The reads of a shard are spaced so that the KCL never makes a sixth call within its
+// one-second window (which makes it sleep out the window): a delivery waits out readSpacing
+// from the start of its read, an empty read at the tip counts the KCL's own idle sleep, and a
+// slow delivery waits for nothing.
+func TestReadsAreSpaced(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 12, 6, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name  string
+		after time.Duration // from the read's start to the end of ProcessRecords
+		idle  time.Duration
+		idles bool
+		want  time.Duration
+	}{
+		{"records, handed on at once", 5 * time.Millisecond, 250 * time.Millisecond, false, readSpacing - 5*time.Millisecond},
+		{"empty at the tip, the KCL idles longer than the spacing", 5 * time.Millisecond, 250 * time.Millisecond, true, readSpacing - 255*time.Millisecond},
+		{"empty at the tip, a short idle", 5 * time.Millisecond, 50 * time.Millisecond, true, readSpacing - 55*time.Millisecond},
+		{"a delivery slower than the spacing", time.Second, 250 * time.Millisecond, false, readSpacing - time.Second},
+	} {
+		if got := paceWait(start, start.Add(tc.after), tc.idle, tc.idles); got != tc.want {
+			t.Errorf("%s: wait %s, want %s", tc.name, got, tc.want)
+		}
+	}
+	// Five calls spaced so fit in a window of one second, a sixth does not (the KCL starts a
+	// new window only once more than a second has passed).
+	if 5*readSpacing <= time.Second {
+		t.Fatalf("readSpacing %s lets a sixth call into the KCL's window", readSpacing)
+	}
+
+	// The processor waits it out after a delivery with records.
+	e := newProcEnv(t)
+	e.c.cfg.IdleBetweenReads = 250 * time.Millisecond
+	p := e.start(shard, "")
+	begin := time.Now()
+	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 0, CacheEntryTime: &begin,
+		Records: []ktypes.Record{{SequenceNumber: aws.String("101"), Data: goodRecord}}})
+	if took := time.Since(begin); took < readSpacing {
+		t.Fatalf("ProcessRecords returned %s after the read started, want at least %s", took, readSpacing)
+	}
 }

@@ -25,6 +25,9 @@ type shardInfo struct {
 	// closed: the shard has an ending sequence number (split or merged away); it delivers no
 	// new records, only what it holds.
 	closed bool
+	// startHash is the lowest hash key of the shard's range: a record put with it as its
+	// ExplicitHashKey goes to this shard while it is open (heartbeat.go).
+	startHash string
 }
 
 // shardMap caches the stream's shards (ListShards), refreshed when a shard is unknown or the
@@ -55,6 +58,9 @@ func (m *shardMap) refresh(ctx context.Context) error {
 		}
 		for _, s := range out.Shards {
 			info := shardInfo{closed: s.SequenceNumberRange != nil && aws.ToString(s.SequenceNumberRange.EndingSequenceNumber) != ""}
+			if s.HashKeyRange != nil {
+				info.startHash = aws.ToString(s.HashKeyRange.StartingHashKey)
+			}
 			for _, p := range []*string{s.ParentShardId, s.AdjacentParentShardId} {
 				if aws.ToString(p) != "" {
 					info.parents = append(info.parents, aws.ToString(p))
@@ -82,6 +88,13 @@ func (m *shardMap) snapshot(ctx context.Context) (map[string]shardInfo, time.Tim
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.shards, m.fetched, nil
+}
+
+// cached returns the last listing (read-only; nil before the first) without listing again.
+func (m *shardMap) cached() map[string]shardInfo {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.shards
 }
 
 // lookup returns the shard's info and whether the stream still has it.

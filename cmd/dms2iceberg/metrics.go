@@ -48,6 +48,7 @@ type promMetrics struct {
 	shardHoldingW       *prometheus.GaugeVec
 	shardPublishFailed  *prometheus.CounterVec
 	shardReadAheadPause *prometheus.CounterVec
+	shardHeartbeats     *prometheus.CounterVec
 	shardGetRecords     *prometheus.HistogramVec
 	shardProcessBatch   *prometheus.HistogramVec
 
@@ -171,6 +172,7 @@ func newPromMetrics() *promMetrics {
 	m.shardStateRefused = counter("shard", "lease_state_refused_total", "Lease acquisitions or renewals refused because the shard's lease row was written by a newer state version of dms2iceberg (upgrade).", shard)
 	m.shardPublishFailed = counter("shard", "horizon_publish_failures_total", "Failed publishes of the shard's read horizon on its lease row (fenced or an error).", shard)
 	m.shardReadAheadPause = counter("shard", "read_ahead_paused_seconds_total", "Seconds the shard's processor paused because it was too far ahead of W (read-ahead alignment).", shard)
+	m.shardHeartbeats = counter("shard", "heartbeats_total", "Heartbeat records of the shard (consumer.heartbeat_interval), by event: put, put_failed, read.", []string{"shard", "event"})
 	m.shardGetRecords = histogram("shard", "get_records_seconds", "Time from the start of a GetRecords call until its records reach the processor.", callBuckets, shard)
 	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure).", callBuckets, shard)
 
@@ -339,6 +341,10 @@ func (c consumerMetrics) ReadAheadPaused(shard string, d time.Duration) {
 	c.m.shardReadAheadPause.WithLabelValues(shard).Add(d.Seconds())
 }
 
+func (c consumerMetrics) Heartbeats(shard, event string, n int) {
+	c.m.shardHeartbeats.WithLabelValues(shard, event).Add(float64(n))
+}
+
 func (m *promMetrics) consumer() consumer.Metrics { return consumerMetrics{m} }
 
 // --- KCL MonitoringService (plugged through consumer.WithKCLMonitoring) ---
@@ -420,7 +426,7 @@ func (m *promMetrics) shardVecs() []partialDeleter {
 	return []partialDeleter{
 		m.shardRecords, m.shardBytes, m.shardBehind, m.shardCheckpoint, m.shardCheckpoints, m.shardUndecodable,
 		m.shardLease, m.shardFenced, m.shardTrimmedPast, m.shardWaiting, m.shardPublishFailed,
-		m.shardReadAheadPause, m.shardGetRecords, m.shardProcessBatch,
+		m.shardReadAheadPause, m.shardGetRecords, m.shardProcessBatch, m.shardHeartbeats,
 	}
 }
 
