@@ -109,7 +109,7 @@ bench-ratio: ## BenchmarkPipeline against the reference fast path (../shared/per
 	.ci/bench-ratio.sh
 
 .PHONY: bench-freshness
-bench-freshness: ## freshness p50/p99 through the emulators (PutRecords -> visible snapshot), ordering arrival vs shard, 1 and 2 workers (~8 min); BENCH_RATE (200), BENCH_CHANGES (12000), BENCH_ARRIVAL_MARGIN (consumer.arrival_margin)
+bench-freshness: ## freshness p50/p99 through the emulators (PutRecords -> visible snapshot), ordering arrival vs shard, 1 and 2 workers (~8 min); BENCH_RATE (200), BENCH_CHANGES (12000), BENCH_ARRIVAL_MARGIN (consumer.arrival_margin), BENCH_HEARTBEAT (consumer.heartbeat_interval), BENCH_HORIZON_INTERVAL, BENCH_FRESHNESS_OUT (per-record file + service logs)
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
 	  echo "bench-freshness: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=0 go test -tags integration -run '^$$' -bench '^BenchmarkFreshness$$' -benchtime=1x -timeout 60m -v ./integration/

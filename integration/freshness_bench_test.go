@@ -19,6 +19,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -31,7 +32,9 @@ import (
 // off (shard), 1 s flush interval.
 //
 //	make bench-freshness   (BENCH_RATE records/s, default 200; BENCH_CHANGES, default 12000;
-//	                        BENCH_ARRIVAL_MARGIN, consumer.arrival_margin, default the service's)
+//	                        BENCH_ARRIVAL_MARGIN, consumer.arrival_margin, default the service's;
+//	                        BENCH_HEARTBEAT, consumer.heartbeat_interval, default off;
+//	                        BENCH_HORIZON_INTERVAL, consumer.horizon_interval, default 1s)
 //
 // How it measures: gen --sent-log records each accepted record's shard, sequence number and send
 // time (taken just before its PutRecords request, so at or before its arrival). Every commit
@@ -46,15 +49,21 @@ func BenchmarkFreshness(b *testing.B) {
 	bin := BuildBinary(b)
 	rate := envInt(b, "BENCH_RATE", 200)
 	changes := envInt(b, "BENCH_CHANGES", 12000)
-	margin := os.Getenv("BENCH_ARRIVAL_MARGIN") // "": the service's default
-	if _, err := time.ParseDuration(margin); margin != "" && err != nil {
-		b.Fatalf("BENCH_ARRIVAL_MARGIN=%q: %v", margin, err)
+	extra := map[string]any{}
+	for env, key := range map[string]string{"BENCH_ARRIVAL_MARGIN": "arrival_margin", "BENCH_HEARTBEAT": "heartbeat_interval", "BENCH_HORIZON_INTERVAL": "horizon_interval"} {
+		v := os.Getenv(env) // "": the service's default
+		if _, err := time.ParseDuration(v); v != "" && err != nil {
+			b.Fatalf("%s=%q: %v", env, v, err)
+		}
+		if v != "" {
+			extra[key] = v
+		}
 	}
 	for _, mode := range []string{"arrival", "shard"} {
 		for _, procs := range []int{1, 2} {
 			b.Run(fmt.Sprintf("ordering=%s/workers=%d", mode, procs), func(b *testing.B) {
 				for range b.N {
-					freshnessRun(b, bin, mode, procs, rate, changes, margin)
+					freshnessRun(b, bin, mode, procs, rate, changes, extra)
 				}
 			})
 		}
@@ -74,15 +83,17 @@ func envInt(b *testing.B, name string, def int) int {
 }
 
 // freshnessRun is one measured run on its own stream, lease table and catalog.
-// margin is consumer.arrival_margin ("": the default).
-func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, margin string) {
+// extra are consumer settings (arrival_margin, heartbeat_interval) that differ from the defaults.
+func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extra map[string]any) {
 	b.Helper()
 	c := orderingCase{name: "freshness", layout: "dms-default", lagShard: -1, lateShard: -1, processes: procs}
 	s := &orderingStream{c: c, bin: bin, stream: UniqueName("fresh-" + mode)}
-	if margin != "" {
-		s.consumerExtra = map[string]any{"arrival_margin": margin}
-	} else {
-		margin = "default"
+	s.consumerExtra = extra
+	setting := func(key string) string {
+		if v, ok := extra[key]; ok {
+			return fmt.Sprint(v)
+		}
+		return "default"
 	}
 	s.expected = filepath.Join(b.TempDir(), "expected.json")
 	CreateStream(b, s.stream, 4)
@@ -122,12 +133,13 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, marg
 		}
 		leases := ordLeases(b, r.app)
 		for shard, seq := range s.last {
-			if leases[shard].checkpoint != seq {
+			// At or past: with heartbeats, a shard's checkpoint passes its last DMS record.
+			if cp := leases[shard].checkpoint; cp == "" || change.CompareSeq(cp, seq) < 0 {
 				return false, nil
 			}
 		}
 		return true, nil
-	}, "every shard checkpointed at its last record")
+	}, "every shard checkpointed at (or past) its last record")
 	b.StopTimer()
 	for _, svc := range svcs {
 		if err := svc.Stop(90 * time.Second); err != nil {
@@ -138,9 +150,17 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, marg
 	if verr != nil && mode == "arrival" {
 		b.Fatalf("verify: %v\n%s%s", verr, stdout, stderr)
 	}
-	lat, uncovered, err := freshness(b.Context(), r.dataDir, s.stream, sent)
+	out := os.Getenv("BENCH_FRESHNESS_OUT") // a file for every record's freshness, and the service logs beside it
+	lat, uncovered, err := freshness(b.Context(), r.dataDir, s.stream, sent, out)
 	if err != nil {
 		b.Fatal(err)
+	}
+	for i, svc := range svcs {
+		if out != "" {
+			if data, err := os.ReadFile(svc.LogPath); err == nil {
+				_ = os.WriteFile(fmt.Sprintf("%s.service-%d.log", out, i+1), data, 0o644)
+			}
+		}
 	}
 	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
 	b.ReportMetric(float64(p(0.50).Milliseconds()), "p50-ms")
@@ -150,8 +170,8 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, marg
 	if verr != nil {
 		equal = "DIFFERS"
 	}
-	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); verify: %s",
-		mode, procs, margin, len(lat)+uncovered, float64(len(lat)+uncovered)/genTime.Seconds(), p(0.50).Round(time.Millisecond),
+	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s heartbeat_interval=%s horizon_interval=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); verify: %s",
+		mode, procs, setting("arrival_margin"), setting("heartbeat_interval"), setting("horizon_interval"), len(lat)+uncovered, float64(len(lat)+uncovered)/genTime.Seconds(), p(0.50).Round(time.Millisecond),
 		p(0.90).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), uncovered, equal)
 }
 
@@ -164,8 +184,9 @@ type visibleAt struct {
 
 // freshness returns, sorted, every sent record's time from its send to the first snapshot of its
 // table that covers it, and how many records no snapshot covers (records that took no row: dead
-// letters, control records of a table without a later commit on their shard).
-func freshness(ctx context.Context, dataDir, stream, sentLog string) (lat []time.Duration, uncovered int, err error) {
+// letters, control records of a table without a later commit on their shard). With out set it
+// also writes one line per covered record: send time (unix ms), table, shard, freshness (ms).
+func freshness(ctx context.Context, dataDir, stream, sentLog, out string) (lat []time.Duration, uncovered int, err error) {
 	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(dataDir))
 	if err != nil {
 		return nil, 0, err
@@ -222,6 +243,7 @@ func freshness(ctx context.Context, dataDir, stream, sentLog string) (lat []time
 	}
 	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
+	var lines []byte
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), "\t")
 		if len(fields) != 4 {
@@ -250,6 +272,14 @@ func freshness(ctx context.Context, dataDir, stream, sentLog string) (lat []time
 			continue
 		}
 		lat = append(lat, va.at[i].Sub(time.UnixMicro(sentUs)))
+		if out != "" {
+			lines = fmt.Appendf(lines, "%d\t%s\t%s\t%d\n", sentUs/1000, fields[0], fields[1], lat[len(lat)-1].Milliseconds())
+		}
+	}
+	if out != "" {
+		if err := os.WriteFile(out, lines, 0o644); err != nil {
+			return nil, 0, err
+		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, 0, err

@@ -25,6 +25,9 @@ environment (local emulators: AWS_ENDPOINT_URL_KINESIS, AWS_ENDPOINT_URL_DYNAMOD
 flags:
 `
 
+// demoHeartbeat is the demo's consumer.heartbeat_interval on the embedded default.
+const demoHeartbeat = 250 * time.Millisecond
+
 // runDemo runs the service on the embedded default (SQLite catalog and local warehouse under
 // data_dir) and, in the same process, writes endless generated DMS traffic to the stream, until
 // Ctrl-C. The Kinesis and DynamoDB endpoints come from the environment (local emulators).
@@ -45,6 +48,11 @@ func runDemo(ctx context.Context, args []string) error {
 	}
 	if err := demoTables(&cfg.Sink); err != nil {
 		return err
+	}
+	if !fs.hasConfig() && cfg.Consumer.HeartbeatInterval == 0 {
+		// The demo's stream is its own, so heartbeat records bother no other consumer there,
+		// and they make its tables fresher (consumer.heartbeat_interval).
+		cfg.Consumer.HeartbeatInterval = demoHeartbeat
 	}
 	if err := cfg.requireRegion(ctx); err != nil {
 		return err
