@@ -50,8 +50,12 @@ const heartbeatPutTimeout = 2 * time.Second
 const maxPutRecords = 500
 
 // isHeartbeat reports whether r is a heartbeat record.
-func isHeartbeat(r *ktypes.Record) bool {
-	return aws.ToString(r.PartitionKey) == HeartbeatPartitionKey && bytes.HasPrefix(r.Data, heartbeatPrefix)
+func isHeartbeat(r *ktypes.Record) bool { return IsHeartbeat(aws.ToString(r.PartitionKey), r.Data) }
+
+// IsHeartbeat reports whether a record with this partition key and data is a heartbeat record
+// (for tools that read the stream themselves).
+func IsHeartbeat(partitionKey string, data []byte) bool {
+	return partitionKey == HeartbeatPartitionKey && bytes.HasPrefix(data, heartbeatPrefix)
 }
 
 // heartbeatData is the data of a heartbeat put by worker at now.

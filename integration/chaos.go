@@ -67,6 +67,9 @@ const (
 	// behind the proxy. "rest,s3" is refused: the shared REST server's FileIO cannot write s3://
 	// (see chaosOptionsFromEnv). Default "": the embedded SQL catalog on local files, no proxy.
 	EnvChaosDeps = "DMS2ICEBERG_CHAOS_DEPS"
+	// EnvChaosHeartbeat is the workers' consumer.heartbeat_interval ("0": off). Default: 250ms
+	// for odd seeds, off for even ones, so that the default suite's runs cover both.
+	EnvChaosHeartbeat = "DMS2ICEBERG_CHAOS_HEARTBEAT"
 )
 
 // chaosOptions sizes a run.
@@ -92,6 +95,8 @@ type chaosOptions struct {
 	// Deps is EnvChaosDeps ("", "rest" or "s3"); DepsREST and DepsS3 its parts.
 	Deps             string
 	DepsREST, DepsS3 bool
+	// Heartbeat is the workers' consumer.heartbeat_interval (0: off).
+	Heartbeat time.Duration
 }
 
 // cycleEstimate sizes the generator's rate: traffic is to last about cycles × cycleEstimate,
@@ -128,6 +133,16 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 		}
 		o.Rate = r
 		o.Changes = max(o.Changes, int(r*float64(o.Cycles)*cycleEstimate.Seconds())-(5+4*o.LoadRows))
+	}
+	if o.Seed%2 != 0 {
+		o.Heartbeat = 250 * time.Millisecond
+	}
+	if v := os.Getenv(EnvChaosHeartbeat); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			t.Fatalf("%s=%q: want a duration (0: off)", EnvChaosHeartbeat, v)
+		}
+		o.Heartbeat = d
 	}
 	for _, d := range strings.Split(os.Getenv(EnvChaosDeps), ",") {
 		switch d = strings.TrimSpace(d); d {
@@ -330,9 +345,9 @@ func (c *chaosRun) between(lo, hi time.Duration) time.Duration {
 func (c *chaosRun) run() {
 	t := c.t
 	c.start = time.Now()
-	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q); workload %d load rows per table + %d changes at %.1f records/s; failover %s",
+	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q %s=%s); workload %d load rows per table + %d changes at %.1f records/s; failover %s; heartbeat_interval %s",
 		c.opt.Seed, c.opt.Cycles, EnvChaosSeed, c.opt.Seed, EnvChaosCycles, c.opt.Cycles, EnvChaosRate, c.opt.Rate, EnvChaosDeps, c.opt.Deps,
-		c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover)
+		EnvChaosHeartbeat, c.opt.Heartbeat, c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover, c.opt.Heartbeat)
 	c.setup()
 	plan := chaosSchedule(c.rng, c.opt.Cycles)
 	c.startWorker("w1", "")

@@ -109,7 +109,8 @@ func (c *chaosRun) setup() {
 	cfg["data_dir"] = c.dataDir
 	cfg["shutdown_timeout"] = "30s"
 	cfg["http_addr"] = "" // each worker process gets its own (startWorker)
-	cfg["consumer"] = map[string]any{"shard_sync": "1s", "failover": c.opt.Failover.String(), "idle_between_reads": "200ms"}
+	cfg["consumer"] = map[string]any{"shard_sync": "1s", "failover": c.opt.Failover.String(), "idle_between_reads": "200ms",
+		"heartbeat_interval": c.opt.Heartbeat.String()}
 	c.workerCfg = cfg
 	c.config = c.writeConfig("config.yaml", cfg)
 	vcfg := maps.Clone(cfg)

@@ -174,7 +174,7 @@ func newPromMetrics() *promMetrics {
 	m.shardReadAheadPause = counter("shard", "read_ahead_paused_seconds_total", "Seconds the shard's processor paused because it was too far ahead of W (read-ahead alignment).", shard)
 	m.shardHeartbeats = counter("shard", "heartbeats_total", "Heartbeat records of the shard (consumer.heartbeat_interval), by event: put, put_failed, read.", []string{"shard", "event"})
 	m.shardGetRecords = histogram("shard", "get_records_seconds", "Time from the start of a GetRecords call until its records reach the processor.", callBuckets, shard)
-	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure).", callBuckets, shard)
+	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure and the read spacing: at least 210 ms from the start of the read, so that the KCL keeps to 5 reads per second per shard).", callBuckets, shard)
 
 	m.tableCommits = counter("table", "commits_total", "Snapshots committed to the table.", table)
 	m.tableComplete = gauge("table", "complete_through_timestamp_seconds", "Unix time the table is complete through: its last commit holds every change that arrived in Kinesis before it (ordering: arrival).", table)

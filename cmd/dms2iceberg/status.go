@@ -21,6 +21,7 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
@@ -320,6 +321,10 @@ func (s statusSources) readLeases(ctx context.Context, shard func(string) *shard
 // (a sparse shard) is followed this many times before the lag is reported as unknown.
 const lagReads = 5
 
+// lagLimit is how many records one of those reads takes: enough to see past the heartbeats a
+// checkpoint has not passed yet (at most a minute of them).
+const lagLimit = 500
+
 // lag reads the first record after the shard's checkpoint: its age is the shard's lag.
 func (s statusSources) lag(ctx context.Context, sh *shardStatus, now time.Time) {
 	zero := 0.0
@@ -344,16 +349,21 @@ func (s statusSources) lag(ctx context.Context, sh *shardStatus, now time.Time) 
 			sh.LagSeconds = &zero
 			return
 		}
-		out, err := s.kinesis.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(1)})
+		out, err := s.kinesis.GetRecords(ctx, &kinesis.GetRecordsInput{ShardIterator: iter, Limit: aws.Int32(lagLimit)})
 		if err != nil {
 			sh.LagError = err.Error()
 			return
 		}
 		behind := aws.ToInt64(out.MillisBehindLatest)
 		sh.MillisBehindLatest = &behind
-		if len(out.Records) > 0 {
+		for _, r := range out.Records {
+			// Heartbeat records (consumer.heartbeat_interval) are no change: a checkpoint
+			// passes them at most once a minute, so they would show an idle shard as behind.
+			if consumer.IsHeartbeat(aws.ToString(r.PartitionKey), r.Data) {
+				continue
+			}
 			lag := 0.0
-			if ts := out.Records[0].ApproximateArrivalTimestamp; ts != nil {
+			if ts := r.ApproximateArrivalTimestamp; ts != nil {
 				lag = max(now.Sub(*ts), 0).Seconds()
 			}
 			sh.LagSeconds = &lag

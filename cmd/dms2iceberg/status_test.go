@@ -24,6 +24,7 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -42,6 +43,8 @@ type readKinesis struct {
 	records map[string][]fakeRecord
 	closed  map[string]bool
 	reads   int
+	// heartbeats are the sequence numbers of heartbeat records (consumer.heartbeat_interval).
+	heartbeats map[string]bool
 }
 
 func (f *readKinesis) ListShards(_ context.Context, in *kinesis.ListShardsInput, _ ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
@@ -87,8 +90,12 @@ func (f *readKinesis) GetRecords(_ context.Context, in *kinesis.GetRecordsInput,
 		return out, nil
 	}
 	r := recs[idx]
+	rec := kintypes.Record{SequenceNumber: aws.String(r.seq), ApproximateArrivalTimestamp: aws.Time(r.arrival)}
+	if f.heartbeats[r.seq] {
+		rec.PartitionKey, rec.Data = aws.String(consumer.HeartbeatPartitionKey), []byte(`{"dms2iceberg-heartbeat":{"worker":"w1","at":1}}`)
+	}
 	return &kinesis.GetRecordsOutput{
-		Records:            []kintypes.Record{{SequenceNumber: aws.String(r.seq), ApproximateArrivalTimestamp: aws.Time(r.arrival)}},
+		Records:            []kintypes.Record{rec},
 		MillisBehindLatest: aws.Int64(int64(len(recs)-idx) * 1000), NextShardIterator: aws.String(shard + "|" + strconv.Itoa(idx+1)),
 	}, nil
 }
@@ -357,5 +364,29 @@ func TestStatusShowsReloadInProgress(t *testing.T) {
 	}
 	if want := `"reload":{"since":"2026-05-01T11:00:00.000000Z","rows_staged":1234,"replaces_up_to_sequence":7}`; !strings.Contains(string(b), want) {
 		t.Errorf("JSON lacks %s:\n%s", want, b)
+	}
+}
+
+// Heartbeat records after a checkpoint are no change: the lag is the age of the first other
+// record after it, and 0 when only heartbeats follow.
+func TestStatusLagSkipsHeartbeats(t *testing.T) {
+	now := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	kc := &readKinesis{
+		records: map[string][]fakeRecord{
+			"shard-0": {{seqN(1), now.Add(-time.Minute)}, {seqN(2), now.Add(-50 * time.Second)}, {seqN(3), now.Add(-40 * time.Second)}, {seqN(4), now.Add(-3 * time.Second)}},
+			"shard-1": {{seqN(1), now.Add(-time.Minute)}, {seqN(2), now.Add(-50 * time.Second)}},
+		},
+		heartbeats: map[string]bool{seqN(2): true, seqN(3): true},
+	}
+	src := statusSources{stream: "s", kinesis: kc, now: func() time.Time { return now }}
+	for _, tc := range []struct {
+		shard string
+		want  float64
+	}{{"shard-0", 3}, {"shard-1", 0}} {
+		sh := &shardStatus{Shard: tc.shard, Checkpoint: seqN(1)}
+		src.lag(t.Context(), sh, now)
+		if sh.LagError != "" || sh.LagSeconds == nil || *sh.LagSeconds != tc.want {
+			t.Errorf("%s: lag %v (error %q), want %v s", tc.shard, sh.LagSeconds, sh.LagError, tc.want)
+		}
 	}
 }
