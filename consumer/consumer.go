@@ -37,7 +37,8 @@ type Sink interface {
 
 // Metrics receives the consumer's measurements. Implementations are safe for concurrent use.
 type Metrics interface {
-	// Records counts records read from a shard and its lag.
+	// Records counts records read from a shard (heartbeat records not included: Heartbeats
+	// counts them) and its lag.
 	Records(shard string, n int, millisBehind int64)
 	// DeadLettered counts undecodable records of a shard.
 	DeadLettered(shard string)

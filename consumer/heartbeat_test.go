@@ -40,6 +40,10 @@ func TestHeartbeatsMoveTheHorizonAndAreNotHandedOn(t *testing.T) {
 	if n := e.metrics.heartbeatCount(shard, "read"); n != 1 {
 		t.Fatalf("heartbeats read: %d, want 1", n)
 	}
+	recordsRead := func() int { e.metrics.mu.Lock(); defer e.metrics.mu.Unlock(); return e.metrics.records }
+	if n := recordsRead(); n != 1 {
+		t.Fatalf("records counted: %d, want 1 (heartbeats are not records: /healthz would see a stall)", n)
+	}
 	loop.tick(e.ctx)
 	e.wantHorizon(shard, sec(12).Add(-ms), sec(10), "a record and a heartbeat read")
 
@@ -47,6 +51,9 @@ func TestHeartbeatsMoveTheHorizonAndAreNotHandedOn(t *testing.T) {
 	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 5000, Records: []ktypes.Record{heartbeatRec("103", sec(13))}})
 	// The record's delivery is checkpointed; a checkpoint past heartbeats alone waits a minute.
 	e.wantCheckpoint(shard, "102", "a delivery of one heartbeat after the record was committed")
+	if n := recordsRead(); n != 1 {
+		t.Fatalf("records counted after a delivery of heartbeats alone: %d, want still 1", n)
+	}
 	loop.tick(e.ctx)
 	e.wantHorizon(shard, sec(13).Add(-ms), time.Time{}, "a heartbeat alone")
 	now = now.Add(heartbeatCheckpointEvery)

@@ -120,14 +120,19 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 		return
 	}
-	p.c.metrics.Records(p.shard, len(in.Records), in.MillisBehindLatest)
 	// The delivery's bytes are admitted against the process-wide budget before anything of it
 	// is handed on (backpressure: this blocks while the budget is spent, unless this processor
 	// holds nothing); each event gives its bytes back when it is acknowledged.
-	kept := int64(0)
+	kept, changes := int64(0), 0
 	for i := range in.Records {
 		kept += int64(len(in.Records[i].Data))
+		if !isHeartbeat(&in.Records[i]) {
+			changes++
+		}
 	}
+	// Heartbeats are not counted as records: they are no change, and a delivery of them alone
+	// is checkpointed only once a minute, which /healthz's stall check would take for a stall.
+	p.c.metrics.Records(p.shard, changes, in.MillisBehindLatest)
 	if err := p.acct.Acquire(p.ctx, kept); err != nil {
 		p.halted = true
 		p.log.Info("not handing on records: stopped while waiting for the memory budget", zap.Error(err))

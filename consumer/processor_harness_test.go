@@ -224,6 +224,7 @@ type fakeMetrics struct {
 	watermark             time.Time
 	holder                string
 	heartbeats            map[string]int // "shard event" -> count
+	records               int            // Records' counts, summed
 }
 
 func (m *fakeMetrics) Heartbeats(shard, event string, n int) {
@@ -253,8 +254,8 @@ func (m *fakeMetrics) ReadAheadPaused(string, time.Duration) {
 	m.mu.Unlock()
 }
 
-func (m *fakeMetrics) Records(string, int, int64) {}
-func (m *fakeMetrics) DeadLettered(string)        { m.mu.Lock(); m.dead++; m.mu.Unlock() }
+func (m *fakeMetrics) Records(_ string, n int, _ int64) { m.mu.Lock(); m.records += n; m.mu.Unlock() }
+func (m *fakeMetrics) DeadLettered(string)              { m.mu.Lock(); m.dead++; m.mu.Unlock() }
 func (m *fakeMetrics) Checkpointed(_, seq string) {
 	m.mu.Lock()
 	m.checkpointed = append(m.checkpointed, seq)
