@@ -148,14 +148,24 @@ type horizonLoop struct {
 	shards map[string]shardInfo // the last shard list read
 	// unknownSince is when W was last seen becoming unknown (zero: W is known).
 	unknownSince time.Time
+	// async: a round uses the cached shard list and refreshes it in the background (listing).
+	// Off in unit tests, which change the fake stream between rounds.
+	async bool
+	// refreshing is set while a background refresh runs; refreshed receives its error; bg
+	// waits for it when the loop stops.
+	refreshing bool
+	refreshed  chan error
+	bg         sync.WaitGroup
 }
 
 func newHorizonLoop(c *Consumer) *horizonLoop {
-	return &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time)}
+	return &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time), refreshed: make(chan error, 1)}
 }
 
 func (c *Consumer) runHorizons(ctx context.Context) {
 	l := newHorizonLoop(c)
+	l.async = true
+	defer l.bg.Wait()
 	t := time.NewTicker(durOr(c.cfg.HorizonInterval, DefaultHorizonInterval))
 	defer t.Stop()
 	for {
@@ -169,9 +179,9 @@ func (c *Consumer) runHorizons(ctx context.Context) {
 }
 
 // tick is one round: list shards, publish own horizons, scan the lease table, compute W.
-func (l *horizonLoop) tick(ctx context.Context) {
+func (l *horizonLoop) tick(loopCtx context.Context) {
 	c := l.c
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
 	defer cancel()
 	began := time.Now()
 	var listed, published, scanned time.Time
@@ -183,15 +193,8 @@ func (l *horizonLoop) tick(ctx context.Context) {
 				zap.Duration("scan_leases", sinceOr(scanned, published)))
 		}
 	}()
-	shards, listedAt, err := c.shards.snapshot(ctx)
+	shards, listedAt, fresh := l.listing(loopCtx, ctx)
 	listed = time.Now()
-	if err != nil {
-		l.warn("shard-list", "could not list the stream's shards; horizons do not advance at the tip", err)
-		listedAt = time.Time{}
-		shards = l.shards
-	} else {
-		l.shards = shards
-	}
 	procs := c.liveProcessors()
 	for _, p := range procs {
 		info, ok := shards[p.shard]
@@ -215,6 +218,15 @@ func (l *horizonLoop) tick(ctx context.Context) {
 	rows := make(map[string]checkpoint.LeaseRow, len(list))
 	for _, r := range list {
 		rows[r.Shard] = r
+	}
+	if !fresh && listingBehind(shards, rows) {
+		// The cached list predates a reshard that the rows already show: list now, and keep
+		// the last W if that fails (it was computed from a consistent snapshot).
+		if shards, _, err = c.shards.snapshot(ctx); err != nil {
+			l.warn("shard-list", "could not list the stream's shards after a reshard; W is not recomputed", err)
+			return
+		}
+		l.shards = shards
 	}
 	own := make(map[string]ownShard, len(procs))
 	for _, p := range procs {
@@ -249,6 +261,65 @@ func (l *horizonLoop) tick(ctx context.Context) {
 			delete(l.logged, id) // bounded
 		}
 	}
+}
+
+// listingMaxAge bounds how old a cached shard list a round may use before it lists itself.
+const listingMaxAge = 10 * time.Second
+
+// listing returns the shard list for a round (ctx bounds the round, loopCtx the loop, which a
+// background refresh outlives the round in), when it was taken (zero: unknown, so the tip
+// rule does not apply) and whether it was listed for this round. A synchronous loop (unit tests)
+// lists every round, as does any loop whose cached list is missing or older than listingMaxAge.
+// Otherwise the round uses the cached list and, once it is a horizon interval old, starts one
+// background refresh: a slow ListShards (over a second in the emulator) then no longer holds
+// back W. A cached list is as safe as a fresh one (design.md §4), except when a reshard ended
+// a shard after it was taken, which tick checks against the rows (listingBehind).
+func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInfo, time.Time, bool) {
+	c := l.c
+	select {
+	case err := <-l.refreshed:
+		l.refreshing = false
+		if err != nil {
+			l.warn("shard-list", "could not list the stream's shards; the last list is used", err)
+		}
+	default:
+	}
+	shards, at := c.shards.cachedAt()
+	if l.async && shards != nil && time.Since(at) < listingMaxAge {
+		if !l.refreshing && time.Since(at) >= durOr(c.cfg.HorizonInterval, DefaultHorizonInterval) {
+			l.refreshing = true
+			l.bg.Add(1)
+			go func() {
+				defer l.bg.Done()
+				rctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
+				defer cancel()
+				l.refreshed <- c.shards.refresh(rctx)
+			}()
+		}
+		l.shards = shards
+		return shards, at, false
+	}
+	shards, at, err := c.shards.snapshot(ctx)
+	if err != nil {
+		l.warn("shard-list", "could not list the stream's shards; horizons do not advance at the tip", err)
+		return l.shards, time.Time{}, true
+	}
+	l.shards = shards
+	return shards, at, true
+}
+
+// listingBehind reports whether a shard list is older than the lease rows in a way that
+// matters to W: a shard it lists as open is at SHARD_END in its row. Such a shard was closed
+// by a reshard after the list was taken, and does not count any more, while its children,
+// which hold records after its end, are not in the list yet. (A closed shard's children are in
+// every list that shows it closed.)
+func listingBehind(shards map[string]shardInfo, rows map[string]checkpoint.LeaseRow) bool {
+	for id, r := range rows {
+		if info, ok := shards[id]; ok && !info.closed && r.Checkpoint == checkpoint.ShardEnd {
+			return true
+		}
+	}
+	return false
 }
 
 // sinceOr is to - from, or 0 when either is unset (the round ended before that phase).

@@ -349,3 +349,74 @@ func TestPendingKindsArePublishedPerEvent(t *testing.T) {
 		t.Fatalf("everything committed: %v pending %v; want none", r.Pending, r.PendingFrom)
 	}
 }
+
+// A loop with a cached shard list (the service's, async) uses it while it is fresh and refreshes
+// it in the background; a list that predates a reshard the rows already show (a shard it lists
+// open is at SHARD_END) is listed again before W is computed, so the ended shard's child, which
+// the old list lacks, holds W at its parent's final horizon.
+func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	e.c.clock = func() time.Time { return sec(100) }
+	e.c.cfg.HorizonInterval = time.Hour // no background refresh until the end of the test
+	a := e.start("shardId-a", "")
+	other := e.table.Worker("w2", time.Hour)
+	e.start("shardId-b", "") // listed, then handed to w2
+	e.table.Expire("shardId-b")
+	e.take(other, "shardId-b", "w2")
+	pub := func(h checkpoint.Horizon) {
+		t.Helper()
+		if err := other.PublishHorizon(e.ctx, "shardId-b", other.Epoch("shardId-b"), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loop := newHorizonLoop(e.c)
+	loop.async = true
+	deliverAt(a, 5000, sec(100), rec{"101", sec(20)})
+	pub(checkpoint.Horizon{Read: sec(10), At: sec(100)})
+	loop.tick(e.ctx) // no list cached yet: listed now
+	if w := e.c.Watermark(); !w.Equal(sec(10)) {
+		t.Fatalf("W %v, want b's %v", w, sec(10))
+	}
+
+	// b is split into c; w2 reads b to its end and finishes it. The cached list still shows b
+	// open and lacks c.
+	e.stream.mu.Lock()
+	e.stream.closed = map[string]bool{"shardId-b": true}
+	e.stream.shards["shardId-c"] = []string{"shardId-b"}
+	e.stream.mu.Unlock()
+	pub(checkpoint.Horizon{Read: sec(15), At: sec(101)})
+	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
+		t.Fatal(err)
+	}
+	if !listingBehind(e.c.shards.cached(), map[string]checkpoint.LeaseRow{"shardId-b": e.row("shardId-b")}) {
+		t.Fatal("the cached list shows b open while its row is at SHARD_END: want it behind")
+	}
+	loop.tick(e.ctx)
+	if w := e.c.Watermark(); !w.Equal(sec(15)) {
+		t.Fatalf("W %v after b's SHARD_END, want its final horizon %v (its child c, unread, holds W there)", w, sec(15))
+	}
+	if _, ok := e.c.shards.cached()["shardId-c"]; !ok {
+		t.Fatal("the shard list was not refreshed")
+	}
+
+	// Once the cached list is a horizon interval old, a round refreshes it in the background.
+	e.c.cfg.HorizonInterval = time.Millisecond
+	e.stream.mu.Lock()
+	e.stream.shards["shardId-d"] = nil
+	e.stream.mu.Unlock()
+	ctx, cancel := context.WithCancel(e.ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		time.Sleep(5 * time.Millisecond)
+		loop.tick(ctx)
+		if _, ok := e.c.shards.cached()["shardId-d"]; ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no background refresh listed the new shard within 10 s")
+		}
+	}
+	cancel()
+	loop.bg.Wait()
+}

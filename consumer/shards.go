@@ -74,7 +74,9 @@ func (m *shardMap) refresh(ctx context.Context) error {
 		in = &kinesis.ListShardsInput{NextToken: out.NextToken}
 	}
 	m.mu.Lock()
-	m.shards, m.fetched = shards, started
+	if !started.Before(m.fetched) { // a listing that started earlier never replaces a later one
+		m.shards, m.fetched = shards, started
+	}
 	m.mu.Unlock()
 	return nil
 }
@@ -92,9 +94,15 @@ func (m *shardMap) snapshot(ctx context.Context) (map[string]shardInfo, time.Tim
 
 // cached returns the last listing (read-only; nil before the first) without listing again.
 func (m *shardMap) cached() map[string]shardInfo {
+	shards, _ := m.cachedAt()
+	return shards
+}
+
+// cachedAt returns the last listing and when it started (zero before the first).
+func (m *shardMap) cachedAt() (map[string]shardInfo, time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.shards
+	return m.shards, m.fetched
 }
 
 // lookup returns the shard's info and whether the stream still has it.
