@@ -26,11 +26,7 @@ func heartbeatRec(seq string, arrival time.Time) ktypes.Record {
 // at once. Only a record with both the partition key and the data prefix is a heartbeat.
 func TestHeartbeatsMoveTheHorizonAndAreNotHandedOn(t *testing.T) {
 	t.Parallel()
-	e := newProcEnv(t)
-	now := sec(100)
-	e.c.clock = func() time.Time { return now }
-	p := e.start(shard, "")
-	loop := newHorizonLoop(e.c)
+	e, now, p, loop := clockedShard(t)
 
 	good := ktypes.Record{SequenceNumber: aws.String("101"), Data: goodRecord, ApproximateArrivalTimestamp: aws.Time(sec(10))}
 	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 5000, Records: []ktypes.Record{good, heartbeatRec("102", sec(12))}})
@@ -56,7 +52,7 @@ func TestHeartbeatsMoveTheHorizonAndAreNotHandedOn(t *testing.T) {
 	}
 	loop.tick(e.ctx)
 	e.wantHorizon(shard, sec(13).Add(-ms), time.Time{}, "a heartbeat alone")
-	now = now.Add(heartbeatCheckpointEvery)
+	*now = now.Add(heartbeatCheckpointEvery)
 	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 5000, Records: []ktypes.Record{heartbeatRec("104", sec(14))}})
 	e.wantCheckpoint(shard, "103", "heartbeats alone, a minute after the last checkpoint")
 

@@ -246,19 +246,7 @@ func allQuiet(fast []*processor, done []atomic.Bool) bool {
 // pending changes do not); a shard at SHARD_END stops counting.
 func TestTickBoundsByOtherWorkersRows(t *testing.T) {
 	t.Parallel()
-	e := newProcEnv(t)
-	e.c.clock = func() time.Time { return sec(100) }
-	a := e.start("shardId-a", "")
-	other := e.table.Worker("w2", time.Hour)
-	e.start("shardId-b", "") // listed, then handed to w2
-	e.table.Expire("shardId-b")
-	e.take(other, "shardId-b", "w2")
-	pub := func(h checkpoint.Horizon) {
-		t.Helper()
-		if err := other.PublishHorizon(e.ctx, "shardId-b", other.Epoch("shardId-b"), h); err != nil {
-			t.Fatal(err)
-		}
-	}
+	e, a, other, pub := twoWorkers(t)
 	loop := newHorizonLoop(e.c)
 	deliverAt(a, 5000, sec(100), rec{"101", sec(3)}, rec{"102", sec(20)})
 	pub(checkpoint.Horizon{Read: sec(30), PendingFrom: sec(5), At: sec(100)})
@@ -311,11 +299,7 @@ func TestStoppingProcessorsHorizonCoversItsLastRecord(t *testing.T) {
 // the shard's latest so that they never go back within the shard.
 func TestPendingKindsArePublishedPerEvent(t *testing.T) {
 	t.Parallel()
-	e := newProcEnv(t)
-	now := sec(100)
-	e.c.clock = func() time.Time { return now }
-	p := e.start(shard, "")
-	loop := newHorizonLoop(e.c)
+	e, now, p, loop := clockedShard(t)
 	rec := func(seq string, arrival time.Time, data string) ktypes.Record {
 		return ktypes.Record{SequenceNumber: aws.String(seq), Data: []byte(data), ApproximateArrivalTimestamp: aws.Time(arrival)}
 	}
@@ -323,7 +307,7 @@ func TestPendingKindsArePublishedPerEvent(t *testing.T) {
 	load := `{"data":{"id":1},"metadata":{"record-type":"data","operation":"load",` + meta + `}}`
 	keyChange := `{"data":{"id":2},"before-image":{"id":1},"metadata":{"record-type":"data","operation":"update",` + meta + `}}`
 	update := `{"data":{"id":2},"before-image":{"id":2},"metadata":{"record-type":"data","operation":"update",` + meta + `}}`
-	in := &kcl.ProcessRecordsInput{MillisBehindLatest: 5000, CacheEntryTime: &now, Records: []ktypes.Record{
+	in := &kcl.ProcessRecordsInput{MillisBehindLatest: 5000, CacheEntryTime: now, Records: []ktypes.Record{
 		rec("101", sec(10), load), rec("102", sec(12), load), rec("103", sec(11), keyChange), rec("104", sec(13), update)}}
 	p.ProcessRecords(in)
 	loop.tick(e.ctx)
@@ -356,20 +340,8 @@ func TestPendingKindsArePublishedPerEvent(t *testing.T) {
 // the old list lacks, holds W at its parent's final horizon.
 func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
 	t.Parallel()
-	e := newProcEnv(t)
-	e.c.clock = func() time.Time { return sec(100) }
+	e, a, other, pub := twoWorkers(t)
 	e.c.cfg.HorizonInterval = time.Hour // no background refresh until the end of the test
-	a := e.start("shardId-a", "")
-	other := e.table.Worker("w2", time.Hour)
-	e.start("shardId-b", "") // listed, then handed to w2
-	e.table.Expire("shardId-b")
-	e.take(other, "shardId-b", "w2")
-	pub := func(h checkpoint.Horizon) {
-		t.Helper()
-		if err := other.PublishHorizon(e.ctx, "shardId-b", other.Epoch("shardId-b"), h); err != nil {
-			t.Fatal(err)
-		}
-	}
 	loop := newHorizonLoop(e.c)
 	loop.async = true
 	deliverAt(a, 5000, sec(100), rec{"101", sec(20)})
@@ -419,4 +391,35 @@ func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
 	}
 	cancel()
 	loop.bg.Wait()
+}
+
+// twoWorkers is a consumer (worker "me") at clock sec(100) reading shardId-a, beside worker w2
+// that holds shardId-b (listed, then handed over); pub publishes b's horizon as w2.
+func twoWorkers(t *testing.T) (e *procEnv, a *processor, other *checkpoint.MemLeases, pub func(checkpoint.Horizon)) {
+	t.Helper()
+	e = newProcEnv(t)
+	e.c.clock = func() time.Time { return sec(100) }
+	a = e.start("shardId-a", "")
+	other = e.table.Worker("w2", time.Hour)
+	e.start("shardId-b", "") // listed, then handed to w2
+	e.table.Expire("shardId-b")
+	e.take(other, "shardId-b", "w2")
+	pub = func(h checkpoint.Horizon) {
+		t.Helper()
+		if err := other.PublishHorizon(e.ctx, "shardId-b", other.Epoch("shardId-b"), h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e, a, other, pub
+}
+
+// clockedShard is a consumer whose clock reads *now (sec(100) at first), a processor of shard
+// and a synchronous horizon loop.
+func clockedShard(t *testing.T) (*procEnv, *time.Time, *processor, *horizonLoop) {
+	t.Helper()
+	e := newProcEnv(t)
+	now := new(time.Time)
+	*now = sec(100)
+	e.c.clock = func() time.Time { return *now }
+	return e, now, e.start(shard, ""), newHorizonLoop(e.c)
 }
