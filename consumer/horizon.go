@@ -193,7 +193,7 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 				zap.Duration("scan_leases", sinceOr(scanned, published)))
 		}
 	}()
-	shards, listedAt, fresh := l.listing(loopCtx, ctx)
+	shards, listedAt := l.listing(loopCtx, ctx)
 	listed = time.Now()
 	procs := c.liveProcessors()
 	for _, p := range procs {
@@ -219,9 +219,9 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 	for _, r := range list {
 		rows[r.Shard] = r
 	}
-	if !fresh && listingBehind(shards, rows) {
-		// The cached list predates a reshard that the rows already show: list now, and keep
-		// the last W if that fails (it was computed from a consistent snapshot).
+	if listingBehind(shards, rows) {
+		// The list predates a reshard that the rows already show: list now, and keep the
+		// last W if that fails (it was computed from a consistent snapshot).
 		if shards, _, err = c.shards.snapshot(ctx); err != nil {
 			l.warn("shard-list", "could not list the stream's shards after a reshard; W is not recomputed", err)
 			return
@@ -266,46 +266,63 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 // listingMaxAge bounds how old a cached shard list a round may use before it lists itself.
 const listingMaxAge = 10 * time.Second
 
+// listingWait is how long a round waits for its ListShards call before it goes on with the
+// cached list (the call finishes in the background).
+const listingWait = 200 * time.Millisecond
+
 // listing returns the shard list for a round (ctx bounds the round, loopCtx the loop, which a
-// background refresh outlives the round in), when it was taken (zero: unknown, so the tip
-// rule does not apply) and whether it was listed for this round. A synchronous loop (unit tests)
-// lists every round, as does any loop whose cached list is missing or older than listingMaxAge.
-// Otherwise the round uses the cached list and, once it is a horizon interval old, starts one
-// background refresh: a slow ListShards (over a second in the emulator) then no longer holds
-// back W. A cached list is as safe as a fresh one (design.md §4), except when a reshard ended
-// a shard after it was taken, which tick checks against the rows (listingBehind).
-func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInfo, time.Time, bool) {
+// background call outlives the round in) and when it was taken (zero: unknown, so the tip rule
+// does not apply). A synchronous loop (unit tests) lists every round, as does any loop whose
+// cached list is missing or older than listingMaxAge. Otherwise the round starts a ListShards
+// call (unless one is still running) and waits up to listingWait for it: a fast call gives the
+// round a fresh list, as before; a slow one (over a second in the emulator: every commit waited
+// for it, the freshness tail) no longer holds the round, which goes on with the cached list.
+// The tip rule is then capped at that list's older time, so it is more cautious for the round;
+// and tick checks the rows for the one case an older list misses (listingBehind).
+func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInfo, time.Time) {
 	c := l.c
-	select {
-	case err := <-l.refreshed:
-		l.refreshing = false
-		if err != nil {
-			l.warn("shard-list", "could not list the stream's shards; the last list is used", err)
-		}
-	default:
-	}
 	shards, at := c.shards.cachedAt()
-	if l.async && shards != nil && time.Since(at) < listingMaxAge {
-		if !l.refreshing && time.Since(at) >= durOr(c.cfg.HorizonInterval, DefaultHorizonInterval) {
-			l.refreshing = true
-			l.bg.Add(1)
-			go func() {
-				defer l.bg.Done()
-				rctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
-				defer cancel()
-				l.refreshed <- c.shards.refresh(rctx)
-			}()
+	if !l.async || shards == nil || time.Since(at) >= listingMaxAge {
+		if l.refreshing { // a background call from before: wait for it, then list now
+			l.collect(<-l.refreshed)
+		}
+		shards, at, err := c.shards.snapshot(ctx)
+		if err != nil {
+			l.warn("shard-list", "could not list the stream's shards; horizons do not advance at the tip", err)
+			return l.shards, time.Time{}
 		}
 		l.shards = shards
-		return shards, at, false
+		return shards, at
 	}
-	shards, at, err := c.shards.snapshot(ctx)
-	if err != nil {
-		l.warn("shard-list", "could not list the stream's shards; horizons do not advance at the tip", err)
-		return l.shards, time.Time{}, true
+	if !l.refreshing {
+		l.refreshing = true
+		l.bg.Add(1)
+		go func() {
+			defer l.bg.Done()
+			rctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
+			defer cancel()
+			l.refreshed <- c.shards.refresh(rctx)
+		}()
 	}
+	wait := time.NewTimer(listingWait)
+	defer wait.Stop()
+	select {
+	case err := <-l.refreshed:
+		l.collect(err)
+	case <-wait.C:
+	case <-ctx.Done():
+	}
+	shards, at = c.shards.cachedAt()
 	l.shards = shards
-	return shards, at, true
+	return shards, at
+}
+
+// collect ends a background ListShards call with its result.
+func (l *horizonLoop) collect(err error) {
+	l.refreshing = false
+	if err != nil {
+		l.warn("shard-list", "could not list the stream's shards; the last list is used", err)
+	}
 }
 
 // listingBehind reports whether a shard list is older than the lease rows in a way that

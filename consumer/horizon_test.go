@@ -334,14 +334,14 @@ func TestPendingKindsArePublishedPerEvent(t *testing.T) {
 	}
 }
 
-// A loop with a cached shard list (the service's, async) uses it while it is fresh and refreshes
-// it in the background; a list that predates a reshard the rows already show (a shard it lists
-// open is at SHARD_END) is listed again before W is computed, so the ended shard's child, which
-// the old list lacks, holds W at its parent's final horizon.
+// A loop with a cached shard list (the service's, async) goes on with it when its ListShards
+// call is slow, and uses the call's list once it answers; a list that predates a reshard the
+// rows already show (a shard it lists open is at SHARD_END) is listed again before W is
+// computed, so the ended shard's child, which the old list lacks, holds W at its parent's final
+// horizon.
 func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
 	t.Parallel()
 	e, a, other, pub := twoWorkers(t)
-	e.c.cfg.HorizonInterval = time.Hour // no background refresh until the end of the test
 	loop := newHorizonLoop(e.c)
 	loop.async = true
 	deliverAt(a, 5000, sec(100), rec{"101", sec(20)})
@@ -352,10 +352,12 @@ func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
 	}
 
 	// b is split into c; w2 reads b to its end and finishes it. The cached list still shows b
-	// open and lacks c.
+	// open and lacks c, and the round's own ListShards call does not answer in time.
+	release := make(chan struct{})
 	e.stream.mu.Lock()
 	e.stream.closed = map[string]bool{"shardId-b": true}
 	e.stream.shards["shardId-c"] = []string{"shardId-b"}
+	e.stream.hold = release
 	e.stream.mu.Unlock()
 	pub(checkpoint.Horizon{Read: sec(15), At: sec(101)})
 	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
@@ -369,27 +371,30 @@ func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
 		t.Fatalf("W %v after b's SHARD_END, want its final horizon %v (its child c, unread, holds W there)", w, sec(15))
 	}
 	if _, ok := e.c.shards.cached()["shardId-c"]; !ok {
-		t.Fatal("the shard list was not refreshed")
+		t.Fatal("the shard list was not listed again")
+	}
+	close(release) // the slow call answers; its older list never replaces the newer one
+	if !loop.refreshing {
+		t.Fatal("the slow call was not left running in the background")
+	}
+	loop.collect(<-loop.refreshed)
+	if _, ok := e.c.shards.cached()["shardId-c"]; !ok {
+		t.Fatal("the slow call's list replaced a newer one")
 	}
 
-	// Once the cached list is a horizon interval old, a round refreshes it in the background.
-	e.c.cfg.HorizonInterval = time.Millisecond
+	// A round whose call answers in time uses its list.
 	e.stream.mu.Lock()
 	e.stream.shards["shardId-d"] = nil
 	e.stream.mu.Unlock()
-	ctx, cancel := context.WithCancel(e.ctx)
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		time.Sleep(5 * time.Millisecond)
-		loop.tick(ctx)
+	for i := 0; ; i++ { // a call answers within listingWait unless the machine is very busy
+		loop.tick(e.ctx)
 		if _, ok := e.c.shards.cached()["shardId-d"]; ok {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no background refresh listed the new shard within 10 s")
+		if i == 50 {
+			t.Fatal("no round used its ListShards call's list")
 		}
 	}
-	cancel()
 	loop.bg.Wait()
 }
 

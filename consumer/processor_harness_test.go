@@ -160,6 +160,9 @@ type fakeStream struct {
 	// puts are the PutRecords calls; putErr fails them.
 	puts   []*kinesis.PutRecordsInput
 	putErr error
+	// hold, when set, makes the next ListShards call wait until it is closed (or its context
+	// ends); later calls answer at once.
+	hold chan struct{}
 }
 
 func hashOf(shard string) string { return "hash-" + shard }
@@ -174,7 +177,18 @@ func (f *fakeStream) PutRecords(_ context.Context, in *kinesis.PutRecordsInput, 
 	return &kinesis.PutRecordsOutput{Records: make([]ktypes.PutRecordsResultEntry, len(in.Records))}, nil
 }
 
-func (f *fakeStream) ListShards(context.Context, *kinesis.ListShardsInput, ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
+func (f *fakeStream) ListShards(ctx context.Context, _ *kinesis.ListShardsInput, _ ...func(*kinesis.Options)) (*kinesis.ListShardsOutput, error) {
+	f.mu.Lock()
+	hold := f.hold
+	f.hold = nil
+	f.mu.Unlock()
+	if hold != nil {
+		select {
+		case <-hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := &kinesis.ListShardsOutput{}
