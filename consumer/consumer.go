@@ -131,9 +131,11 @@ type Consumer struct {
 	shards *shardMap
 
 	// wm is the stream watermark and commit bound the horizon loop computes (horizon.go);
-	// clock is the time source (nil: time.Now), replaced in tests.
-	wm    watermarkState
-	clock func() time.Time
+	// clock is the time source (nil: time.Now) and sleeper the read spacing's wait (nil: a
+	// timer), both replaced in tests.
+	wm      watermarkState
+	clock   func() time.Time
+	sleeper func(ctx context.Context, d time.Duration)
 
 	// deadline is the shutdown deadline's source (WithShutdownDeadline); stopBy the deadline of
 	// the graceful stop under way (zero while running).

@@ -114,13 +114,12 @@ func (c *Consumer) putHeartbeats(ctx context.Context, api PutAPI, every time.Dur
 	now := c.now()
 	shards, hashes := c.heartbeatShards(now, every)
 	var first error
+	data, key := heartbeatData(c.cfg.WorkerID, now), aws.String(HeartbeatPartitionKey)
 	for start := 0; start < len(shards); start += maxPutRecords {
 		end := min(start+maxPutRecords, len(shards))
 		in := &kinesis.PutRecordsInput{StreamName: aws.String(c.cfg.Stream)}
-		data := heartbeatData(c.cfg.WorkerID, now)
 		for i := start; i < end; i++ {
-			in.Records = append(in.Records, ktypes.PutRecordsRequestEntry{Data: data,
-				PartitionKey: aws.String(HeartbeatPartitionKey), ExplicitHashKey: aws.String(hashes[i])})
+			in.Records = append(in.Records, ktypes.PutRecordsRequestEntry{Data: data, PartitionKey: key, ExplicitHashKey: aws.String(hashes[i])})
 		}
 		// A put that takes longer than the interval delays the next ones (ticks are dropped
 		// meanwhile); one that fails is retried at the next tick.

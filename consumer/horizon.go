@@ -132,6 +132,20 @@ func (c *Consumer) now() time.Time {
 	return time.Now()
 }
 
+// sleep waits d or until ctx ends (c.sleeper, replaced in tests, when set).
+func (c *Consumer) sleep(ctx context.Context, d time.Duration) {
+	if c.sleeper != nil {
+		c.sleeper(ctx, d)
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
 func durOr(d, def time.Duration) time.Duration {
 	if d <= 0 {
 		return def
@@ -221,9 +235,12 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 	}
 	if listingBehind(shards, rows) {
 		// The list predates a reshard that the rows already show: list now, and keep the
-		// last W if that fails (it was computed from a consistent snapshot).
-		if shards, _, err = c.shards.snapshot(ctx); err != nil {
-			l.warn("shard-list", "could not list the stream's shards after a reshard; W is not recomputed", err)
+		// last W (computed from a consistent snapshot) if that fails or still lags the rows.
+		if shards, _, err = c.shards.snapshot(ctx); err == nil && listingBehind(shards, rows) {
+			err = errors.New("ListShards still lists open a shard whose lease row is at SHARD_END")
+		}
+		if err != nil {
+			l.warn("shard-list", "the stream's shard list lags a reshard; W is not recomputed", err)
 			return
 		}
 		l.shards = shards

@@ -263,6 +263,9 @@ func TestTickBoundsByOtherWorkersRows(t *testing.T) {
 	if w, b := e.c.Watermark(), e.c.CommitBound(); !w.Equal(sec(10)) || !b.Equal(sec(10)) {
 		t.Fatalf("W %v bound %v, want both %v", w, b, sec(10))
 	}
+	e.stream.mu.Lock()
+	e.stream.closed = map[string]bool{"shardId-b": true} // a shard reaches SHARD_END only once closed
+	e.stream.mu.Unlock()
 	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
 		t.Fatal(err)
 	}
@@ -351,18 +354,25 @@ func TestCachedShardListIsRelistedAfterAReshard(t *testing.T) {
 		t.Fatalf("W %v, want b's %v", w, sec(10))
 	}
 
-	// b is split into c; w2 reads b to its end and finishes it. The cached list still shows b
-	// open and lacks c, and the round's own ListShards call does not answer in time.
+	// w2 finishes b (its final horizon, then SHARD_END) while ListShards still shows b open:
+	// W stays where it was.
+	pub(checkpoint.Horizon{Read: sec(15), At: sec(101)})
+	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
+		t.Fatal(err)
+	}
+	loop.tick(e.ctx)
+	if w := e.c.Watermark(); !w.Equal(sec(10)) {
+		t.Fatalf("W %v while ListShards lags b's SHARD_END, want the last W %v kept", w, sec(10))
+	}
+
+	// b is split into c; w2 had read b to its end. The cached list still shows b open and
+	// lacks c, and the round's own ListShards call does not answer in time.
 	release := make(chan struct{})
 	e.stream.mu.Lock()
 	e.stream.closed = map[string]bool{"shardId-b": true}
 	e.stream.shards["shardId-c"] = []string{"shardId-b"}
 	e.stream.hold = release
 	e.stream.mu.Unlock()
-	pub(checkpoint.Horizon{Read: sec(15), At: sec(101)})
-	if err := other.Checkpoint(e.ctx, "shardId-b", other.Epoch("shardId-b"), checkpoint.ShardEnd); err != nil {
-		t.Fatal(err)
-	}
 	if !listingBehind(e.c.shards.cached(), map[string]checkpoint.LeaseRow{"shardId-b": e.row("shardId-b")}) {
 		t.Fatal("the cached list shows b open while its row is at SHARD_END: want it behind")
 	}

@@ -123,15 +123,17 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	// The delivery's bytes are admitted against the process-wide budget before anything of it
 	// is handed on (backpressure: this blocks while the budget is spent, unless this processor
 	// holds nothing); each event gives its bytes back when it is acknowledged.
+	// Heartbeats are neither kept nor counted as records: they are no change, and a delivery of
+	// them alone is checkpointed only once a minute, which /healthz's stall check would take
+	// for a stall.
 	kept, changes := int64(0), 0
 	for i := range in.Records {
-		kept += int64(len(in.Records[i].Data))
 		if !isHeartbeat(&in.Records[i]) {
+			kept += int64(len(in.Records[i].Data))
 			changes++
 		}
 	}
-	// Heartbeats are not counted as records: they are no change, and a delivery of them alone
-	// is checkpointed only once a minute, which /healthz's stall check would take for a stall.
+	heartbeats := len(in.Records) - changes
 	p.c.metrics.Records(p.shard, changes, in.MillisBehindLatest)
 	if err := p.acct.Acquire(p.ctx, kept); err != nil {
 		p.halted = true
@@ -144,7 +146,6 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	// one the sink orders by.
 	arrived := timeOf(p.hz.lastArrival.Load())
 	first := time.Time{}
-	heartbeats := 0
 	for i := range in.Records {
 		r := &in.Records[i]
 		seq := aws.ToString(r.SequenceNumber)
@@ -152,12 +153,8 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		if i == 0 {
 			first = arrived
 		}
-		if isHeartbeat(r) {
-			// Not a change: it only moves the horizon (its arrival, folded in above).
-			p.acct.Release(int64(len(r.Data)))
-			kept -= int64(len(r.Data))
-			heartbeats++
-			continue
+		if heartbeats > 0 && isHeartbeat(r) {
+			continue // not a change: it only moves the horizon (its arrival, folded in above)
 		}
 		events = append(events, change.Event{})
 		ev := &events[len(events)-1]
@@ -189,7 +186,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		ev := &events[i]
 		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
 	}
-	if heartbeats < len(in.Records) {
+	if changes > 0 {
 		p.lastData = aws.ToString(last.SequenceNumber)
 	}
 	d := p.track.BeginTracked(aws.ToString(last.SequenceNumber), first, p.tracked)
@@ -219,15 +216,8 @@ const readSpacing = time.Second/5 + 10*time.Millisecond
 // idles is set when the KCL itself sleeps consumer.idle_between_reads before its next call (an
 // empty read at the tip); that sleep counts.
 func (p *processor) pace(readStart time.Time, idles bool) {
-	wait := paceWait(readStart, time.Now(), p.c.cfg.IdleBetweenReads, idles)
-	if wait <= 0 {
-		return
-	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-p.ctx.Done():
+	if wait := paceWait(readStart, p.c.now(), p.c.cfg.IdleBetweenReads, idles); wait > 0 {
+		p.c.sleep(p.ctx, wait)
 	}
 }
 

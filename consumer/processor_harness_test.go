@@ -300,6 +300,15 @@ type procEnv struct {
 	c       *Consumer
 	ctx     context.Context
 	cancel  context.CancelFunc
+	// waits are the read spacing's waits (Consumer.sleep), which return at once here.
+	waitMu sync.Mutex
+	waits  []time.Duration
+}
+
+func (e *procEnv) slept() []time.Duration {
+	e.waitMu.Lock()
+	defer e.waitMu.Unlock()
+	return append([]time.Duration(nil), e.waits...)
 }
 
 func newProcEnv(t *testing.T) *procEnv {
@@ -313,6 +322,11 @@ func newProcEnv(t *testing.T) *procEnv {
 	e.c = &Consumer{cfg: Config{Stream: "stream", WorkerID: me, ShutdownTimeout: time.Minute, Decoder: dms.DefaultConfig()},
 		sink: e.sink, dlq: e.dlq, log: zap.NewNop(), metrics: e.metrics, leases: e.leases,
 		kc: e.stream, shards: newShardMap(e.stream, "stream"), gen: make(map[string]*processor)}
+	e.c.sleeper = func(_ context.Context, d time.Duration) {
+		e.waitMu.Lock()
+		e.waits = append(e.waits, d)
+		e.waitMu.Unlock()
+	}
 	return e
 }
 

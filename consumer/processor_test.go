@@ -399,14 +399,17 @@ func TestReadsAreSpaced(t *testing.T) {
 		t.Fatalf("readSpacing %s lets a sixth call into the KCL's window", readSpacing)
 	}
 
-	// The processor waits it out after a delivery with records.
+	// The processor waits it out after a delivery with records (the clock stands still: the
+	// whole spacing), and not after an empty read at the tip, after which the KCL idles longer.
 	e := newProcEnv(t)
+	begin := sec(100)
+	e.c.clock = func() time.Time { return begin }
 	e.c.cfg.IdleBetweenReads = 250 * time.Millisecond
 	p := e.start(shard, "")
-	begin := time.Now()
 	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 0, CacheEntryTime: &begin,
 		Records: []ktypes.Record{{SequenceNumber: aws.String("101"), Data: goodRecord}}})
-	if took := time.Since(begin); took < readSpacing {
-		t.Fatalf("ProcessRecords returned %s after the read started, want at least %s", took, readSpacing)
+	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 0, CacheEntryTime: &begin})
+	if got := e.slept(); !slices.Equal(got, []time.Duration{readSpacing}) {
+		t.Fatalf("waits %v, want one of %s (after the delivery with records only)", got, readSpacing)
 	}
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
-	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -86,9 +85,8 @@ func envInt(b *testing.B, name string, def int) int {
 // extra are consumer settings (arrival_margin, heartbeat_interval) that differ from the defaults.
 func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extra map[string]any) {
 	b.Helper()
-	c := orderingCase{name: "freshness", layout: "dms-default", lagShard: -1, lateShard: -1, processes: procs}
+	c := orderingCase{name: "freshness", layout: "dms-default", lagShard: -1, lateShard: -1, processes: procs, consumer: extra}
 	s := &orderingStream{c: c, bin: bin, stream: UniqueName("fresh-" + mode)}
-	s.consumerExtra = extra
 	setting := func(key string) string {
 		if v, ok := extra[key]; ok {
 			return fmt.Sprint(v)
@@ -131,14 +129,7 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 				return false, fmt.Errorf("service exited early:\n%s", tailFile(svc.LogPath, 8<<10))
 			}
 		}
-		leases := ordLeases(b, r.app)
-		for shard, seq := range s.last {
-			// At or past: with heartbeats, a shard's checkpoint passes its last DMS record.
-			if cp := leases[shard].checkpoint; cp == "" || change.CompareSeq(cp, seq) < 0 {
-				return false, nil
-			}
-		}
-		return true, nil
+		return ordBehind(ordLeases(b, r.app), s.last) == "", nil
 	}, "every shard checkpointed at (or past) its last record")
 	b.StopTimer()
 	for _, svc := range svcs {

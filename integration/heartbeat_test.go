@@ -12,21 +12,34 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
 
-// TestHeartbeatsKeepHealthAndStatus runs the service with heartbeat records
-// (consumer.heartbeat_interval) on a 2-shard stream and a short stall_timeout, after its
-// workload is committed: the heartbeats are put and read back (metrics), /healthz stays 200 for
-// twice the stall timeout although a checkpoint passes heartbeats alone only once a minute (they
-// are not records waiting for a commit), and `status` reports no lag (a heartbeat after the
-// checkpoint is no change waiting).
+// TestHeartbeatsKeepHealthAndStatus runs one service with heartbeat records
+// (consumer.heartbeat_interval) and a short stall_timeout on a 4-shard stream in DMS's default
+// layout (loads by primary key over every shard, CDC by schema.table, control records on the
+// task's key; no per-table configuration), until every shard is consumed. Then only heartbeats
+// arrive: they are put and read back on every shard (metrics), /healthz stays 200 for twice the
+// stall timeout although a checkpoint passes heartbeats alone only once a minute (they are not
+// records waiting for a commit), `status` reports no lag (a heartbeat after the checkpoint is no
+// change waiting), and the tables equal the expected state.
 func TestHeartbeatsKeepHealthAndStatus(t *testing.T) {
-	p := newPipeline(t, 2, 500, 11)
+	RequireEmulators(t)
+	bin := BuildBinary(t)
+	s := newOrderingStream(t, bin, orderingCase{name: "heartbeats-health", layout: "dms-default", lagShard: -1, lateShard: -1,
+		consumer: map[string]any{"heartbeat_interval": "250ms"}})
+	r := s.newRun(t, "arrival", nil)
 	addr := opsFreeAddr(t)
 	const stall = 3 * time.Second
-	editConfig(t, p.config, "", map[string]any{"http_addr": addr, "stall_timeout": stall.String()})
-	editConfig(t, p.config, "consumer", map[string]any{"heartbeat_interval": "250ms"})
-	svc := StartService(t, p.bin, p.config, "DMS2ICEBERG_WORKER_ID=hb-worker-1")
+	editConfig(t, r.config, "", map[string]any{"http_addr": addr, "stall_timeout": stall.String()})
+	svc := StartService(t, bin, r.config, "DMS2ICEBERG_WORKER_ID=hb-worker-1")
 	base := "http://" + addr
-	p.waitVerified(5*time.Minute, svc)
+	WaitFor(t, ordConsumeTimeout, time.Second, func() (bool, error) {
+		if svc.Exited() {
+			return false, fmt.Errorf("service exited early:\n%s", tailFile(svc.LogPath, 8<<10))
+		}
+		if behind := ordBehind(ordLeases(t, r.app), s.last); behind != "" {
+			return false, fmt.Errorf("not consumed:%s", behind)
+		}
+		return true, nil
+	}, "every shard checkpointed at (or past) its last record")
 
 	// Only heartbeats arrive now: health stays good well past the stall timeout.
 	until := time.Now().Add(2*stall + time.Second)
@@ -40,18 +53,27 @@ func TestHeartbeatsKeepHealthAndStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	events := map[string]float64{}
-	for _, s := range samples {
-		if s.Name == "dms2iceberg_shard_heartbeats_total" {
-			events[s.Labels["event"]] += s.Value
+	for _, event := range []string{"put", "read"} {
+		perShard := map[string]float64{}
+		for _, smp := range samples {
+			if smp.Name == "dms2iceberg_shard_heartbeats_total" && smp.Labels["event"] == event {
+				perShard[smp.Labels["shard"]] += smp.Value
+			}
+		}
+		for shard := range s.last {
+			if perShard[shard] < 2 {
+				t.Errorf("dms2iceberg_shard_heartbeats_total{event=%q}: %v; want at least 2 on every shard (%s has %v)", event, perShard, shard, perShard[shard])
+			}
 		}
 	}
-	if events["put"] < 4 || events["read"] < 4 || events["put_failed"] != 0 {
-		t.Fatalf("dms2iceberg_shard_heartbeats_total by event: %v; want puts and reads on both shards, no failure", events)
+	for _, smp := range samples {
+		if smp.Name == "dms2iceberg_shard_heartbeats_total" && smp.Labels["event"] == "put_failed" && smp.Value != 0 {
+			t.Errorf("heartbeat puts failed: %s %v", smp.Labels["shard"], smp.Value)
+		}
 	}
 
 	WaitFor(t, time.Minute, time.Second, func() (bool, error) {
-		stdout, stderr, err := RunCLI(t, p.bin, "status", "--config", p.config, "--json")
+		stdout, stderr, err := RunCLI(t, bin, "status", "--config", r.config, "--json")
 		if err != nil {
 			return false, fmt.Errorf("status --json: %v\n%s", err, stderr)
 		}
@@ -65,11 +87,18 @@ func TestHeartbeatsKeepHealthAndStatus(t *testing.T) {
 		if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
 			return false, err
 		}
-		for _, s := range rep.Shards {
-			if s.Lag == nil || *s.Lag != 0 || s.LagError != "" {
-				return false, fmt.Errorf("shard %s: lag %v (%s), want 0 with only heartbeats after its checkpoint", s.Shard, s.Lag, s.LagError)
+		for _, sh := range rep.Shards {
+			if sh.Lag == nil || *sh.Lag != 0 || sh.LagError != "" {
+				return false, fmt.Errorf("shard %s: lag %v (%s), want 0 with only heartbeats after its checkpoint", sh.Shard, sh.Lag, sh.LagError)
 			}
 		}
-		return len(rep.Shards) == 2, nil
-	}, "status to show no lag on either shard")
+		return len(rep.Shards) == len(s.last), nil
+	}, "status to show no lag on any shard")
+
+	if err := svc.Stop(90 * time.Second); err != nil {
+		t.Errorf("graceful stop: %v", err)
+	}
+	if stdout, stderr, err := RunCLI(t, bin, "verify", "--config", r.config, "--expected", s.expected, "--max-diffs", "5"); err != nil {
+		t.Fatalf("verify: %v\n%s%s", err, stdout, stderr)
+	}
 }

@@ -164,14 +164,12 @@ type orderingStream struct {
 	shards []string
 	// written is when gen started: every record arrived after it.
 	written time.Time
-	// consumerExtra is merged into the consumer section of every run's configuration.
-	consumerExtra map[string]any
 }
 
 // newOrderingStream creates a 4-shard stream and writes the case's workload to it with gen.
 func newOrderingStream(t *testing.T, bin string, c orderingCase) *orderingStream {
 	t.Helper()
-	s := &orderingStream{c: c, bin: bin, stream: UniqueName(t.Name()), consumerExtra: c.consumer}
+	s := &orderingStream{c: c, bin: bin, stream: UniqueName(t.Name())}
 	s.expected = filepath.Join(t.TempDir(), "expected.json")
 	CreateStream(t, s.stream, 4)
 	args := []string{"gen", "--stream", s.stream, "--shards", "4", "--layout", c.layout,
@@ -222,7 +220,7 @@ func (s *orderingStream) newRun(t testing.TB, mode string, sinkExtra map[string]
 	snk := map[string]any{"flush_interval": "1s"}
 	maps.Copy(snk, sinkExtra)
 	cons := map[string]any{"shard_sync": "1s", "failover": "6s", "idle_between_reads": "200ms"}
-	maps.Copy(cons, s.consumerExtra)
+	maps.Copy(cons, s.c.consumer)
 	cfg := map[string]any{
 		"stream":           s.stream,
 		"application":      r.app,
@@ -256,6 +254,20 @@ func (c orderingCase) procs() int {
 	return ordProcesses
 }
 
+// ordBehind describes the shards of last (shard -> its last record) whose checkpoint is short of
+// their last record, "" when none is. At or past it counts as consumed: heartbeat records
+// (consumer.heartbeat_interval) follow the last DMS record, and a checkpoint passes them.
+func ordBehind(leases map[string]ordLease, last map[string]string) string {
+	behind := ""
+	for _, shard := range slices.Sorted(maps.Keys(last)) {
+		seq := last[shard]
+		if l := leases[shard]; l.checkpoint == "" || change.CompareSeq(l.checkpoint, seq) < 0 {
+			behind += fmt.Sprintf(" %s (owner %q) checkpointed at %q, last record %q;", shard, l.owner, l.checkpoint, seq)
+		}
+	}
+	return behind
+}
+
 // consume starts ordProcesses service processes on the run's configuration (worker ids w1, w2,
 // ...), waits until every shard is checkpointed at its last record, stops them gracefully and
 // returns verify's result on the complete, committed stream. It fails the test unless every
@@ -285,21 +297,15 @@ func (r *ordRun) consume(t *testing.T) (ok bool, report string) {
 			}
 		}
 		leases := ordLeases(t, r.app)
-		behind = ""
-		for shard, seq := range r.s.last {
-			l := leases[shard]
-			if l.owner != "" {
+		for shard := range r.s.last {
+			if l := leases[shard]; l.owner != "" {
 				if owners[l.owner] == nil {
 					owners[l.owner] = map[string]bool{}
 				}
 				owners[l.owner][shard] = true
 			}
-			// At or past it: heartbeats (consumer.heartbeat_interval) follow the last record.
-			if l.checkpoint == "" || change.CompareSeq(l.checkpoint, seq) < 0 {
-				behind += fmt.Sprintf(" %s (owner %q) checkpointed at %q, last record %q;", shard, l.owner, l.checkpoint, seq)
-			}
 		}
-		if behind != "" {
+		if behind = ordBehind(leases, r.s.last); behind != "" {
 			return false, fmt.Errorf("not consumed:%s", behind)
 		}
 		return true, nil
