@@ -42,10 +42,13 @@ func keyedAs(l *layout, t iceberg.Type) *layout {
 	return l
 }
 
-// filled is a buffer holding rows, each from a record of 10 bytes.
+// filled is a buffer holding copies of rows, each from a record of 10 bytes. The copies own
+// their values: a plan may complete a row in place (a partial image), and the key paths of one
+// case run in parallel on the same rows.
 func filled(rows []row) *buffer {
 	b := newBuffer()
 	for _, r := range rows {
+		r.vals, r.oldKey, r.absent = slices.Clone(r.vals), slices.Clone(r.oldKey), slices.Clone(r.absent)
 		b.add(r, 10)
 	}
 	return &b
