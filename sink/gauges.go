@@ -46,3 +46,16 @@ func (s *Iceberg) Buffers() []BufferStat {
 	slices.SortFunc(out, func(a, b BufferStat) int { return strings.Compare(a.Table, b.Table) })
 	return out
 }
+
+// KeyCacheStat is the process's cache of key columns (maintenance.Config.KeyCacheBytes): the
+// bytes it holds, its bound, and the probes of data files it answered (Hits) or that read the
+// file (Reads).
+type KeyCacheStat struct {
+	Held, Limit, Hits, Reads int64
+}
+
+// KeyCache returns the state of the key-column cache (all zero when it is off).
+func (s *Iceberg) KeyCache() KeyCacheStat {
+	hits, reads := s.keyCache.Stats()
+	return KeyCacheStat{Held: s.keyCache.Held(), Limit: s.keyCache.Limit(), Hits: hits, Reads: reads}
+}

@@ -185,6 +185,13 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	mc.SnapshotRetention = p.retention
 	mc.ExpireBatch = p.keepLast
 	mc.PositionDelay = p.posDelay
+	if v := os.Getenv("BENCH_KEY_CACHE_BYTES"); v != "" { // 0: off, as before 2026-12-06 (session 19)
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatalf("BENCH_KEY_CACHE_BYTES: %v", err)
+		}
+		mc.KeyCacheBytes = n
+	}
 	cat, err := OpenCatalog(ctx, cfg.Catalog)
 	if err != nil {
 		b.Fatal(err)
@@ -454,6 +461,10 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			len(convTook), convTook[len(convTook)/2].Round(time.Millisecond), convTook[len(convTook)-1].Round(time.Millisecond),
 			probed, posWritten, lags[len(lags)/2].Round(time.Millisecond), lags[len(lags)*99/100].Round(time.Millisecond),
 			lags[len(lags)-1].Round(time.Millisecond), len(lags), len(samples))
+	}
+	if kc := s.KeyCache(); kc.Limit > 0 || len(convTook) > 0 {
+		fmt.Fprintf(out, "- key cache (bound %s): %s held at the end, probes %d from the cache, %d read the file\n",
+			kib(kc.Limit), kib(kc.Held), kc.Hits, kc.Reads)
 	}
 	fmt.Fprintf(out, "- CPU over the CDC phase (scans excluded): %s for %d changes; ingestion cycle median %s (%d cycles without maintenance); maintenance **%s per 1,000 changes** (%s in all)\n",
 		cdcCPU.Round(time.Millisecond), p.commits*p.keys, cycleCPU.Round(time.Microsecond), len(cycles), res.maintCPUPer1k.Round(time.Millisecond), maintCPU.Round(time.Millisecond))

@@ -106,6 +106,9 @@ type Iceberg struct {
 	fileSlots chan struct{}
 	// maintSlots bounds the tables maintained at once (maintenance.Config.Concurrency).
 	maintSlots *maintenance.Slots
+	// keyCache keeps the key columns the tables' position conversions probe
+	// (maintenance.Config.KeyCacheBytes), for every table.
+	keyCache *maintenance.KeyCache
 
 	mu      sync.Mutex
 	writers map[string]*writer // by source "schema.table"
@@ -141,7 +144,8 @@ func New(cfg Config, cat catalog.Catalog, dlq change.DeadLetterer, opts ...Optio
 	cfg.Maintenance.CommitTimeout = cfg.CommitTimeout // one deadline for every commit attempt
 	s := &Iceberg{cfg: cfg, cat: cat, dlq: dlq, log: zap.NewNop(), metrics: NopMetrics{}, onCommit: func(CommitInfo) {},
 		writers: make(map[string]*writer), routes: make(map[sourceKey]route), defs: newTableDefs(), started: make(chan struct{}),
-		fileSlots: make(chan struct{}, fileWriters()), maintSlots: maintenance.NewSlots(cfg.Maintenance.Concurrency)}
+		fileSlots: make(chan struct{}, fileWriters()), maintSlots: maintenance.NewSlots(cfg.Maintenance.Concurrency),
+		keyCache: maintenance.NewKeyCache(cfg.Maintenance.KeyCacheBytes)}
 	for _, o := range opts {
 		o(s)
 	}
@@ -320,6 +324,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	m := maintenance.New(s.cat, w.ident, w.name, mcfg, w.log, s.mmetrics,
 		maintenance.HandoffWait(s.cfg.FlushInterval))
 	m.UseSlots(s.maintSlots)
+	m.UseKeyCache(s.keyCache)
 	w.maint = m
 	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {

@@ -30,6 +30,9 @@ func memoryLimitFor(held int64) int64 { return memoryLimitBase + 4*max(held, 0) 
 // the last window: a burst raises it at the next sample, and it falls back a window after.
 type memoryLimiter struct {
 	budget *membudget.Budget
+	// cached is what the sink's key-column cache holds (sink.Iceberg.KeyCache; nil: nothing),
+	// added to the limit as it is: live memory that the budget does not count.
+	cached atomic.Pointer[func() int64]
 	every  time.Duration
 	peaks  []int64 // the most held in each of the last samples (a ring)
 	next   int
@@ -50,12 +53,19 @@ func (l *memoryLimiter) sample() int64 {
 		peak = max(peak, p)
 	}
 	limit := memoryLimitFor(peak)
+	if f := l.cached.Load(); f != nil {
+		limit += max((*f)(), 0)
+	}
 	l.set(limit)
 	if limit > l.top.Load() {
 		l.top.Store(limit)
 	}
 	return limit
 }
+
+// watchCache adds what held returns (the sink's key-column cache) to every later limit; safe
+// while the limiter runs.
+func (l *memoryLimiter) watchCache(held func() int64) { l.cached.Store(&held) }
 
 // run samples until ctx ends.
 func (l *memoryLimiter) run(ctx context.Context) error {

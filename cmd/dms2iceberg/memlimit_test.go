@@ -60,6 +60,17 @@ func TestMemoryLimiterFollowsTheBudget(t *testing.T) {
 		t.Fatalf("%d limits set for %d samples", len(set), len(l.peaks)+2)
 	}
 
+	// What the key-column cache holds is added as it is.
+	var cached int64 = 50 << 20
+	l.watchCache(func() int64 { return cached })
+	if got, want := l.sample(), int64(memoryLimitBase+50<<20); got != want {
+		t.Fatalf("50 MiB of key columns cached: limit %d, want %d", got, want)
+	}
+	cached = 0
+	if got := l.sample(); got != memoryLimitBase {
+		t.Fatalf("cache emptied: limit %d, want %d", got, memoryLimitBase)
+	}
+
 	ctx, cancel := context.WithCancel(context.Background())
 	l.every = time.Millisecond
 	done := make(chan error, 1)

@@ -75,6 +75,8 @@ type promMetrics struct {
 	buffers *bufferCollector
 	// The process-wide byte budget, read at scrape time (metrics_buffers.go).
 	budget *budgetCollector
+	// The sink's key-column cache, read at scrape time (metrics_buffers.go).
+	keyCache *keyCacheCollector
 
 	// Post-commit hook.
 	hookRuns     *prometheus.CounterVec
@@ -194,6 +196,8 @@ func newPromMetrics() *promMetrics {
 	m.register(m.buffers)
 	m.budget = newBudgetCollector()
 	m.register(m.budget)
+	m.keyCache = newKeyCacheCollector()
+	m.register(m.keyCache)
 	m.tableLastCommit = gauge("table", "last_commit_timestamp_seconds", "Unix time of the table's last commit by this worker.", table)
 	m.tableDeadLetters = counter("table", "dead_letters_total", "Changes of the table sent to the dead-letter file (unconvertible, or updates and deletes of a keyless table).", table)
 	m.tableReloadRows = gauge("table", "reload_rows", "A DMS reload of the table in progress: load rows committed since it started (they replace the table's content when it ends); 0 when none is in progress.", table)

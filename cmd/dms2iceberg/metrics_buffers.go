@@ -91,3 +91,43 @@ func (c *budgetCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(b.Limit()))
 	ch <- prometheus.MustNewConstMetric(c.blocked, prometheus.CounterValue, b.Blocked().Seconds())
 }
+
+// keyCacheCollector exports the sink's key-column cache (sink.maintenance.key_cache_bytes) at
+// scrape time: what it holds, its bound, and the conversion probes it answered or that read the
+// data file.
+type keyCacheCollector struct {
+	src                 atomic.Pointer[func() sink.KeyCacheStat]
+	held, limit, probes *prometheus.Desc
+}
+
+func newKeyCacheCollector() *keyCacheCollector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(prometheus.BuildFQName(metricsNamespace, "maintenance", name), help, labels, nil)
+	}
+	return &keyCacheCollector{
+		held:   desc("key_cache_bytes", "Bytes of data files' key columns the position conversion keeps in memory (delete_mode position or dv), over every table."),
+		limit:  desc("key_cache_limit_bytes", "The key-column cache's bound (sink.maintenance.key_cache_bytes; 0: off)."),
+		probes: desc("key_cache_probes_total", "Data files the position conversion probed, by whether the key column came from the cache (hit) or was read from the file (read).", "result"),
+	}
+}
+
+// watchKeyCache makes the scrapes read stat (the sink's KeyCache); until then there are no series.
+func (m *promMetrics) watchKeyCache(stat func() sink.KeyCacheStat) { m.keyCache.src.Store(&stat) }
+
+func (c *keyCacheCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.held
+	ch <- c.limit
+	ch <- c.probes
+}
+
+func (c *keyCacheCollector) Collect(ch chan<- prometheus.Metric) {
+	src := c.src.Load()
+	if src == nil {
+		return
+	}
+	st := (*src)()
+	ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(st.Held))
+	ch <- prometheus.MustNewConstMetric(c.limit, prometheus.GaugeValue, float64(st.Limit))
+	ch <- prometheus.MustNewConstMetric(c.probes, prometheus.CounterValue, float64(st.Hits), "hit")
+	ch <- prometheus.MustNewConstMetric(c.probes, prometheus.CounterValue, float64(st.Reads), "read")
+}

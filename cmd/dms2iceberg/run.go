@@ -127,6 +127,10 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	metrics.watchBuffers(snk.Buffers)
+	metrics.watchKeyCache(snk.KeyCache)
+	if limiter != nil {
+		limiter.watchCache(func() int64 { return snk.KeyCache().Held })
+	}
 	c, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
 		consumer.WithBudget(budget),
 		consumer.WithShutdownDeadline(p.deadline),

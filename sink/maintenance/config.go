@@ -40,6 +40,12 @@ type Config struct {
 	// the files compaction rewrites) then does not grow with the number of tables. Default 0:
 	// one slot per CPU (GOMAXPROCS), as compaction is CPU-bound.
 	Concurrency int `yaml:"concurrency"`
+	// KeyCacheBytes bounds the memory of the key columns the position conversion keeps per data
+	// file, for the whole process (tables in delete_mode position or dv whose key is one int or
+	// long column; 8 bytes per row, so the default holds 32M rows). Data files never change, so a
+	// cached column spares every later conversion the read of that file. 0 turns the cache off.
+	// Default 256 MiB.
+	KeyCacheBytes int64 `yaml:"key_cache_bytes"`
 	// MinInterval is the shortest time between the ends of two compactions of one table.
 	// Default 10s.
 	MinInterval time.Duration `yaml:"min_interval"`
@@ -145,6 +151,7 @@ func DefaultConfig() Config {
 		CommitRetries:     10,
 		CommitTimeout:     2 * time.Minute,
 		PositionDelay:     5 * time.Second,
+		KeyCacheBytes:     256 << 20,
 
 		RewriteDeletedFraction: 0.3,
 	}
@@ -178,6 +185,9 @@ func (c Config) Validate() error {
 	}
 	if c.Concurrency < 0 {
 		return fmt.Errorf("sink.maintenance.concurrency: must not be negative (0: one per CPU), got %d", c.Concurrency)
+	}
+	if c.KeyCacheBytes < 0 {
+		return fmt.Errorf("sink.maintenance.key_cache_bytes: must not be negative (0 turns the cache off), got %d", c.KeyCacheBytes)
 	}
 	if c.TargetFileSize < 0 {
 		return fmt.Errorf("sink.maintenance.target_file_size: must not be negative, got %d", c.TargetFileSize)

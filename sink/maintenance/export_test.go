@@ -1,6 +1,7 @@
 package maintenance
 
 import (
+	"fmt"
 	"context"
 	"time"
 
@@ -66,4 +67,36 @@ func (m *Maintainer) BeforeCommit(f func(step string, attempt int)) { m.beforeCo
 func SummaryCounts(s *table.Snapshot) (dataFiles, deleteFiles int) {
 	c := summaryCounts(s)
 	return c.dataFiles, c.deleteFiles
+}
+
+// ListLive lists tbl's current snapshot through m's manifest cache and without it; it returns
+// the file paths of both listings (data, then deletes) and the manifests cached after.
+func (m *Maintainer) ListLive(ctx context.Context, tbl *table.Table) (cached, direct []string, manifests []string, err error) {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	paths := func(lists ...[]liveFile) []string {
+		var out []string
+		for _, l := range lists {
+			for _, f := range l {
+				out = append(out, fmt.Sprintf("%s@%d", f.df.FilePath(), f.seq))
+			}
+		}
+		return out
+	}
+	d, e, p, err := m.liveCache.liveFiles(fs, tbl.CurrentSnapshot())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cached = paths(d, e, p)
+	if d, e, p, err = liveFilesAll(fs, tbl.CurrentSnapshot()); err != nil {
+		return nil, nil, nil, err
+	}
+	m.liveCache.mu.Lock()
+	defer m.liveCache.mu.Unlock()
+	for path := range m.liveCache.entries {
+		manifests = append(manifests, path)
+	}
+	return cached, paths(d, e, p), manifests, nil
 }

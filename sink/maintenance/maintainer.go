@@ -71,8 +71,10 @@ type Maintainer struct {
 	structural  time.Time // when the metadata-size or manifest trigger last fired
 	pauseUntil  time.Time // after a failed run, nothing runs before
 	pauses      int
-	eqSince     time.Time // position mode: when equality deletes were first seen outstanding
-	runSlots    *Slots    // shared with the process's other maintainers (nil: unbounded)
+	eqSince     time.Time     // position mode: when equality deletes were first seen outstanding
+	runSlots    *Slots        // shared with the process's other maintainers (nil: unbounded)
+	keys        *KeyCache     // key columns of data files, shared likewise (nil: none)
+	liveCache   manifestCache // live entries of the manifests conversions read
 	// Lists of files to delete later (deferred.go), and when storage was last listed for them.
 	deferred       []deferredList
 	deferredListed time.Time

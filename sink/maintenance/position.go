@@ -57,6 +57,7 @@ type conversionPlan struct {
 	dvs         bool
 	replacedDVs []iceberg.DataFile
 	dvOf        map[string]string
+	manifests   *manifestCache // the maintainer's, for check
 }
 
 // dvKey names one live deletion vector: its Puffin file and the offset of its blob.
@@ -191,22 +192,35 @@ func liveFilesAll(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels 
 		return nil, nil, nil, err
 	}
 	for _, mf := range mans {
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				return nil, nil, nil, err
-			}
-			df := e.DataFile()
-			switch df.ContentType() {
-			case iceberg.EntryContentData:
-				data = append(data, liveFile{df, e.SequenceNum()})
-			case iceberg.EntryContentEqDeletes:
-				eqDels = append(eqDels, liveFile{df, e.SequenceNum()})
-			case iceberg.EntryContentPosDeletes:
-				posDels = append(posDels, liveFile{df, e.SequenceNum()})
-			}
+		got, err := manifestLiveFiles(fs, mf)
+		if err != nil {
+			return nil, nil, nil, err
 		}
+		data = append(data, got.data...)
+		eqDels = append(eqDels, got.eqDels...)
+		posDels = append(posDels, got.posDels...)
 	}
 	return data, eqDels, posDels, nil
+}
+
+// manifestLiveFiles reads one manifest's live files by kind.
+func manifestLiveFiles(fs icebergio.IO, mf iceberg.ManifestFile) (manifestFiles, error) {
+	var out manifestFiles
+	for e, err := range mf.Entries(fs, true) {
+		if err != nil {
+			return manifestFiles{}, err
+		}
+		df := e.DataFile()
+		switch df.ContentType() {
+		case iceberg.EntryContentData:
+			out.data = append(out.data, liveFile{df, e.SequenceNum()})
+		case iceberg.EntryContentEqDeletes:
+			out.eqDels = append(out.eqDels, liveFile{df, e.SequenceNum()})
+		case iceberg.EntryContentPosDeletes:
+			out.posDels = append(out.posDels, liveFile{df, e.SequenceNum()})
+		}
+	}
+	return out, nil
 }
 
 // DeleteCounts are the delete files live in a snapshot by kind: equality deletes, and position
@@ -263,7 +277,7 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	if err != nil {
 		return nil, err
 	}
-	data, eqDels, posDels, err := liveFilesAll(fs, snap)
+	data, eqDels, posDels, err := m.liveCache.liveFiles(fs, snap)
 	if err != nil {
 		return nil, err
 	}
@@ -272,7 +286,7 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	}
 	ownPos := fileScoped(posDels)
 	sort.Slice(eqDels, func(i, j int) bool { return eqDels[i].seq < eqDels[j].seq })
-	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}}
+	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}, manifests: &m.liveCache}
 	meta := src.Metadata()
 	var dvw *dv.DVWriter
 	var dvOf map[string]liveFile
@@ -349,7 +363,7 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		var positions []int64
 		var err error
 		if ints {
-			err = probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], func(key, pos int64) {
+			err = m.keys.probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], func(key, pos int64) {
 				if global.seqOfInt(key) > d.seq || sc.seqOfInt(key) > d.seq {
 					positions = append(positions, pos)
 				}
@@ -606,7 +620,7 @@ func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[stri
 	if err != nil {
 		return nil, err
 	}
-	data, eqDels, posDels, err := liveFilesAll(fs, snap)
+	data, eqDels, posDels, err := p.manifests.liveFiles(fs, snap)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,145 @@
+package maintenance_test
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+)
+
+// Conversions probe the data files' key columns through the process's key cache: the first
+// probe of a file reads it and caches its column, later conversions answer from memory, and the
+// rows come out the same. A bound too small for any column caches nothing and changes nothing
+// else; the cache never holds more than its bound.
+func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		limit   int64
+		cached  bool
+		dvTable bool
+	}{
+		{"dv", 1 << 20, true, true},
+		{"position", 1 << 20, true, false},
+		{"bound-below-any-column", 100, false, true},
+		{"bound-of-about-one-file", 4000, true, true}, // the load's 300 keys take 2,464 bytes
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			def := usersDef
+			cfg := positionConfig()
+			if tc.dvTable {
+				def = dvDef()
+				cfg.DeleteMode = maintenance.DeleteModeDV
+			}
+			h := newHarnessFor(t, dir, def)
+			m := newModel(h)
+			m.load(300)
+			cache := maintenance.NewKeyCache(tc.limit)
+			mt := testMaintainer(t, h.cat, cfg)
+			mt.UseKeyCache(cache)
+			if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+				t.Fatal("no lease")
+			}
+			for b := 1; b <= 4; b++ {
+				m.batch(b, 300)
+				rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if rep.EqualityDeletesConverted == 0 || rep.PositionDeletesWritten == 0 {
+					t.Fatalf("conversion %d: report %+v: want equality deletes converted", b, rep)
+				}
+				rows, tbl := scanRows(t, h.cat)
+				eq(t, rows, m.want()...)
+				if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+					t.Fatalf("conversion %d: %d equality delete files left", b, eqFiles)
+				}
+				if held := cache.Held(); held > tc.limit {
+					t.Fatalf("conversion %d: the cache holds %d bytes, above its bound %d", b, held, tc.limit)
+				}
+			}
+			hits, reads := cache.Stats()
+			// Every conversion probes the load's file (each batch changes keys in it); the
+			// first reads it.
+			if reads == 0 {
+				t.Fatalf("no probe read a file (hits %d)", hits)
+			}
+			if tc.cached && (hits < 3 || cache.Held() == 0) {
+				t.Fatalf("hits %d, reads %d, %d bytes held: want the load's file answered from the cache by conversions 2-4", hits, reads, cache.Held())
+			}
+			if !tc.cached && (hits != 0 || cache.Held() != 0) {
+				t.Fatalf("hits %d, %d bytes held with a bound of %d bytes: want nothing cached", hits, cache.Held(), tc.limit)
+			}
+			h.close()
+		})
+	}
+}
+
+// A nil cache (key_cache_bytes 0) reads every file and reports nothing.
+func TestKeyCacheOff(t *testing.T) {
+	c := maintenance.NewKeyCache(0)
+	if c != nil {
+		t.Fatalf("NewKeyCache(0) = %v, want nil", c)
+	}
+	if hits, reads := c.Stats(); c.Held() != 0 || c.Limit() != 0 || hits != 0 || reads != 0 {
+		t.Fatal("a nil cache reports state")
+	}
+}
+
+// The manifest cache lists the same live files (with their sequence numbers) as reading every
+// manifest, snapshot after snapshot, and keeps only the manifests of its last two listings:
+// after a compaction replaced the table's manifests, the old ones leave the cache two listings
+// later.
+func TestManifestCacheListsWhatTheManifestsHold(t *testing.T) {
+	dir := t.TempDir()
+	h, m := seeded(t, dir, 100, 0)
+	mt := testMaintainer(t, h.cat, positionConfig())
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	var prev map[string]bool
+	compacted := false
+	for b := 1; b <= 6; b++ {
+		m.batch(b, 100)
+		if b == 4 {
+			rep, err := mt.Maintain(context.Background(), maintenance.CompactOnly)
+			if err != nil || !rep.Compacted {
+				t.Fatalf("compaction: %+v, %v", rep, err)
+			}
+			compacted = true
+		}
+		tbl := loadUsers(t, h.cat)
+		fs, err := tbl.FS(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		mans, err := tbl.CurrentSnapshot().Manifests(fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := map[string]bool{}
+		for _, mf := range mans {
+			cur[mf.FilePath()] = true
+		}
+		cached, direct, kept, err := mt.ListLive(context.Background(), tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(cached, direct) {
+			t.Fatalf("batch %d: cached listing %v, manifests hold %v", b, cached, direct)
+		}
+		for _, path := range kept {
+			if !cur[path] && !prev[path] {
+				t.Fatalf("batch %d: manifest %s cached, in neither of the last two listings", b, path)
+			}
+		}
+		prev = cur
+	}
+	rows, _ := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if !compacted {
+		t.Fatal("no compaction")
+	}
+	h.close()
+}
