@@ -123,3 +123,24 @@ func TestBufferStats(t *testing.T) {
 		t.Fatalf("%d acknowledged, want 5", n)
 	}
 }
+
+// The sink owns one key-column cache for its tables' conversions, bounded by
+// maintenance.key_cache_bytes (0: none).
+func TestKeyCacheStat(t *testing.T) {
+	for _, limit := range []int64{DefaultConfig().Maintenance.KeyCacheBytes, 0} {
+		cfg := DefaultConfig()
+		cfg.Catalog = DefaultCatalogConfig(t.TempDir())
+		cfg.Stream = "st"
+		cfg.Maintenance.KeyCacheBytes = limit
+		s, err := New(cfg, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.KeyCache(); got != (KeyCacheStat{Limit: limit}) {
+			t.Fatalf("key_cache_bytes %d: %+v", limit, got)
+		}
+	}
+	if DefaultConfig().Maintenance.KeyCacheBytes != 256<<20 {
+		t.Fatalf("default key_cache_bytes %d, want 256 MiB", DefaultConfig().Maintenance.KeyCacheBytes)
+	}
+}

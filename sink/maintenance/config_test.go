@@ -23,6 +23,7 @@ func TestConfigValidate(t *testing.T) {
 		"rewrite_deleted_fraction": func(c *maintenance.Config) { c.RewriteDeletedFraction = 1.5 },
 		"concurrency":              func(c *maintenance.Config) { c.Concurrency = -1 },
 		"max_snapshots":            func(c *maintenance.Config) { c.MaxSnapshots = c.KeepLast },
+		"key_cache_bytes":          func(c *maintenance.Config) { c.KeyCacheBytes = -1 },
 	} {
 		c := maintenance.DefaultConfig()
 		mod(&c)
@@ -32,7 +33,8 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	c := maintenance.DefaultConfig()
-	c.MaxSnapshots = 0 // no cap
+	c.MaxSnapshots = 0  // no cap
+	c.KeyCacheBytes = 0 // no key cache
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}

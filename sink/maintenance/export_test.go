@@ -1,8 +1,8 @@
 package maintenance
 
 import (
-	"fmt"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/apache/iceberg-go"
