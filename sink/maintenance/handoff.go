@@ -20,6 +20,12 @@ func HandoffWait(flushInterval time.Duration) time.Duration {
 	return min(2*flushInterval, 10*time.Second)
 }
 
+// followUpWait is how long the writer, having run a maintenance commit that another follows at
+// once (commitJob.followUp: the two commits of a conversion), waits in AfterCommit for that
+// second commit, so that it too runs between two of its commits instead of a flush interval
+// later.
+const followUpWait = 250 * time.Millisecond
+
 // stageFunc stages one maintenance change in txn on head; attempt counts from 0.
 type stageFunc func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error
 
@@ -31,6 +37,9 @@ type commitJob struct {
 	stage   stageFunc
 	attempt int
 	done    chan jobResult // buffered: the executor never blocks on it
+	// followUp: the maintainer commits another job as soon as this one has landed, and the
+	// writer that ran it waits for that one (followUpWait).
+	followUp bool
 }
 
 type jobResult struct {
@@ -49,7 +58,7 @@ func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt fu
 		return
 	}
 	m.writerCommit.Store(time.Now().UnixNano())
-	if job := m.slot.Swap(nil); job != nil {
+	for job := m.slot.Swap(nil); job != nil; {
 		res := m.execute(ctx, job, tbl)
 		if res.tbl != nil {
 			if err := adopt(res.tbl); err == nil {
@@ -57,11 +66,34 @@ func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt fu
 			}
 		}
 		job.done <- res
+		if !job.followUp || res.tbl == nil {
+			break
+		}
+		job = m.awaitFollowUp(ctx)
 	}
 	m.latest.Store(tbl)
 	select {
 	case m.kick <- struct{}{}:
 	default:
+	}
+}
+
+// awaitFollowUp waits at most followUpWait for the next job in the slot and takes it (nil: none
+// came, or ctx ended).
+func (m *Maintainer) awaitFollowUp(ctx context.Context) *commitJob {
+	timer := time.NewTimer(followUpWait)
+	defer timer.Stop()
+	for {
+		if job := m.slot.Swap(nil); job != nil {
+			return job
+		}
+		select {
+		case <-m.filled: // a job was put in the slot (or an earlier signal was left over)
+		case <-timer.C:
+			return m.slot.Swap(nil)
+		case <-ctx.Done():
+			return nil
+		}
 	}
 }
 
@@ -125,6 +157,10 @@ func (m *Maintainer) runJob(ctx context.Context, job *commitJob) jobResult {
 		return m.execute(ctx, job, nil)
 	}
 	m.slot.Store(job)
+	select {
+	case m.filled <- struct{}{}:
+	default:
+	}
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	select {
@@ -178,7 +214,8 @@ func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Prop
 			if !m.ignoreLease {
 				maps.Copy(p, m.leaseProps(until))
 			}
-			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: stage, attempt: attempt, done: make(chan jobResult, 1)})
+			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: stage, attempt: attempt, done: make(chan jobResult, 1),
+				followUp: step == stepPosition})
 			out.head = r.head
 			if r.sent {
 				out.sent++

@@ -54,7 +54,8 @@ type Maintainer struct {
 	// A job waits in slot for the writer's next commit, at most handoffWait.
 	handoffWait  atomic.Int64 // nanoseconds
 	slot         atomic.Pointer[commitJob]
-	writerCommit atomic.Int64 // unix nanoseconds of the writer's last commit
+	filled       chan struct{} // signalled (buffered 1) when a job is put in slot
+	writerCommit atomic.Int64  // unix nanoseconds of the writer's last commit
 
 	// Owned by the goroutine that runs maintenance.
 	leaseEnd    atomic.Int64 // unix nanoseconds: the lease this process validly holds ends then (0: none)
@@ -103,7 +104,7 @@ func New(cat catalog.Catalog, ident table.Identifier, name string, cfg Config, l
 	var tok [4]byte
 	_, _ = rand.Read(tok[:])
 	m := &Maintainer{cat: cat, ident: ident, name: name, cfg: cfg, owner: cfg.Owner + "#" + hex.EncodeToString(tok[:]),
-		log: log.Named("maintenance"), metrics: orNop(metrics), kick: make(chan struct{}, 1),
+		log: log.Named("maintenance"), metrics: orNop(metrics), kick: make(chan struct{}, 1), filled: make(chan struct{}, 1),
 		created: time.Now(), lastRun: time.Now(), metaBytes: -1, manifests: -1}
 	m.handoffWait.Store(int64(handoffWait))
 	return m
