@@ -45,7 +45,7 @@ type keyColumn struct {
 	valid []uint64
 }
 
-func (c *keyColumn) bytes() int64 { return int64(len(c.keys))*8 + int64(len(c.valid))*8 + 64 }
+func (col *keyColumn) bytes() int64 { return int64(len(col.keys))*8 + int64(len(col.valid))*8 + 64 }
 
 // NewKeyCache returns a cache of at most limit bytes of key columns; limit <= 0 returns nil (no
 // cache).
