@@ -1,7 +1,6 @@
 package maintenance_test
 
 import (
-	"context"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,22 +18,7 @@ func TestConversionCommitsRunInOneHandoff(t *testing.T) {
 	h := newHarness(t, dir)
 	m := newModel(h)
 	m.load(100)
-	cfg := positionConfig()
-	cfg.PositionDelay = 0
-	cfg.MaxDeleteFiles = 1000
-	cfg.MaxSmallFiles = 1000
-	cfg.MaxDeleteRows = 1 << 40
-	mt := testMaintainer(t, h.cat, cfg)
-	mt.SetHandoffWait(time.Hour) // every maintenance commit waits for the writer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mt.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	mt, ctx := runConverter(t, h, time.Hour) // every maintenance commit waits for the writer
 	m.batch(1, 100)
 	var calls, twice, adopted atomic.Int64
 	writerCommit := func() {

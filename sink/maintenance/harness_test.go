@@ -12,6 +12,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
@@ -253,8 +254,8 @@ func eq(t *testing.T, got []string, want ...string) {
 	}
 }
 
-// dataSeqs returns the data sequence number of every live data file of the current snapshot.
-func dataSeqs(t *testing.T, tbl *table.Table) map[string]int64 {
+// manifestsOf returns tbl's file IO and the manifests of its current snapshot.
+func manifestsOf(t *testing.T, tbl *table.Table) (icebergio.IO, []iceberg.ManifestFile) {
 	t.Helper()
 	fs, err := tbl.FS(context.Background())
 	if err != nil {
@@ -264,6 +265,13 @@ func dataSeqs(t *testing.T, tbl *table.Table) map[string]int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fs, mans
+}
+
+// dataSeqs returns the data sequence number of every live data file of the current snapshot.
+func dataSeqs(t *testing.T, tbl *table.Table) map[string]int64 {
+	t.Helper()
+	fs, mans := manifestsOf(t, tbl)
 	out := map[string]int64{}
 	for _, mf := range mans {
 		if mf.ManifestContent() != iceberg.ManifestContentData {

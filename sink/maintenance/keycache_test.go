@@ -110,14 +110,7 @@ func TestManifestCacheListsWhatTheManifestsHold(t *testing.T) {
 			compacted = true
 		}
 		tbl := loadUsers(t, h.cat)
-		fs, err := tbl.FS(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		mans, err := tbl.CurrentSnapshot().Manifests(fs)
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, mans := manifestsOf(t, tbl)
 		cur := map[string]bool{}
 		for _, mf := range mans {
 			cur[mf.FilePath()] = true

@@ -29,14 +29,7 @@ func deleteKinds(t *testing.T, tbl *table.Table) (eq, pos int) {
 // liveEntries returns every live file of the current snapshot.
 func liveEntries(t *testing.T, tbl *table.Table) []iceberg.DataFile {
 	t.Helper()
-	fs, err := tbl.FS(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mans, err := tbl.CurrentSnapshot().Manifests(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, mans := manifestsOf(t, tbl)
 	var out []iceberg.DataFile
 	for _, mf := range mans {
 		for e, err := range mf.Entries(fs, true) {
@@ -276,6 +269,30 @@ func TestPositionConversionSupersededByCompaction(t *testing.T) {
 	h.close()
 }
 
+// runConverter runs, until the test ends, a maintainer of shop.users in position mode that
+// converts at once and compacts only far past what a test commits, with the given hand-off
+// wait (0: none); ctx is cancelled when the test ends.
+func runConverter(t *testing.T, h *harness, handoff time.Duration) (*maintenance.Maintainer, context.Context) {
+	t.Helper()
+	cfg := positionConfig()
+	cfg.PositionDelay = 0
+	cfg.MaxDeleteFiles = 1000
+	cfg.MaxSmallFiles = 1000
+	cfg.MaxDeleteRows = 1 << 40
+	mt := testMaintainer(t, h.cat, cfg)
+	mt.SetHandoffWait(handoff)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mt.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+	return mt, ctx
+}
+
 // In position mode the maintainer converts every commit's equality deletes by itself, far below
 // the compaction thresholds.
 func TestPositionModeConvertsInTheBackground(t *testing.T) {
@@ -283,21 +300,7 @@ func TestPositionModeConvertsInTheBackground(t *testing.T) {
 	h := newHarness(t, dir)
 	m := newModel(h)
 	m.load(100)
-	cfg := positionConfig()
-	cfg.PositionDelay = 0
-	cfg.MaxDeleteFiles = 1000
-	cfg.MaxSmallFiles = 1000
-	cfg.MaxDeleteRows = 1 << 40
-	mt := testMaintainer(t, h.cat, cfg)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mt.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	mt, ctx := runConverter(t, h, 0)
 	for b := 1; b <= 3; b++ {
 		m.batch(b, 100)
 		mt.AfterCommit(ctx, loadUsers(t, h.cat), func(*table.Table) error { return nil })
