@@ -56,6 +56,6 @@ type KeyCacheStat struct {
 
 // KeyCache returns the state of the key-column cache (all zero when it is off).
 func (s *Iceberg) KeyCache() KeyCacheStat {
-	hits, reads := s.keyCache.Stats()
-	return KeyCacheStat{Held: s.keyCache.Held(), Limit: s.keyCache.Limit(), Hits: hits, Reads: reads}
+	held, hits, reads := s.keyCache.Stats()
+	return KeyCacheStat{Held: held, Limit: s.keyCache.Limit(), Hits: hits, Reads: reads}
 }

@@ -100,3 +100,6 @@ func (m *Maintainer) ListLive(ctx context.Context, tbl *table.Table) (cached, di
 	}
 	return cached, paths(d, e, p), manifests, nil
 }
+
+// SetFollowUpWait replaces how long the writer waits for a conversion's second commit.
+func (m *Maintainer) SetFollowUpWait(d time.Duration) { m.followUpWait = d }

@@ -20,7 +20,7 @@ func HandoffWait(flushInterval time.Duration) time.Duration {
 	return min(2*flushInterval, 10*time.Second)
 }
 
-// followUpWait is how long the writer, having run a maintenance commit that another follows at
+// followUpWait is the default of Maintainer.followUpWait: how long the writer, having run a maintenance commit that another follows at
 // once (commitJob.followUp: the two commits of a conversion), waits in AfterCommit for that
 // second commit, so that it too runs between two of its commits instead of a flush interval
 // later.
@@ -78,10 +78,10 @@ func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt fu
 	}
 }
 
-// awaitFollowUp waits at most followUpWait for the next job in the slot and takes it (nil: none
+// awaitFollowUp waits at most m.followUpWait for the next job in the slot and takes it (nil: none
 // came, or ctx ended).
 func (m *Maintainer) awaitFollowUp(ctx context.Context) *commitJob {
-	timer := time.NewTimer(followUpWait)
+	timer := time.NewTimer(m.followUpWait)
 	defer timer.Stop()
 	for {
 		if job := m.slot.Swap(nil); job != nil {
@@ -192,6 +192,17 @@ type committed struct {
 // errAlreadyCommitted or errSuperseded; commit then returns that error at once, as it does any
 // staging error and a lost lease.
 func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
+	return m.commitJob(ctx, step, props, stage, false)
+}
+
+// commitThenMore is commit for a change that another commit follows as soon as it has landed
+// (the first of a conversion's two): the writer that runs it waits briefly for the next one
+// (commitJob.followUp).
+func (m *Maintainer) commitThenMore(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
+	return m.commitJob(ctx, step, props, stage, true)
+}
+
+func (m *Maintainer) commitJob(ctx context.Context, step string, props iceberg.Properties, stage stageFunc, followUp bool) (committed, error) {
 	var out committed
 	// Each attempt is a job that brings its own table; on demand the loop reloads too, so that it
 	// recognises a lost race (the table moved) and re-stages it soon without counting it.
@@ -215,7 +226,7 @@ func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Prop
 				maps.Copy(p, m.leaseProps(until))
 			}
 			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: stage, attempt: attempt, done: make(chan jobResult, 1),
-				followUp: step == stepPosition})
+				followUp: followUp})
 			out.head = r.head
 			if r.sent {
 				out.sent++

@@ -19,6 +19,9 @@ func TestConversionCommitsRunInOneHandoff(t *testing.T) {
 	m := newModel(h)
 	m.load(100)
 	mt, ctx := runConverter(t, h, time.Hour) // every maintenance commit waits for the writer
+	// The writer waits for the second commit as long as it takes, so that the outcome does not
+	// depend on how fast this machine stages it (the service waits 250 ms).
+	mt.SetFollowUpWait(time.Hour)
 	m.batch(1, 100)
 	var calls, twice, adopted atomic.Int64
 	writerCommit := func() {

@@ -74,14 +74,15 @@ func (c *KeyCache) Limit() int64 {
 	return c.limit
 }
 
-// Stats returns the probes answered from the cache and those that read the file.
-func (c *KeyCache) Stats() (hits, reads int64) {
+// Stats returns, under one lock, the bytes held and the probes answered from the cache and
+// those that read the file.
+func (c *KeyCache) Stats() (held, hits, reads int64) {
 	if c == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.hits, c.reads
+	return c.held, c.hits, c.reads
 }
 
 // UseKeyCache makes m's conversions probe through c (nil: read every file). Call it before Run.

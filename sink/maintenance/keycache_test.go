@@ -59,7 +59,7 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 					t.Fatalf("conversion %d: the cache holds %d bytes, above its bound %d", b, held, tc.limit)
 				}
 			}
-			hits, reads := cache.Stats()
+			_, hits, reads := cache.Stats()
 			// Every conversion probes the load's file (each batch changes keys in it); the
 			// first reads it.
 			if reads == 0 {
@@ -82,7 +82,7 @@ func TestKeyCacheOff(t *testing.T) {
 	if c != nil {
 		t.Fatalf("NewKeyCache(0) = %v, want nil", c)
 	}
-	if hits, reads := c.Stats(); c.Held() != 0 || c.Limit() != 0 || hits != 0 || reads != 0 {
+	if held, hits, reads := c.Stats(); held != 0 || c.Held() != 0 || c.Limit() != 0 || hits != 0 || reads != 0 {
 		t.Fatal("a nil cache reports state")
 	}
 }

@@ -55,6 +55,7 @@ type Maintainer struct {
 	handoffWait  atomic.Int64 // nanoseconds
 	slot         atomic.Pointer[commitJob]
 	filled       chan struct{} // signalled (buffered 1) when a job is put in slot
+	followUpWait time.Duration // followUpWait unless a test sets it
 	writerCommit atomic.Int64  // unix nanoseconds of the writer's last commit
 
 	// Owned by the goroutine that runs maintenance.
@@ -104,7 +105,7 @@ func New(cat catalog.Catalog, ident table.Identifier, name string, cfg Config, l
 	var tok [4]byte
 	_, _ = rand.Read(tok[:])
 	m := &Maintainer{cat: cat, ident: ident, name: name, cfg: cfg, owner: cfg.Owner + "#" + hex.EncodeToString(tok[:]),
-		log: log.Named("maintenance"), metrics: orNop(metrics), kick: make(chan struct{}, 1), filled: make(chan struct{}, 1),
+		log: log.Named("maintenance"), metrics: orNop(metrics), kick: make(chan struct{}, 1), filled: make(chan struct{}, 1), followUpWait: followUpWait,
 		created: time.Now(), lastRun: time.Now(), metaBytes: -1, manifests: -1}
 	m.handoffWait.Store(int64(handoffWait))
 	return m

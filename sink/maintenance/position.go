@@ -31,10 +31,6 @@ import (
 // file they can apply to), then two commits on the newest table: add the position deletes, then
 // drop the equality deletes. Both read the same rows as before.
 
-// stepPosition is the step of a conversion's first commit (the position deletes); its second
-// ("position-drop") follows at once, which the hand-off uses (commitJob.followUp).
-const stepPosition = "position"
-
 // liveFile is a live file of a snapshot with its data sequence number.
 type liveFile struct {
 	df  iceberg.DataFile
@@ -111,7 +107,7 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 	}
 	attempts := 0
 	if len(p.posDels) > 0 {
-		c, err := m.commit(ctx, stepPosition, nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
+		c, err := m.commitThenMore(ctx, "position", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
 			live, err := p.check(ctx, head)
 			if err != nil {
 				return err
