@@ -91,7 +91,9 @@ func (m *Maintainer) UseKeyCache(c *KeyCache) { m.keys = c }
 // probeInts is the package's probeInts through the cache: fn sees each row's non-null key and
 // position, from memory when the column is cached, else from the file (and the column is cached
 // if it fits).
-func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, fn func(key, pos int64)) error {
+// rows is the file's row count (from its manifest entry), so that a column read for the cache is
+// allocated once at its size instead of grown.
+func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, rows int64, fn func(key, pos int64)) error {
 	if c == nil {
 		return probeInts(ctx, fs, path, keyID, fn)
 	}
@@ -100,7 +102,7 @@ func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, 
 		col.each(fn)
 		return nil
 	}
-	col := &keyColumn{id: id}
+	col := &keyColumn{id: id, keys: make([]int64, 0, max(rows, 0))}
 	err := probeInts(ctx, fs, path, keyID, func(key, pos int64) {
 		for int64(len(col.keys)) < pos { // a null key: probeInts skips it
 			col.setNull(len(col.keys))
