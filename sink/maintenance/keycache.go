@@ -3,6 +3,8 @@ package maintenance
 import (
 	"container/list"
 	"context"
+	"slices"
+	"sort"
 	"sync"
 
 	icebergio "github.com/apache/iceberg-go/io"
@@ -12,13 +14,14 @@ import (
 // probe (design.md §11.1), shared by every table's Maintainer in the process and bounded in
 // bytes (least recently used out). A conversion on a big table with random keys reads the key
 // column of every data file below the equality deletes' sequence number, every few seconds; the
-// data files never change, so after the first read a probe costs the loop over the cached keys
-// and no Parquet decoding. Profiled on the 1M-row dv benchmark, reading the key columns was
-// 4.8 s of the conversions' 6.6 s of CPU (docs/benchmarks.md).
+// data files never change, so after the first read a probe needs no Parquet decoding. Profiled on
+// the 1M-row dv benchmark, reading the key columns was 4.8 s of the conversions' 6.6 s of CPU
+// (docs/benchmarks.md). A column is cached sorted by key, so a probe looks up the deleted keys
+// (a step per deleted key, not per row) and its cost follows the changes, not the table's size.
 //
-// Only single int or long keys are cached (probeInts): 8 bytes per row, plus a validity bit per
-// row for files with null keys. A file whose column alone is larger than the bound is read, not
-// cached. A nil *KeyCache caches nothing.
+// Only single int or long keys are cached (probeInts): 12 bytes per row (the key and its
+// position), 8 for a column already in key order; null keys are left out. A file whose column
+// alone is larger than the bound is read, not cached. A nil *KeyCache caches nothing.
 type KeyCache struct {
 	limit int64
 
@@ -37,15 +40,84 @@ type keyColumnID struct {
 	field int
 }
 
-// keyColumn is one data file's key column in file order (position = index); valid is nil when
-// every key is set, else one bit per row.
+// keyColumn is one data file's key column sorted by key, for a probe that looks up the deleted
+// keys instead of visiting every row (design.md §11.1: its cost follows the changes, not the
+// file's size): keys[i] is at position pos[i] of the file, or at position i when pos is nil (a
+// column written in key order, as a full load often is). Null keys are left out; they never
+// match a deleted key in probeInts either.
 type keyColumn struct {
-	id    keyColumnID
-	keys  []int64
-	valid []uint64
+	id   keyColumnID
+	keys []int64
+	pos  []uint32
 }
 
-func (col *keyColumn) bytes() int64 { return int64(len(col.keys))*8 + int64(len(col.valid))*8 + 64 }
+func (col *keyColumn) bytes() int64 { return int64(len(col.keys))*8 + int64(len(col.pos))*4 + 64 }
+
+// maxCachedRows bounds the rows of a cached column: positions are kept as uint32.
+const maxCachedRows = 1 << 32
+
+// newKeyColumn sorts a file's non-null keys, given in file order with their positions, in place
+// (a column of 20M rows is sorted in its own 240 MB, with no copy).
+func newKeyColumn(id keyColumnID, keys []int64, pos []uint32) *keyColumn {
+	col := &keyColumn{id: id, keys: keys, pos: pos}
+	identity := true
+	for i, p := range pos {
+		if p != uint32(i) {
+			identity = false
+			break
+		}
+	}
+	if identity && slices.IsSorted(keys) {
+		col.pos = nil
+		return col
+	}
+	sort.Sort(byKey{keys, pos})
+	return col
+}
+
+// byKey sorts a column's keys with their positions.
+type byKey struct {
+	keys []int64
+	pos  []uint32
+}
+
+func (b byKey) Len() int           { return len(b.keys) }
+func (b byKey) Less(i, j int) bool { return b.keys[i] < b.keys[j] }
+func (b byKey) Swap(i, j int) {
+	b.keys[i], b.keys[j] = b.keys[j], b.keys[i]
+	b.pos[i], b.pos[j] = b.pos[j], b.pos[i]
+}
+
+// lookup calls fn with the key and position of every row whose key is in want (sorted). It
+// walks the shorter of the two sorted lists and binary-searches the longer, so it costs
+// min(len(want), rows) × log(max) steps, not a step per row.
+func (col *keyColumn) lookup(want []int64, fn func(key, pos int64)) {
+	at := func(i int) int64 {
+		if col.pos == nil {
+			return int64(i)
+		}
+		return int64(col.pos[i])
+	}
+	keys := col.keys
+	if len(want) <= len(keys) {
+		i := 0
+		for _, k := range want {
+			j, _ := slices.BinarySearch(keys[i:], k)
+			for i += j; i < len(keys) && keys[i] == k; i++ {
+				fn(k, at(i))
+			}
+			if i == len(keys) {
+				return
+			}
+		}
+		return
+	}
+	for i, k := range keys {
+		if _, ok := slices.BinarySearch(want, k); ok {
+			fn(k, at(i))
+		}
+	}
+}
 
 // NewKeyCache returns a cache of at most limit bytes of key columns; limit <= 0 returns nil (no
 // cache).
@@ -88,63 +160,33 @@ func (c *KeyCache) Stats() (held, hits, reads int64) {
 // UseKeyCache makes m's conversions probe through c (nil: read every file). Call it before Run.
 func (m *Maintainer) UseKeyCache(c *KeyCache) { m.keys = c }
 
-// probeInts is the package's probeInts through the cache: fn sees each row's non-null key and
-// position, from memory when the column is cached, else from the file (and the column is cached
-// if it fits).
-// rows is the file's row count (from its manifest entry), so that a column read for the cache is
-// allocated once at its size instead of grown.
-func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, rows int64, fn func(key, pos int64)) error {
+// probeInts calls fn with the key and position of the rows of a data file whose key may be in
+// want (sorted): exactly those rows when the column is cached (looked up, design.md §11.1),
+// else every non-null row, read from the file (and the column is cached if it fits), so fn must
+// still check each key. rows is the file's row count (from its manifest entry), so that a column
+// read for the cache is allocated once at its size instead of grown.
+func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, rows int64, want []int64, fn func(key, pos int64)) error {
 	if c == nil {
 		return probeInts(ctx, fs, path, keyID, fn)
 	}
 	id := keyColumnID{path, keyID}
 	if col := c.get(id); col != nil {
-		col.each(fn)
+		col.lookup(want, fn)
 		return nil
 	}
-	col := &keyColumn{id: id, keys: make([]int64, 0, max(rows, 0))}
-	err := probeInts(ctx, fs, path, keyID, func(key, pos int64) {
-		for int64(len(col.keys)) < pos { // a null key: probeInts skips it
-			col.setNull(len(col.keys))
-			col.keys = append(col.keys, 0)
-		}
-		col.keys = append(col.keys, key)
+	if rows >= maxCachedRows || rows*12 > c.limit {
+		return probeInts(ctx, fs, path, keyID, fn) // never cached
+	}
+	keys, pos := make([]int64, 0, max(rows, 0)), make([]uint32, 0, max(rows, 0))
+	err := probeInts(ctx, fs, path, keyID, func(key, p int64) {
+		keys, pos = append(keys, key), append(pos, uint32(p))
+		fn(key, p)
 	})
 	if err != nil {
 		return err
 	}
-	// Trailing null keys are not seen; they are past len(keys), which each never reaches.
-	col.keys = col.keys[:len(col.keys):len(col.keys)]
-	c.put(col)
-	col.each(fn)
+	c.put(newKeyColumn(id, keys[:len(keys):len(keys)], pos[:len(pos):len(pos)]))
 	return nil
-}
-
-// setNull marks row i (below or at len(keys)) as a null key.
-func (col *keyColumn) setNull(i int) {
-	if col.valid == nil {
-		col.valid = make([]uint64, 0, 1)
-	}
-	for len(col.valid)*64 <= i {
-		col.valid = append(col.valid, ^uint64(0))
-	}
-	col.valid[i>>6] &^= 1 << (i & 63)
-}
-
-// each calls fn with every non-null key and its position.
-func (col *keyColumn) each(fn func(key, pos int64)) {
-	if col.valid == nil {
-		for i, k := range col.keys {
-			fn(k, int64(i))
-		}
-		return
-	}
-	for i, k := range col.keys {
-		if w := i >> 6; w < len(col.valid) && col.valid[w]&(1<<(i&63)) == 0 {
-			continue
-		}
-		fn(k, int64(i))
-	}
 }
 
 func (c *KeyCache) get(id keyColumnID) *keyColumn {

@@ -1,45 +1,66 @@
 package maintenance
 
 import (
+	"cmp"
+	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/apache/iceberg-go"
 )
 
-// A cached column with null keys yields each non-null key at its position in the file, as
-// probeInts does, including nulls past the first word of the validity bits and trailing nulls.
-func TestKeyColumnSkipsNullKeys(t *testing.T) {
-	col := &keyColumn{}
-	nulls := map[int]bool{0: true, 5: true, 63: true, 64: true, 130: true}
-	const rows = 140 // rows 130..139: 130 null, the rest set
-	for i := 0; i < rows; i++ {
-		if nulls[i] {
-			col.setNull(i)
-			col.keys = append(col.keys, 0)
-			continue
+// A cached column yields exactly the rows whose key is wanted, with their positions in the file,
+// as a visit of every row would: with null keys left out (their positions skipped), duplicate
+// keys, a want list shorter and longer than the column, and a column already in key order
+// (kept without positions).
+func TestKeyColumnLooksUpKeys(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	type row struct{ key, pos int64 }
+	for _, tc := range []struct {
+		name         string
+		rows, wanted int
+		sorted       bool
+	}{
+		{"few wanted", 5000, 40, false},
+		{"more wanted than rows", 300, 2000, false},
+		{"in key order", 5000, 200, true},
+	} {
+		var keys []int64
+		var pos []uint32
+		var rows []row
+		for i := 0; i < tc.rows; i++ {
+			if !tc.sorted && i%17 == 3 {
+				continue // a null key: not given
+			}
+			k := int64(rnd.IntN(3 * tc.rows)) // some keys twice
+			if tc.sorted {
+				k = int64(2 * i)
+			}
+			keys, pos = append(keys, k), append(pos, uint32(i))
+			rows = append(rows, row{k, int64(i)})
 		}
-		col.keys = append(col.keys, int64(1000+i))
-	}
-	var got, want []int64
-	col.each(func(key, pos int64) {
-		if key != 1000+pos {
-			t.Fatalf("key %d at position %d", key, pos)
+		want := make([]int64, tc.wanted)
+		for i := range want {
+			want[i] = int64(rnd.IntN(3 * tc.rows))
 		}
-		got = append(got, pos)
-	})
-	for i := 0; i < rows; i++ {
-		if !nulls[i] {
-			want = append(want, int64(i))
+		slices.Sort(want)
+		want = slices.Compact(want)
+		col := newKeyColumn(keyColumnID{"f", 1}, keys, pos)
+		if tc.sorted != (col.pos == nil) {
+			t.Fatalf("%s: positions kept %v, want %v", tc.name, col.pos != nil, !tc.sorted)
 		}
-	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("positions %v, want %v", got, want)
-	}
-	// Without nulls there are no validity bits and every row is yielded.
-	plain := &keyColumn{keys: []int64{7, 8, 9}}
-	n := 0
-	plain.each(func(key, pos int64) { n++ })
-	if n != 3 || plain.valid != nil {
-		t.Fatalf("%d keys yielded, validity %v", n, plain.valid)
+		var got, exp []row
+		col.lookup(want, func(key, pos int64) { got = append(got, row{key, pos}) })
+		for _, r := range rows {
+			if _, ok := slices.BinarySearch(want, r.key); ok {
+				exp = append(exp, r)
+			}
+		}
+		byPos := func(a, b row) int { return cmp.Compare(a.pos, b.pos) }
+		slices.SortFunc(got, byPos)
+		if len(exp) == 0 || !slices.Equal(got, exp) {
+			t.Fatalf("%s: looked up %d rows, want %d", tc.name, len(got), len(exp))
+		}
 	}
 }
 
@@ -67,4 +88,45 @@ func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if cache.get(keyColumnID{"big", 1}) != nil || cache.get(a.id) == nil {
 		t.Fatal("a column above the bound was cached or evicted others")
 	}
+}
+
+// BenchmarkKeyColumnLookup is a conversion's probe of one cached 1M-row column for the keys of
+// five 1,000-change commits: the sorted lookup against a visit of every row through the
+// scope's bit set (the probe before 2026-12-06, session 20).
+func BenchmarkKeyColumnLookup(b *testing.B) {
+	const rows, wanted = 1_000_000, 5000
+	rnd := rand.New(rand.NewPCG(3, 4))
+	keys, pos := make([]int64, rows), make([]uint32, rows)
+	for i := range keys {
+		keys[i], pos[i] = rnd.Int64N(1<<40), uint32(i)
+	}
+	sc := newKeyScope()
+	for range wanted {
+		sc.intSeq[keys[rnd.IntN(rows)]] = 2
+	}
+	sc.index(iceberg.PrimitiveTypes.Int64)
+	fileOrder := slices.Clone(keys)
+	col := newKeyColumn(keyColumnID{"f", 1}, keys, pos)
+	b.Run("lookup", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			col.lookup(sc.ints, func(key, pos int64) { n++ })
+			if n < wanted*9/10 {
+				b.Fatalf("%d rows found", n)
+			}
+		}
+	})
+	b.Run("every-row", func(b *testing.B) {
+		for b.Loop() {
+			n := 0
+			for i, k := range fileOrder {
+				if sc.seqOfInt(k) > 1 {
+					n += i & 1
+				}
+			}
+			if n == 0 {
+				b.Fatal("no rows found")
+			}
+		}
+	})
 }

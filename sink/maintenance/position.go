@@ -363,7 +363,7 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		var positions []int64
 		var err error
 		if ints {
-			err = m.keys.probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], d.df.Count(), func(key, pos int64) {
+			err = m.keys.probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], d.df.Count(), global.with(sc), func(key, pos int64) {
 				if global.seqOfInt(key) > d.seq || sc.seqOfInt(key) > d.seq {
 					positions = append(positions, pos)
 				}

@@ -95,6 +95,19 @@ func (s *keyScope) index(t iceberg.Type) {
 	slices.Sort(s.ints)
 }
 
+// with is the sorted integer keys of s and of o (either may be nil), for a cached probe.
+func (s *keyScope) with(o *keyScope) []int64 {
+	switch {
+	case o == nil || len(o.ints) == 0:
+		return s.ints
+	case s == nil || len(s.ints) == 0:
+		return o.ints
+	}
+	all := slices.Concat(s.ints, o.ints)
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
 // mayHold reports whether data file d's key-column bounds can hold one of the scope's keys (true
 // when the key or the bounds do not allow the check).
 func (s *keyScope) mayHold(d liveFile, keyIDs []int, t iceberg.Type) bool {
