@@ -51,7 +51,8 @@ import (
 // It runs only with DMS2ICEBERG_BENCH_MAINTENANCE=1 (make bench-maintenance), once, whatever
 // -benchtime says. BENCH_MAX_DELETE_FILES, BENCH_KEEP_LAST and BENCH_RETENTION tune maintenance;
 // BENCH_MAINTENANCE_OFF=1 runs the same traffic without it, for comparison. BENCH_DELETE_MODE
-// (equality, position, dv) is the table's delete_mode, BENCH_POSITION_DELAY maintenance.position_delay;
+// (equality, position, dv) is the table's delete_mode, BENCH_POSITION_DELAY maintenance.position_delay,
+// BENCH_REWRITE_DELETED_FRACTION maintenance.rewrite_deleted_fraction;
 // in position and dv mode it also reports the time from a commit to the conversion of its equality
 // deletes.
 // BENCH_OUT names a file that receives the report too.
@@ -60,19 +61,20 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		b.Skip("set DMS2ICEBERG_BENCH_MAINTENANCE=1 (make bench-maintenance) to run this benchmark")
 	}
 	p := benchParams{
-		rows:      envInt("BENCH_ROWS", 1_000_000),
-		commits:   envInt("BENCH_COMMITS", 1000),
-		keys:      envInt("BENCH_KEYS", 1000),
-		interval:  envDuration("BENCH_FLUSH_INTERVAL", 500*time.Millisecond),
-		scanEvery: envInt("BENCH_SCAN_EVERY", 50),
-		maxDel:    envInt("BENCH_MAX_DELETE_FILES", maintenance.DefaultConfig().MaxDeleteFiles),
-		keepLast:  envInt("BENCH_KEEP_LAST", 20),
-		retention: envDuration("BENCH_RETENTION", 30*time.Second),
-		mode:      os.Getenv("BENCH_DELETE_MODE"),
-		posDelay:  envDuration("BENCH_POSITION_DELAY", maintenance.DefaultConfig().PositionDelay),
-		loadChunk: envInt("BENCH_LOAD_CHUNK", 1_000_000),
-		scanReps:  envInt("BENCH_SCAN_REPEAT", 8),
-		pyiceberg: os.Getenv("BENCH_PYICEBERG_PYTHON"),
+		rows:            envInt("BENCH_ROWS", 1_000_000),
+		commits:         envInt("BENCH_COMMITS", 1000),
+		keys:            envInt("BENCH_KEYS", 1000),
+		interval:        envDuration("BENCH_FLUSH_INTERVAL", 500*time.Millisecond),
+		scanEvery:       envInt("BENCH_SCAN_EVERY", 50),
+		maxDel:          envInt("BENCH_MAX_DELETE_FILES", maintenance.DefaultConfig().MaxDeleteFiles),
+		keepLast:        envInt("BENCH_KEEP_LAST", 20),
+		retention:       envDuration("BENCH_RETENTION", 30*time.Second),
+		mode:            os.Getenv("BENCH_DELETE_MODE"),
+		posDelay:        envDuration("BENCH_POSITION_DELAY", maintenance.DefaultConfig().PositionDelay),
+		rewriteFraction: envFloat("BENCH_REWRITE_DELETED_FRACTION", maintenance.DefaultConfig().RewriteDeletedFraction),
+		loadChunk:       envInt("BENCH_LOAD_CHUNK", 1_000_000),
+		scanReps:        envInt("BENCH_SCAN_REPEAT", 8),
+		pyiceberg:       os.Getenv("BENCH_PYICEBERG_PYTHON"),
 	}
 	out := io.Writer(os.Stdout)
 	if path := os.Getenv("BENCH_OUT"); path != "" {
@@ -97,6 +99,7 @@ type benchParams struct {
 	pyiceberg                                        string // python with pyiceberg: time its scans too
 	interval, retention, posDelay                    time.Duration
 	mode                                             string
+	rewriteFraction                                  float64
 }
 
 type benchResult struct {
@@ -108,6 +111,13 @@ type benchResult struct {
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+func envFloat(name string, def float64) float64 {
+	if v, err := strconv.ParseFloat(os.Getenv(name), 64); err == nil && v > 0 {
 		return v
 	}
 	return def
@@ -185,6 +195,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	mc.SnapshotRetention = p.retention
 	mc.ExpireBatch = p.keepLast
 	mc.PositionDelay = p.posDelay
+	mc.RewriteDeletedFraction = p.rewriteFraction
 	if v := os.Getenv("BENCH_KEY_CACHE_BYTES"); v != "" { // 0: off, as before 2026-12-06 (session 19)
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -236,8 +247,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			b.Fatal(err)
 		}
 	}
-	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v, delete_mode %q, position_delay %s)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
-		mc.Enabled, p.mode, p.posDelay, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v, delete_mode %q, position_delay %s, rewrite_deleted_fraction %g)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
+		mc.Enabled, p.mode, p.posDelay, p.rewriteFraction, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
 	load0 := loadavg()
 	start := time.Now()
 	for id := 1; id <= p.rows; id++ {
