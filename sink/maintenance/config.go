@@ -42,9 +42,10 @@ type Config struct {
 	Concurrency int `yaml:"concurrency"`
 	// KeyCacheBytes bounds the memory of the key columns the position conversion keeps per data
 	// file, for the whole process (tables in delete_mode position or dv whose key is one int or
-	// long column; 8 bytes per row, so the default holds 32M rows). Data files never change, so a
-	// cached column spares every later conversion the read of that file. 0 turns the cache off.
-	// Default 256 MiB.
+	// long column; 12 bytes per row, sorted by key with positions, so the default holds 22M rows).
+	// Data files never change, so a cached column spares every later conversion the read of that
+	// file, and its probe looks up the deleted keys instead of visiting every row. 0 turns the
+	// cache off. Default 256 MiB.
 	KeyCacheBytes int64 `yaml:"key_cache_bytes"`
 	// MinInterval is the shortest time between the ends of two compactions of one table.
 	// Default 10s.
