@@ -233,6 +233,7 @@ func (m *Maintainer) compacted(rep *Report, p *compactionPlan, results []table.C
 		rep.DeleteRowsRemoved += df.Count()
 	}
 	rep.Compacted = true
+	m.keys.forget(p.rewritten)
 	rep.CompactionAttempts = max(c.sent, 1)
 	rep.CompactionTook = time.Since(start)
 	b := p.before

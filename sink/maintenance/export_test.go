@@ -103,3 +103,14 @@ func (m *Maintainer) ListLive(ctx context.Context, tbl *table.Table) (cached, di
 
 // SetFollowUpWait replaces how long the writer waits for a conversion's second commit.
 func (m *Maintainer) SetFollowUpWait(d time.Duration) { m.followUpWait = d }
+
+// CachedPaths lists the data files whose key columns c holds.
+func (c *KeyCache) CachedPaths() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range c.byKey {
+		out = append(out, id.path)
+	}
+	return out
+}

@@ -189,6 +189,27 @@ func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, 
 	return nil
 }
 
+// forget drops the cached columns of data files a committed compaction removed from their table:
+// no probe reads them again, and the bound is better spent on live files. c may be nil.
+func (c *KeyCache) forget(paths map[string]struct{}) {
+	if c == nil || len(paths) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for e := c.lru.Front(); e != nil; {
+		next := e.Next()
+		if col := e.Value.(*keyColumn); hasPath(paths, col.id.path) {
+			c.lru.Remove(e)
+			delete(c.byKey, col.id)
+			c.held -= col.bytes()
+		}
+		e = next
+	}
+}
+
+func hasPath(paths map[string]struct{}, p string) bool { _, ok := paths[p]; return ok }
+
 func (c *KeyCache) get(id keyColumnID) *keyColumn {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -76,6 +76,63 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 	}
 }
 
+// A committed compaction drops the cached columns of the data files it rewrote (no probe reads
+// them again), so the cache holds only live files' columns and the bound goes to them.
+func TestCompactionForgetsRewrittenColumns(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(300)
+	cfg := positionConfig()
+	cfg.DeleteMode = maintenance.DeleteModeDV
+	cfg.RewriteDeletedFraction = 0.01 // the loaded file is rewritten once a batch deleted in it
+	cache := maintenance.NewKeyCache(1 << 20)
+	mt := testMaintainer(t, h.cat, cfg)
+	mt.UseKeyCache(cache)
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	for b := 1; b <= 3; b++ {
+		m.batch(b, 300)
+		if _, err := mt.Maintain(context.Background(), maintenance.PositionOnly); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := cache.CachedPaths()
+	if len(before) == 0 {
+		t.Fatal("nothing cached by the conversions")
+	}
+	rep, err := mt.Maintain(context.Background(), maintenance.CompactOnly)
+	if err != nil || !rep.Compacted || rep.DataFilesRewritten == 0 {
+		t.Fatalf("compaction: %+v, %v", rep, err)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	tasks, err := tbl.Scan().PlanFiles(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := map[string]bool{}
+	for _, task := range tasks {
+		live[task.File.FilePath()] = true
+	}
+	dropped := 0
+	for _, p := range before {
+		if !live[p] {
+			dropped++
+		}
+	}
+	if dropped == 0 {
+		t.Fatalf("the compaction rewrote none of the %d cached files", len(before))
+	}
+	for _, p := range cache.CachedPaths() {
+		if !live[p] {
+			t.Fatalf("the cache still holds the column of %s, which the compaction removed (%d of %d cached files were rewritten)", p, dropped, len(before))
+		}
+	}
+	h.close()
+}
+
 // A nil cache (key_cache_bytes 0) reads every file and reports nothing.
 func TestKeyCacheOff(t *testing.T) {
 	c := maintenance.NewKeyCache(0)
