@@ -35,12 +35,7 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 			h := newHarnessFor(t, dir, def)
 			m := newModel(h)
 			m.load(300)
-			cache := maintenance.NewKeyCache(tc.limit)
-			mt := testMaintainer(t, h.cat, cfg)
-			mt.UseKeyCache(cache)
-			if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
-				t.Fatal("no lease")
-			}
+			mt, cache := cachedMaintainer(t, h, cfg, tc.limit)
 			for b := 1; b <= 4; b++ {
 				m.batch(b, 300)
 				rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly)
@@ -86,12 +81,7 @@ func TestCompactionForgetsRewrittenColumns(t *testing.T) {
 	cfg := positionConfig()
 	cfg.DeleteMode = maintenance.DeleteModeDV
 	cfg.RewriteDeletedFraction = 0.01 // the loaded file is rewritten once a batch deleted in it
-	cache := maintenance.NewKeyCache(1 << 20)
-	mt := testMaintainer(t, h.cat, cfg)
-	mt.UseKeyCache(cache)
-	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
-		t.Fatal("no lease")
-	}
+	mt, cache := cachedMaintainer(t, h, cfg, 1<<20)
 	for b := 1; b <= 3; b++ {
 		m.batch(b, 300)
 		if _, err := mt.Maintain(context.Background(), maintenance.PositionOnly); err != nil {
@@ -131,6 +121,19 @@ func TestCompactionForgetsRewrittenColumns(t *testing.T) {
 		}
 	}
 	h.close()
+}
+
+// cachedMaintainer is a maintainer of h's table that probes through a key cache of limit bytes
+// and holds the table's lease.
+func cachedMaintainer(t *testing.T, h *harness, cfg maintenance.Config, limit int64) (*maintenance.Maintainer, *maintenance.KeyCache) {
+	t.Helper()
+	cache := maintenance.NewKeyCache(limit)
+	mt := testMaintainer(t, h.cat, cfg)
+	mt.UseKeyCache(cache)
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	return mt, cache
 }
 
 // A nil cache (key_cache_bytes 0) reads every file and reports nothing.
