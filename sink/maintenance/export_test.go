@@ -114,3 +114,9 @@ func (c *KeyCache) CachedPaths() []string {
 	}
 	return out
 }
+
+// Held is the bytes c holds (0 for a nil cache), as Stats reports them.
+func Held(c *KeyCache) int64 {
+	held, _, _ := c.Stats()
+	return held
+}

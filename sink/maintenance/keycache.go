@@ -128,16 +128,6 @@ func NewKeyCache(limit int64) *KeyCache {
 	return &KeyCache{limit: limit, lru: list.New(), byKey: map[keyColumnID]*list.Element{}}
 }
 
-// Held is the bytes of key columns cached now (0 for a nil cache).
-func (c *KeyCache) Held() int64 {
-	if c == nil {
-		return 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.held
-}
-
 // Limit is the cache's bound in bytes (0 for a nil cache).
 func (c *KeyCache) Limit() int64 {
 	if c == nil {
@@ -199,7 +189,8 @@ func (c *KeyCache) forget(paths map[string]struct{}) {
 	defer c.mu.Unlock()
 	for e := c.lru.Front(); e != nil; {
 		next := e.Next()
-		if col := e.Value.(*keyColumn); hasPath(paths, col.id.path) {
+		col := e.Value.(*keyColumn)
+		if _, gone := paths[col.id.path]; gone {
 			c.lru.Remove(e)
 			delete(c.byKey, col.id)
 			c.held -= col.bytes()
@@ -207,8 +198,6 @@ func (c *KeyCache) forget(paths map[string]struct{}) {
 		e = next
 	}
 }
-
-func hasPath(paths map[string]struct{}, p string) bool { _, ok := paths[p]; return ok }
 
 func (c *KeyCache) get(id keyColumnID) *keyColumn {
 	c.mu.Lock()

@@ -50,8 +50,8 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 				if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 					t.Fatalf("conversion %d: %d equality delete files left", b, eqFiles)
 				}
-				if held := cache.Held(); held > tc.limit {
-					t.Fatalf("conversion %d: the cache holds %d bytes, above its bound %d", b, held, tc.limit)
+				if n := maintenance.Held(cache); n > tc.limit {
+					t.Fatalf("conversion %d: the cache holds %d bytes, above its bound %d", b, n, tc.limit)
 				}
 			}
 			_, hits, reads := cache.Stats()
@@ -60,11 +60,11 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 			if reads == 0 {
 				t.Fatalf("no probe read a file (hits %d)", hits)
 			}
-			if tc.cached && (hits < 3 || cache.Held() == 0) {
-				t.Fatalf("hits %d, reads %d, %d bytes held: want the load's file answered from the cache by conversions 2-4", hits, reads, cache.Held())
+			if tc.cached && (hits < 3 || maintenance.Held(cache) == 0) {
+				t.Fatalf("hits %d, reads %d, %d bytes held: want the load's file answered from the cache by conversions 2-4", hits, reads, maintenance.Held(cache))
 			}
-			if !tc.cached && (hits != 0 || cache.Held() != 0) {
-				t.Fatalf("hits %d, %d bytes held with a bound of %d bytes: want nothing cached", hits, cache.Held(), tc.limit)
+			if !tc.cached && (hits != 0 || maintenance.Held(cache) != 0) {
+				t.Fatalf("hits %d, %d bytes held with a bound of %d bytes: want nothing cached", hits, maintenance.Held(cache), tc.limit)
 			}
 			h.close()
 		})
@@ -142,7 +142,7 @@ func TestKeyCacheOff(t *testing.T) {
 	if c != nil {
 		t.Fatalf("NewKeyCache(0) = %v, want nil", c)
 	}
-	if held, hits, reads := c.Stats(); held != 0 || c.Held() != 0 || c.Limit() != 0 || hits != 0 || reads != 0 {
+	if held, hits, reads := c.Stats(); held != 0 || c.Limit() != 0 || hits != 0 || reads != 0 {
 		t.Fatal("a nil cache reports state")
 	}
 }

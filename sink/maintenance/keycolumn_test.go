@@ -81,8 +81,8 @@ func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if cache.get(b.id) != nil || cache.get(a.id) == nil || cache.get(c.id) == nil {
 		t.Fatal("want b evicted, a and c cached")
 	}
-	if cache.Held() != 2*a.bytes() {
-		t.Fatalf("held %d, want %d", cache.Held(), 2*a.bytes())
+	if Held(cache) != 2*a.bytes() {
+		t.Fatalf("held %d, want %d", Held(cache), 2*a.bytes())
 	}
 	cache.put(col("big", 1000)) // larger than the bound: not cached, nothing evicted
 	if cache.get(keyColumnID{"big", 1}) != nil || cache.get(a.id) == nil {

@@ -350,6 +350,7 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	if err != nil {
 		return nil, err
 	}
+	wants := map[*keyScope][]int64{} // the sorted keys a cached probe looks up, by scope
 	for _, d := range data {
 		p.seen[d.df.FilePath()] = true
 		if d.seq >= p.maxSeq {
@@ -363,7 +364,12 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		var positions []int64
 		var err error
 		if ints {
-			err = m.keys.probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], d.df.Count(), global.with(sc), func(key, pos int64) {
+			want, ok := wants[sc]
+			if !ok {
+				want = global.with(sc) // once per scope, not per data file
+				wants[sc] = want
+			}
+			err = m.keys.probeInts(ctx, fs, d.df.FilePath(), keyIDs[0], d.df.Count(), want, func(key, pos int64) {
 				if global.seqOfInt(key) > d.seq || sc.seqOfInt(key) > d.seq {
 					positions = append(positions, pos)
 				}
