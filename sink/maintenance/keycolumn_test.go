@@ -119,13 +119,13 @@ func BenchmarkKeyColumnLookup(b *testing.B) {
 	b.Run("every-row", func(b *testing.B) {
 		for b.Loop() {
 			n := 0
-			for i, k := range fileOrder {
+			for _, k := range fileOrder {
 				if sc.seqOfInt(k) > 1 {
-					n += i & 1
+					n++
 				}
 			}
-			if n == 0 {
-				b.Fatal("no rows found")
+			if n < wanted*9/10 {
+				b.Fatalf("%d rows found", n)
 			}
 		}
 	})
