@@ -44,7 +44,7 @@ type row struct {
 
 // buffer holds what a table writer has taken in and not yet committed.
 type buffer struct {
-	rows  []row
+	rows  rowList
 	bytes int64
 	first time.Time         // when the oldest buffered event arrived (restarted by a partial commit)
 	high  map[string]string // shard -> highest sequence number buffered (rows and held events)
@@ -76,7 +76,7 @@ func newBuffer() buffer {
 
 // pending reports whether the buffer holds anything waiting for a commit: rows, held events, or
 // acknowledgements of re-deliveries.
-func (b *buffer) pending() bool { return len(b.rows) > 0 || len(b.held) > 0 || len(b.dups) > 0 }
+func (b *buffer) pending() bool { return b.rows.len() > 0 || len(b.held) > 0 || len(b.dups) > 0 }
 
 // holds reports whether a change of shard at seq is buffered already (a replay of something not
 // yet committed).
@@ -88,16 +88,7 @@ func (b *buffer) add(r row, size int) {
 		b.high[r.shard] = r.seq
 	}
 	r.size = int32(size) + 64
-	if len(b.rows) == cap(b.rows) {
-		// Grow by doubling. append grows a large slice by about a quarter at a time, so a
-		// buffer of 240-byte rows filling up to a flush was copied about five times over (the
-		// largest allocation of the pipeline benchmark, and GC work); doubling copies it about
-		// twice. The capacity stays for the next flush.
-		grown := make([]row, len(b.rows), max(2*cap(b.rows), 64))
-		copy(grown, b.rows)
-		b.rows = grown
-	}
-	b.rows = append(b.rows, r)
+	b.rows.push(r)
 	b.bytes += int64(r.size)
 	b.started()
 }
@@ -137,30 +128,33 @@ func (b *buffer) release(bt *batch) {
 		}
 	}
 	if bt == nil {
-		for i := range b.rows {
-			done(b.rows[i].ack)
-			clear(b.rows[i].vals) // its chunk (datums) may outlive it: let go of its strings
+		for i := range b.rows.len() {
+			r := b.rows.at(i)
+			done(r.ack)
+			clear(r.vals) // its chunk (datums) may outlive it: let go of its strings
 		}
-		clear(b.rows)
-		b.rows = b.rows[:0]
+		b.rows.truncate(0)
 	} else if len(bt.take) > 0 {
 		// A per-flush allocation, not per record.
-		taken := make([]bool, len(b.rows))
+		taken := make([]bool, b.rows.len())
 		for _, i := range bt.take {
 			taken[i] = true
 		}
-		kept := b.rows[:0]
-		for i := range b.rows {
+		kept := 0
+		for i := range b.rows.len() {
+			r := b.rows.at(i)
 			if taken[i] {
-				done(b.rows[i].ack)
-				clear(b.rows[i].vals)
-				b.bytes -= int64(b.rows[i].size)
+				done(r.ack)
+				clear(r.vals)
+				b.bytes -= int64(r.size)
 				continue
 			}
-			kept = append(kept, b.rows[i])
+			if kept != i {
+				*b.rows.at(kept) = *r
+			}
+			kept++
 		}
-		clear(b.rows[len(kept):])
-		b.rows = kept
+		b.rows.truncate(kept)
 	}
 	if n > 0 {
 		ak.Done(n)
@@ -182,10 +176,10 @@ func (b *buffer) rebuild() {
 		}
 	}
 	b.bytes = 0
-	for i := range b.rows {
-		b.bytes += int64(b.rows[i].size)
-		if !b.rows[i].replay {
-			note(b.rows[i].shard, b.rows[i].seq)
+	for i := range b.rows.len() {
+		b.bytes += int64(b.rows.at(i).size)
+		if !b.rows.at(i).replay {
+			note(b.rows.at(i).shard, b.rows.at(i).seq)
 		}
 	}
 	for i := range b.held {
@@ -227,7 +221,7 @@ func (b *buffer) newestSource(bt *batch) time.Time {
 	for _, i := range bt.take {
 		// Only what starts like a date takes part: a garbled value never hides the others. A
 		// row re-applied from the dead letters (dms2iceberg dlq replay) is as old as its record.
-		r := &b.rows[i]
+		r := b.rows.at(i)
 		if ts := r.ts; !r.replay && ts > newest && len(ts) >= 20 && ts[0] >= '0' && ts[0] <= '9' {
 			newest = ts
 		}
@@ -317,7 +311,7 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 	if !l.keyed() {
 		var byID map[string]int // identity -> index into out.upserts
 		for _, i := range sel {
-			r := &b.rows[i]
+			r := b.rows.at(i)
 			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 				out.trimmed++
 				continue
@@ -355,13 +349,13 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 	last := newKeyIndex(l, len(sel), &b.keyBuf) // key -> index into states
 	var states []state
 	nk := len(l.keyIdx)
-	keys := make([]dms.Datum, len(b.rows)*nk) // every row's key, one allocation per plan
+	keys := make([]dms.Datum, b.rows.len()*nk) // every row's key, one allocation per plan
 	// set makes the change of row by (rowIdx: the surviving image, -1 for a delete) the key's
 	// state, unless the key's current state came from a change that is later although it was
 	// planned first (laterAcross).
 	set := func(key []dms.Datum, rowIdx int, src []dms.Datum, by int) {
 		if si, ok := last.get(key); ok {
-			if lim.ordered && laterAcross(&b.rows[states[si].by], &b.rows[by]) {
+			if lim.ordered && laterAcross(b.rows.at(states[si].by), b.rows.at(by)) {
 				return
 			}
 			states[si].row, states[si].src, states[si].by = rowIdx, src, by
@@ -371,7 +365,7 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 		states = append(states, state{row: rowIdx, key: key, src: src, by: by})
 	}
 	for _, i := range sel {
-		r := &b.rows[i]
+		r := b.rows.at(i)
 		if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
 			out.trimmed++
 			continue
@@ -398,7 +392,7 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			case !ok:
 				src = from
 			case states[si].row >= 0:
-				mergeEarlier(r, &b.rows[states[si].row])
+				mergeEarlier(r, b.rows.at(states[si].row))
 				src = states[si].src
 			}
 		}
@@ -417,7 +411,7 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			continue
 		}
 		out.upserts = append(out.upserts, st.row)
-		switch r := &b.rows[st.row]; {
+		switch r := b.rows.at(st.row); {
 		case r.absent == nil:
 		case len(r.absent) == 0:
 			out.fromBuffer++

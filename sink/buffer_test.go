@@ -168,7 +168,7 @@ func TestBufferPlan(t *testing.T) {
 						got.fromBuffer, lks, got.missing, c.fromBuffer, c.lookups, c.missing)
 				}
 				if c.merged >= 0 {
-					r := b.rows[c.merged]
+					r := b.rows.at(c.merged)
 					if r.vals[2] != (dms.Datum{I: int64(c.mergedQty)}) || len(r.absent) != 0 || r.absent == nil {
 						t.Errorf("merged row: qty %+v absent %v, want qty %d and an empty absent list", r.vals[2], r.absent, c.mergedQty)
 					}
@@ -186,7 +186,7 @@ func TestBufferPlanLookupKey(t *testing.T) {
 	t.Parallel()
 	b := newBuffer()
 	b.add(brow("k5", "a/1", 6, "x", 1), 10)
-	b.rows[0].absent = []int32{2}
+	b.rows.at(0).absent = []int32{2}
 	got := b.plan(bufLayout(true, nil), all)
 	if len(got.lookups) != 1 || got.lookups[0].key[0].I != 5 {
 		t.Fatalf("lookups %+v, want one of key 5", got.lookups)
@@ -236,7 +236,7 @@ func TestBufferAcksAndRelease(t *testing.T) {
 	if got["x"] != 3 || got["y"] != 3 {
 		t.Fatalf("acknowledged %v, want x=3 y=3", got)
 	}
-	if b.pending() || len(b.rows) != 0 || b.bytes != 0 || !b.first.IsZero() || len(b.high) != 0 {
+	if b.pending() || b.rows.len() != 0 || b.bytes != 0 || !b.first.IsZero() || len(b.high) != 0 {
 		t.Fatalf("buffer not empty after release: %+v", b)
 	}
 	b.release(&batch{}) // a later commit that took nothing
@@ -380,7 +380,7 @@ func TestBufferPartialRelease(t *testing.T) {
 		ms  int64
 		ak  change.Acker
 	}{{"a/1", 100, x}, {"a/2", 300, y}, {"b/1", 120, x}, {"b/5", 400, y}} {
-		rw := at(brow("u", r.pos, len(b.rows), "v", 0), r.ms)
+		rw := at(brow("u", r.pos, b.rows.len(), "v", 0), r.ms)
 		rw.ack = r.ak
 		b.add(rw, 10)
 	}
@@ -391,8 +391,8 @@ func TestBufferPartialRelease(t *testing.T) {
 	if got["x"] != 2 || got["y"] != 0 || got["dup"] != 1 {
 		t.Fatalf("acknowledged %v after the first commit, want x=2 dup=1", got)
 	}
-	if len(b.rows) != 2 || b.rows[0].seq != "2" || b.rows[1].seq != "5" || !b.pending() || b.first.IsZero() {
-		t.Fatalf("rows %+v pending %v: want a/2 and b/5 still buffered", b.rows, b.pending())
+	if b.rows.len() != 2 || b.rows.at(0).seq != "2" || b.rows.at(1).seq != "5" || !b.pending() || b.first.IsZero() {
+		t.Fatalf("%d rows, pending %v: want a/2 and b/5 still buffered", b.rows.len(), b.pending())
 	}
 	if b.high["a"] != "2" || b.bytes != 2*(10+64) {
 		t.Fatalf("high %v bytes %d", b.high, b.bytes)
@@ -494,7 +494,7 @@ func TestGatedFromCapsCompleteThrough(t *testing.T) {
 	for i, at := range []int64{100, 150, 250, 2000} {
 		r := brow("u", fmt.Sprintf("a/%d", i+1), i+1, "x", 0)
 		r.at = at
-		b.rows = append(b.rows, r)
+		b.rows.push(r)
 	}
 	lim := limit{bound: 1000, loadGate: 140, through: time.UnixMilli(1000).UTC()}
 	if got := b.gatedFrom(lim); got != 150 {

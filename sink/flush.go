@@ -310,9 +310,9 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 	if len(b.upserts) > 0 {
 		rb := array.NewRecordBuilder(mem, l.arrow)
 		rb.Reserve(len(b.upserts)) // sized once, not grown (and copied) while appending
-		reserveText(rb, w.buf.rows, b.upserts)
+		reserveText(rb, &w.buf.rows, b.upserts)
 		for _, ri := range b.upserts {
-			r := &w.buf.rows[ri]
+			r := w.buf.rows.at(ri)
 			vals := r.vals
 			if len(r.absent) > 0 {
 				vals = w.completed(r, b.fill[ri])
@@ -357,7 +357,7 @@ func (w *writer) writeFiles(ctx context.Context, b *batch) (*staged, error) {
 
 // reserveText sizes the data buffers of rb's string and binary builders for the values of the
 // rows at idx, so that appending them does not grow (and copy) the buffers step by step.
-func reserveText(rb *array.RecordBuilder, rows []row, idx []int) {
+func reserveText(rb *array.RecordBuilder, rows *rowList, idx []int) {
 	for ci, f := range rb.Fields() {
 		rd, ok := f.(interface{ ReserveData(int) })
 		if !ok {
@@ -365,7 +365,7 @@ func reserveText(rb *array.RecordBuilder, rows []row, idx []int) {
 		}
 		n := 0
 		for _, ri := range idx {
-			n += len(rows[ri].vals[ci].S)
+			n += len(rows.at(ri).vals[ci].S)
 		}
 		rd.ReserveData(n)
 	}
@@ -509,8 +509,8 @@ func (w *writer) logGated(lim limit) {
 	w.gatedLogged = time.Now()
 	n := 0
 	var first string
-	for i := range w.buf.rows {
-		r := &w.buf.rows[i]
+	for i := range w.buf.rows.len() {
+		r := w.buf.rows.at(i)
 		if r.at <= lim.bound && !lim.admits(r.at, r.kind, &r.src.SourcePos) {
 			if n == 0 {
 				first = fmt.Sprintf("row %s/%s at %d kind %d pos %+v", r.shard, r.seq, r.at, r.kind, r.src.SourcePos)
@@ -532,5 +532,5 @@ func (w *writer) logGated(lim limit) {
 		zap.Int("waiting", n), zap.String("first", first), zap.Int64("bound", lim.bound),
 		zap.Int64("load_gate", lim.loadGate), zap.Int64("control_gate", lim.ctlGate),
 		zap.Int64("change_gate", lim.chGate), zap.String("change_gate_pos", lim.chPos.Encode()),
-		zap.Int("rows", len(w.buf.rows)), zap.Int("held", len(w.buf.held)))
+		zap.Int("rows", w.buf.rows.len()), zap.Int("held", len(w.buf.held)))
 }

@@ -28,7 +28,7 @@ type bufferGauge struct {
 
 // publish stores the buffer's size for Buffers; two atomic stores, no lock.
 func (w *writer) publish() {
-	w.gauge.rows.Store(int64(len(w.buf.rows) + len(w.buf.held)))
+	w.gauge.rows.Store(int64(w.buf.rows.len() + len(w.buf.held)))
 	w.gauge.bytes.Store(w.buf.bytes)
 }
 

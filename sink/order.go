@@ -184,8 +184,9 @@ func (b *buffer) gatedFrom(lim limit) int64 {
 			from = at
 		}
 	}
-	for i := range b.rows {
-		note(b.rows[i].at, b.rows[i].kind, &b.rows[i].src.SourcePos)
+	for i := range b.rows.len() {
+		r := b.rows.at(i)
+		note(r.at, r.kind, &r.src.SourcePos)
 	}
 	for i := range b.held {
 		if h := &b.held[i]; !h.ctl {
@@ -200,10 +201,10 @@ func (b *buffer) gatedFrom(lim limit) int64 {
 // prefix (in buffer order, which is sequence order) of rows with arrival <= bound that precede
 // the cut.
 func (b *buffer) selectRows(lim limit) []int {
-	sel := make([]int, 0, len(b.rows))
+	sel := make([]int, 0, b.rows.len())
 	var stopped map[string]bool
-	for i := range b.rows {
-		r := &b.rows[i]
+	for i := range b.rows.len() {
+		r := b.rows.at(i)
 		if stopped[r.shard] {
 			continue
 		}
@@ -217,7 +218,7 @@ func (b *buffer) selectRows(lim limit) []int {
 		sel = append(sel, i)
 	}
 	if lim.ordered {
-		less := func(x, y int) int { return cmpRows(&b.rows[x], &b.rows[y]) }
+		less := func(x, y int) int { return cmpRows(b.rows.at(x), b.rows.at(y)) }
 		if !slices.IsSortedFunc(sel, less) {
 			slices.SortStableFunc(sel, less)
 		}
@@ -438,8 +439,8 @@ func (w *writer) noteRisk(r *row) {
 
 // within reports whether any row may commit within lim (the first row of a shard decides).
 func (b *buffer) within(lim limit) bool {
-	for i := range b.rows {
-		r := &b.rows[i]
+	for i := range b.rows.len() {
+		r := b.rows.at(i)
 		if lim.admits(r.at, r.kind, &r.src.SourcePos) && (lim.cut == nil || lim.cut.after(r)) {
 			return true
 		}

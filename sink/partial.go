@@ -61,7 +61,7 @@ func (w *writer) lookup(ctx context.Context, b *batch) (changed bool, err error)
 	changed = !b.filled
 	if !changed {
 		for _, lk := range b.lookups {
-			if !sameAbsent(w.buf.rows[lk.row].absent, b.fill[lk.row], fill[lk.row]) {
+			if !sameAbsent(w.buf.rows.at(lk.row).absent, b.fill[lk.row], fill[lk.row]) {
 				changed = true
 				break
 			}
@@ -108,7 +108,7 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 	for li, lk := range lks {
 		buf = encodeKey(l, buf[:0], lk.key)
 		want[string(buf)] = append(want[string(buf)], li)
-		for _, c := range w.buf.rows[lk.row].absent {
+		for _, c := range w.buf.rows.at(lk.row).absent {
 			needed[c] = true
 		}
 		buf = dms.AppendKey(buf[:0], l.types[k0], lk.key[0])

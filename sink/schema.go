@@ -319,7 +319,7 @@ func (l *layout) columnStates() []dms.ColumnState {
 // promoted values are converted (float to double; int to long and decimal widening keep their
 // Datum). Files written before the change stay valid (Iceberg reads them by field id); this is
 // for writing the rows again, which a re-planned batch does.
-func relayRows(rows []row, old, nu *layout) {
+func relayRows(rows *rowList, old, nu *layout) {
 	if old.schema.ID == nu.schema.ID {
 		return // the same schema (a reload or commit without a schema change)
 	}
@@ -363,8 +363,8 @@ func relayRows(rows []row, old, nu *layout) {
 		}
 		keyFrom[ki] = oi
 	}
-	for k := range rows {
-		r := &rows[k]
+	for k := range rows.len() {
+		r := rows.at(k)
 		vals := make([]dms.Datum, len(nu.types))
 		for j, i := range from {
 			if i < 0 || i >= len(r.vals) {

@@ -76,9 +76,9 @@ func (w *writer) use(tbl *table.Table) error {
 		def = w.env.defs.get(w.src)
 	}
 	lay.setDomains(def)
-	if w.st.lay != nil && len(w.buf.rows) > 0 {
+	if w.st.lay != nil && w.buf.rows.len() > 0 {
 		// A reload picked up another worker's schema change while rows are buffered.
-		relayRows(w.buf.rows, w.st.lay, lay)
+		relayRows(&w.buf.rows, w.st.lay, lay)
 	}
 	w.st.tbl, w.st.lay = tbl, lay
 	w.reportReload()

@@ -265,7 +265,7 @@ func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err 
 // full reports whether the buffer reached a flush threshold, unless the last flush could commit
 // nothing at the bound that still holds (the flush interval retries then).
 func (w *writer) full() bool {
-	if len(w.buf.rows)+len(w.buf.held) < w.set.flushRows && w.buf.bytes < w.set.flushBytes {
+	if w.buf.rows.len()+len(w.buf.held) < w.set.flushRows && w.buf.bytes < w.set.flushBytes {
 		return false
 	}
 	return !w.stuckSet || w.limitNow().gates() != w.stuck
