@@ -18,6 +18,8 @@ CHAOS_CYCLES ?= 200
 # (the shared REST server cannot write s3://).
 CHAOS_RATE ?=
 CHAOS_DEPS ?=
+# CHAOS_DELETE_MODE: the workers' sink.delete_mode (equality, position, dv); empty: by seed.
+CHAOS_DELETE_MODE ?=
 BENCHTIME ?= 1s
 DEMO_ARGS ?=
 EMU_ENV = eval "$$(.ci/emulators.sh env)" && eval "$$(.ci/catalogs.sh env)" && eval "$$(.ci/spark.sh env)"
@@ -52,7 +54,7 @@ chaos: ## long crash-anywhere run: CHAOS_CYCLES (200) randomized kills, fault po
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
 	  echo "chaos: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} DMS2ICEBERG_CHAOS_CYCLES=$(CHAOS_CYCLES) \
-	  DMS2ICEBERG_CHAOS_RATE=$(CHAOS_RATE) DMS2ICEBERG_CHAOS_DEPS=$(CHAOS_DEPS) \
+	  DMS2ICEBERG_CHAOS_RATE=$(CHAOS_RATE) DMS2ICEBERG_CHAOS_DEPS=$(CHAOS_DEPS) DMS2ICEBERG_CHAOS_DELETE_MODE=$(CHAOS_DELETE_MODE) \
 	  go test -race -count=1 -tags integration -run '^TestChaos$$' -timeout 6h -v ./integration/
 
 lint: tools ## golangci-lint (pinned v2) with .ci/golangci.yml

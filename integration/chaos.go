@@ -43,6 +43,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // Environment variables of the chaos run.
@@ -70,6 +71,11 @@ const (
 	// EnvChaosHeartbeat is the workers' consumer.heartbeat_interval ("0": off). Default: 250ms
 	// for odd seeds, off for even ones, so that the default suite's runs cover both.
 	EnvChaosHeartbeat = "DMS2ICEBERG_CHAOS_HEARTBEAT"
+	// EnvChaosDeleteMode is the workers' sink.delete_mode: equality, position or dv (format
+	// v3 tables). Default: by seed (seed mod 3: equality, position, dv), so that the default
+	// suite's runs cover all three; the maintainer's conversions, rewrites and key cache then
+	// run under the same kills, stops and reshards as the writers.
+	EnvChaosDeleteMode = "DMS2ICEBERG_CHAOS_DELETE_MODE"
 )
 
 // chaosOptions sizes a run.
@@ -97,6 +103,8 @@ type chaosOptions struct {
 	DepsREST, DepsS3 bool
 	// Heartbeat is the workers' consumer.heartbeat_interval (0: off).
 	Heartbeat time.Duration
+	// DeleteMode is the workers' sink.delete_mode.
+	DeleteMode string
 }
 
 // cycleEstimate sizes the generator's rate: traffic is to last about cycles × cycleEstimate,
@@ -143,6 +151,16 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 			t.Fatalf("%s=%q: want a duration (0: off)", EnvChaosHeartbeat, v)
 		}
 		o.Heartbeat = d
+	}
+	o.DeleteMode = []string{maintenance.DeleteModeEquality, maintenance.DeleteModePosition, maintenance.DeleteModeDV}[(o.Seed%3+3)%3]
+	if v := os.Getenv(EnvChaosDeleteMode); v != "" {
+		switch v {
+		case maintenance.DeleteModeEquality, maintenance.DeleteModePosition, maintenance.DeleteModeDV:
+			o.DeleteMode = v
+		default:
+			t.Fatalf("%s=%q: want %s, %s or %s", EnvChaosDeleteMode, v,
+				maintenance.DeleteModeEquality, maintenance.DeleteModePosition, maintenance.DeleteModeDV)
+		}
 	}
 	for _, d := range strings.Split(os.Getenv(EnvChaosDeps), ",") {
 		switch d = strings.TrimSpace(d); d {
@@ -345,9 +363,10 @@ func (c *chaosRun) between(lo, hi time.Duration) time.Duration {
 func (c *chaosRun) run() {
 	t := c.t
 	c.start = time.Now()
-	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q %s=%s); workload %d load rows per table + %d changes at %.1f records/s; failover %s; heartbeat_interval %s",
+	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q %s=%s %s=%s); workload %d load rows per table + %d changes at %.1f records/s; failover %s; heartbeat_interval %s; delete_mode %s",
 		c.opt.Seed, c.opt.Cycles, EnvChaosSeed, c.opt.Seed, EnvChaosCycles, c.opt.Cycles, EnvChaosRate, c.opt.Rate, EnvChaosDeps, c.opt.Deps,
-		EnvChaosHeartbeat, c.opt.Heartbeat, c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover, c.opt.Heartbeat)
+		EnvChaosHeartbeat, c.opt.Heartbeat, EnvChaosDeleteMode, c.opt.DeleteMode, c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover,
+		c.opt.Heartbeat, c.opt.DeleteMode)
 	c.setup()
 	plan := chaosSchedule(c.rng, c.opt.Cycles)
 	c.startWorker("w1", "")

@@ -57,6 +57,7 @@ func (c *chaosRun) setup() {
 	cfg := map[string]any{}
 	snk := map[string]any{}
 	snk["flush_interval"] = "1s"
+	snk["delete_mode"] = c.opt.DeleteMode
 	c.catCfg = sink.DefaultCatalogConfig(c.dataDir)
 	// verifySnk is the sink section `verify` runs with: the same catalog, without the proxies.
 	verifySnk := map[string]any{"flush_interval": "1s"}

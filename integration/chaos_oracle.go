@@ -338,7 +338,9 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 }
 
 // checkFiles checks that no data or delete file is referenced twice by the table's current
-// snapshot, and that no file was added by two snapshots.
+// snapshot, that no file was added by two snapshots, and (delete_mode dv) that the current
+// snapshot holds at most one deletion vector per data file (the spec's rule; readers refuse a
+// second) and none for a data file it no longer holds (a compaction drops a rewritten file's).
 func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	cat, closeCat, err := c.openCatalog(ctx)
 	if err != nil {
@@ -354,6 +356,8 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 		return 0, err
 	}
 	live := map[string]int{}
+	data := map[string]bool{}
+	vectors := map[string]int{} // data file -> deletion vectors of the current snapshot
 	if snap := tbl.CurrentSnapshot(); snap != nil {
 		mans, err := snap.Manifests(fs)
 		if err != nil {
@@ -364,7 +368,18 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 				if err != nil {
 					return 0, fmt.Errorf("%s: manifest %s: %w", src, m.FilePath(), err)
 				}
-				live[e.DataFile().FilePath()]++
+				df := e.DataFile()
+				switch ref := df.ReferencedDataFile(); {
+				case df.ContentType() == iceberg.EntryContentData:
+					data[df.FilePath()] = true
+					live[df.FilePath()]++
+				case df.FileFormat() == iceberg.PuffinFile && ref != nil:
+					// One Puffin file holds the vectors of several data files, an entry each.
+					vectors[*ref]++
+					live[df.FilePath()+" (vector of "+*ref+")"]++
+				default:
+					live[df.FilePath()]++
+				}
 			}
 		}
 	}
@@ -401,6 +416,19 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	for _, p := range paths {
 		if live[p] > 1 {
 			c.violation("table %s: file %s is referenced %d times by the current snapshot", src, p, live[p])
+		}
+	}
+	paths = paths[:0]
+	for p := range vectors {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if vectors[p] > 1 {
+			c.violation("table %s: data file %s has %d deletion vectors in the current snapshot", src, p, vectors[p])
+		}
+		if !data[p] {
+			c.violation("table %s: a deletion vector of the current snapshot names data file %s, which it does not hold", src, p)
 		}
 	}
 	paths = paths[:0]

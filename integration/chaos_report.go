@@ -17,6 +17,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 var (
@@ -31,6 +32,9 @@ var (
 	reloadStarted   = regexp.MustCompile(`\treload started: `)
 	reloadReplaced  = regexp.MustCompile(`\treload replaced the table's content`)
 	reloadCancelled = regexp.MustCompile(`\treload cancelled: `)
+	// convertedLine is a conversion of equality deletes to position deletes or deletion
+	// vectors (sink/maintenance/position.go), in delete_mode position and dv.
+	convertedLine = regexp.MustCompile(`\tconverted equality deletes\t`)
 	// resolvedLine is one unknown commit outcome resolved (the log's twin of the metric).
 	resolvedLine = regexp.MustCompile(`commit outcome was unknown; resolved`)
 	// attemptsLine captures the attempts of a writer's commit; conflictLine is one failed attempt.
@@ -48,6 +52,7 @@ var (
 func (c *chaosRun) report() {
 	fenced, trimmed, held, resolvedLogged := 0, 0, 0, 0
 	reloads := [3]int{} // started, replaced, cancelled
+	conversions := 0
 	commits, conflicts, contended, maxAttempts := 0, 0, 0, 0
 	errs := map[string]int{}
 	for _, p := range c.logs {
@@ -65,6 +70,7 @@ func (c *chaosRun) report() {
 			reloads[i] += len(re.FindAll(b, -1))
 		}
 		resolvedLogged += len(resolvedLine.FindAll(b, -1))
+		conversions += len(convertedLine.FindAll(b, -1))
 		for _, m := range attemptsLine.FindAllSubmatch(b, -1) {
 			n, _ := strconv.Atoi(string(m[1]))
 			commits++
@@ -144,6 +150,11 @@ func (c *chaosRun) report() {
 	// its end), and replaced once by the worker whose commit publishes it.
 	c.t.Logf("CHAOS reloads (workers' logs): %d started, %d replaced the table's content, %d cancelled",
 		reloads[0], reloads[1], reloads[2])
+	c.t.Logf("CHAOS conversions of equality deletes (workers' logs, delete_mode %s): %d", c.opt.DeleteMode, conversions)
+	if c.opt.DeleteMode != maintenance.DeleteModeEquality && conversions == 0 {
+		// A run that never converted did not test the mode it names.
+		c.problem("delete_mode %s, but no worker logged a conversion of equality deletes", c.opt.DeleteMode)
+	}
 	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
