@@ -277,7 +277,7 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "add columns to " + w.name, Stage: stage,
 		// Another worker may have added them.
-		Reloaded: w.reloadedUse(func() bool { return len(w.unknownColumns(ev)) == 0 }),
+		Reloaded: w.reloadedUse(func() bool { return len(w.unknownColumns(ev, w.columnIndexes(ev))) == 0 }),
 	})
 	if err != nil || res.Table == nil {
 		return err

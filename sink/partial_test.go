@@ -253,7 +253,8 @@ func TestConvertAllocations(t *testing.T) {
 		w := &writer{set: &settings{keepAbsent: c.keep}}
 		w.st.lay = l
 		var r row
-		got := testing.AllocsPerRun(100, func() { r, _ = w.convert(c.ev) })
+		idx := w.columnIndexes(c.ev)
+		got := testing.AllocsPerRun(100, func() { r, _ = w.convert(c.ev, idx) })
 		if got != c.want {
 			t.Errorf("keep=%v, %d columns: %v allocations per convert, want %v", c.keep, len(c.ev.Columns), got, c.want)
 		}
