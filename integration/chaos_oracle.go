@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"regexp"
 	"slices"
@@ -408,22 +409,12 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 			}
 		}
 	}
-	paths := make([]string, 0, len(live))
-	for p := range live {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(live)) {
 		if live[p] > 1 {
 			c.violation("table %s: file %s is referenced %d times by the current snapshot", src, p, live[p])
 		}
 	}
-	paths = paths[:0]
-	for p := range vectors {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(vectors)) {
 		if vectors[p] > 1 {
 			c.violation("table %s: data file %s has %d deletion vectors in the current snapshot", src, p, vectors[p])
 		}
@@ -431,12 +422,7 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 			c.violation("table %s: a deletion vector of the current snapshot names data file %s, which it does not hold", src, p)
 		}
 	}
-	paths = paths[:0]
-	for p := range addedBy {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
+	for _, p := range slices.Sorted(maps.Keys(addedBy)) {
 		if len(addedBy[p]) > 1 {
 			c.violation("table %s: file %s was added by %d snapshots %v", src, p, len(addedBy[p]), addedBy[p])
 		}
