@@ -177,9 +177,10 @@ func (b *buffer) rebuild() {
 	}
 	b.bytes = 0
 	for i := range b.rows.len() {
-		b.bytes += int64(b.rows.at(i).size)
-		if !b.rows.at(i).replay {
-			note(b.rows.at(i).shard, b.rows.at(i).seq)
+		r := b.rows.at(i)
+		b.bytes += int64(r.size)
+		if !r.replay {
+			note(r.shard, r.seq)
 		}
 	}
 	for i := range b.held {
