@@ -9,20 +9,18 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
-// columnIndexes resolves each column of ev to its index in the table's layout (-1: not in it),
-// into the writer's scratch. take resolves an event once, and both the check for new columns
-// and convert read the result: the name comparison per value is a tenth of the writer's intake.
-func (w *writer) columnIndexes(ev *change.Event) []int32 {
-	l := w.st.lay
-	w.cols = w.cols[:0]
-	for pos, c := range ev.Columns {
+// columnIndexes appends to dst each column's index in the layout (-1: not in it). take
+// resolves an event once into the writer's scratch, and both the check for new columns and
+// convert read the result: the name comparison per value is a tenth of the writer's intake.
+func (l *layout) columnIndexes(cols []change.Column, dst []int32) []int32 {
+	for pos, c := range cols {
 		i, ok := l.index(pos, c.Name)
 		if !ok {
 			i = -1
 		}
-		w.cols = append(w.cols, int32(i))
+		dst = append(dst, int32(i))
 	}
-	return w.cols
+	return dst
 }
 
 // unknownColumns lists the columns of an upsert that the table does not have (excluded columns

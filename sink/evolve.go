@@ -276,8 +276,9 @@ func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change
 	}
 	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
 		Name: "add columns to " + w.name, Stage: stage,
-		// Another worker may have added them.
-		Reloaded: w.reloadedUse(func() bool { return len(w.unknownColumns(ev, w.columnIndexes(ev))) == 0 }),
+		// Another worker may have added them. The check resolves into a slice of its own: take's
+		// scratch (w.cols) is in use under this call.
+		Reloaded: w.reloadedUse(func() bool { return len(w.unknownColumns(ev, w.st.lay.columnIndexes(ev.Columns, nil))) == 0 }),
 	})
 	if err != nil || res.Table == nil {
 		return err

@@ -253,7 +253,7 @@ func TestConvertAllocations(t *testing.T) {
 		w := &writer{set: &settings{keepAbsent: c.keep}}
 		w.st.lay = l
 		var r row
-		idx := w.columnIndexes(c.ev)
+		idx := l.columnIndexes(c.ev.Columns, nil)
 		got := testing.AllocsPerRun(100, func() { r, _ = w.convert(c.ev, idx) })
 		if got != c.want {
 			t.Errorf("keep=%v, %d columns: %v allocations per convert, want %v", c.keep, len(c.ev.Columns), got, c.want)

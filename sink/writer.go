@@ -102,7 +102,7 @@ type writer struct {
 	// closing is set once the queue is closed: the final flush of a graceful stop.
 	closing bool
 	seen    []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
-	cols    []int32     // columnIndexes' scratch: the layout index of each column of the event taken in
+	cols    []int32     // take's scratch: the layout index of each column of the event taken in (columnIndexes)
 	slab    []dms.Datum // what is left of the chunk convert carves rows' values from (datums)
 	merged  []dms.Datum // writeFiles' scratch: a partial image completed from the table
 	maint   maintainer  // nil when maintenance is off
@@ -386,14 +386,14 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 		return w.deadLetter(ctx, ev, ClassKeyless, fmt.Sprintf("%s on table %s, which has no primary key: only inserts can be applied (configure sink.tables[%q].primary_key)", ev.Op, w.src, w.src))
 	}
 	w.noteNoIdentity(ev)
-	idx := w.columnIndexes(ev)
-	if unknown := w.unknownColumns(ev, idx); len(unknown) > 0 {
+	w.cols = w.st.lay.columnIndexes(ev.Columns, w.cols[:0])
+	if unknown := w.unknownColumns(ev, w.cols); len(unknown) > 0 {
 		if err := w.addColumns(ctx, ev, unknown); err != nil {
 			return err
 		}
-		idx = w.columnIndexes(ev) // the layout now has them
+		w.cols = w.st.lay.columnIndexes(ev.Columns, w.cols[:0]) // the layout now has them
 	}
-	r, reason := w.convert(ev, idx)
+	r, reason := w.convert(ev, w.cols)
 	if reason != "" {
 		return w.deadLetter(ctx, ev, ClassConvert, reason)
 	}
