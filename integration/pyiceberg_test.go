@@ -9,13 +9,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/workload"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
@@ -28,9 +32,10 @@ const pyicebergHint = `the PyIceberg read check needs pyiceberg. From the reposi
 then run the tests again, or run everything with: make test`
 
 // pyicebergRead runs integration/pyiceberg/read_tables.py: PyIceberg's SqlCatalog on the
-// service's embedded SQLite catalog reads the given tables ("ns.table:col,col"). A table it
-// cannot read comes back with Error set.
-func pyicebergRead(t *testing.T, dataDir string, tables []string) map[string]sparkTable {
+// service's embedded SQLite catalog reads the given tables ("ns.table:col,col"), at the branch
+// ref unless ref is "" (SnapshotID then says which snapshot it read). A table it cannot read
+// comes back with Error set.
+func pyicebergRead(t *testing.T, dataDir, ref string, tables []string) map[string]sparkTable {
 	t.Helper()
 	py := os.Getenv(EnvPyIcebergPython)
 	if py == "" {
@@ -43,6 +48,9 @@ func pyicebergRead(t *testing.T, dataDir string, tables []string) map[string]spa
 	args := []string{filepath.Join(RepoRoot(t), "integration", "pyiceberg", "read_tables.py"), "--name", "dms2iceberg",
 		"--conf", "type=sql", "--conf", "uri=sqlite:///" + filepath.Join(dataDir, "catalog.db"),
 		"--conf", "warehouse=file://" + filepath.Join(dataDir, "warehouse"), "--out", out}
+	if ref != "" {
+		args = append(args, "--ref", ref)
+	}
 	for _, tb := range tables {
 		args = append(args, "--table", tb)
 	}
@@ -161,17 +169,39 @@ func sum(m map[string]int) int {
 // outstanding), PyIceberg and Spark read every table equal to the expected state. In dv mode
 // the tables are format v3 and the position deletes deletion vectors, read the same way. In equality
 // mode (deletes outstanding) Spark reads every table right, and PyIceberg cannot read the
-// tables that have equality deletes.
+// tables that have equality deletes. In position and dv mode PyIceberg also reads each table's
+// positional branch while the stream flows and main holds equality deletes (readBranchLive), and
+// at rest, where the branch is main's head, equal to the expected state.
 func TestReadersByDeleteMode(t *testing.T) {
 	for _, mode := range []string{"position", "dv", "equality"} {
 		t.Run(mode, func(t *testing.T) {
-			p, gen := newPipelineLive(t, 2, 2000, 21, 400)
+			rate := 400
+			if mode != "equality" {
+				rate = 150 // long enough for PyIceberg to read the positional branches during CDC
+			}
+			p, gen := newPipelineLive(t, 2, 2000, 21, rate)
 			p.writeConfig(map[string]any{
 				"flush_interval": "300ms", "maintenance": map[string]any{
 					"max_delete_files": 1000000, "max_delete_rows": 1000000000, "max_small_files": 1000000,
 					"interval": "24h", "check_interval": "1s", "position_delay": "500ms", "orphan_interval": "0s"}})
 			p.setDeleteMode(mode, false) // sink-wide, as without per-table configuration
 			svc := StartService(t, p.bin, p.config)
+			exp := p.readExpected()
+			if mode != "equality" {
+				// While the stream flows: PyIceberg reads the positional branch of every table
+				// that has one, main holding equality deletes or not.
+				WaitFor(t, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
+					return p.branchWithEqualityDeletes(exp), nil
+				}, "a table with a positional branch while main holds equality deletes")
+				mainHadEq, branches := p.readBranchLive(exp)
+				t.Logf("live: read the positional branch of %d tables, %d of them while main held equality deletes", branches, mainHadEq)
+				if mainHadEq == 0 {
+					t.Error("no table read at its positional branch while main held equality deletes: the live read showed nothing")
+				}
+				if gen.Exited() {
+					t.Log("the generator had finished before the live read ended")
+				}
+			}
 			if err := gen.WaitTimeout(5 * time.Minute); err != nil {
 				t.Fatalf("gen: %v\n%s", err, tailFile(gen.LogPath, 8<<10))
 			}
@@ -181,11 +211,12 @@ func TestReadersByDeleteMode(t *testing.T) {
 				deadline := time.Now().Add(2 * time.Minute) // a hang bound, not a speed assertion
 				for {
 					eq, _, _ := p.deleteFiles(t.Context())
-					if sum(eq) == 0 {
+					behind := p.branchesBehindMain(exp)
+					if sum(eq) == 0 && len(behind) == 0 {
 						break
 					}
 					if time.Now().After(deadline) {
-						t.Fatalf("equality deletes never all converted: %v", eq)
+						t.Fatalf("equality deletes never all converted (%v), or positional branches never at main's head: %v", eq, behind)
 					}
 					time.Sleep(500 * time.Millisecond)
 				}
@@ -210,16 +241,11 @@ func TestReadersByDeleteMode(t *testing.T) {
 					t.Fatalf("equality mode: %d equality and %d position delete files outstanding, want some and 0", sum(eq), sum(pos))
 				}
 			}
-			exp := p.readExpected()
-			var specs []string
-			for _, et := range exp.Tables {
-				cols := make([]string, len(et.Columns))
-				for i, c := range et.Columns {
-					cols[i] = c.Name
-				}
-				specs = append(specs, et.Namespace+"."+et.Name+":"+strings.Join(cols, ","))
+			got := pyicebergRead(t, p.dataDir, "", tableSpecs(exp))
+			var gotBranch map[string]sparkTable
+			if mode != "equality" {
+				gotBranch = pyicebergRead(t, p.dataDir, maintenance.DefaultConfig().PositionalBranch, tableSpecs(exp))
 			}
-			got := pyicebergRead(t, p.dataDir, specs)
 			unreadable := 0
 			for _, et := range exp.Tables {
 				name := et.Namespace + "." + et.Name
@@ -245,6 +271,24 @@ func TestReadersByDeleteMode(t *testing.T) {
 					}
 				}
 			}
+			if mode != "equality" {
+				// At rest the positional branch is main's head: PyIceberg reads it equal to the
+				// expected state.
+				for _, et := range exp.Tables {
+					name := et.Namespace + "." + et.Name
+					st, ok := gotBranch[name]
+					switch {
+					case !ok:
+						t.Errorf("pyiceberg: no result for the positional branch of %s", name)
+					case st.Error != "":
+						t.Errorf("pyiceberg: the positional branch of %s: %s", name, st.Error)
+					default:
+						if diffs := compareSpark(et, st, 10); len(diffs) > 0 {
+							t.Errorf("pyiceberg: the positional branch of %s differs from the expected state:\n  %s", name, strings.Join(diffs, "\n  "))
+						}
+					}
+				}
+			}
 			if mode == "equality" && unreadable == 0 {
 				t.Error("equality mode: no table with equality deletes outstanding to show PyIceberg's limit")
 			}
@@ -256,4 +300,188 @@ func TestReadersByDeleteMode(t *testing.T) {
 			}, "")
 		})
 	}
+}
+
+// branchWithEqualityDeletes reports whether a table of exp has a positional branch while main
+// holds equality deletes (tables not created yet are skipped).
+func (p *pipeline) branchWithEqualityDeletes(exp workload.Expected) bool {
+	t := p.t
+	ctx := t.Context()
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c, ok := cat.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}()
+	for _, et := range exp.Tables {
+		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
+		if err != nil || tbl.Metadata().SnapshotByName(maintenance.DefaultConfig().PositionalBranch) == nil {
+			continue
+		}
+		if eq, _, _ := countDeletes(t, tbl); eq > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// branchesBehindMain names the tables of exp whose positional branch is not at main's head.
+func (p *pipeline) branchesBehindMain(exp workload.Expected) []string {
+	t := p.t
+	ctx := t.Context()
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c, ok := cat.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}()
+	var behind []string
+	for _, et := range exp.Tables {
+		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, head := tbl.Metadata().SnapshotByName(maintenance.DefaultConfig().PositionalBranch), tbl.CurrentSnapshot()
+		if head != nil && (at == nil || at.SnapshotID != head.SnapshotID) {
+			behind = append(behind, et.Namespace+"."+et.Name)
+		}
+	}
+	return behind
+}
+
+// tableSpecs names every table of the expected state with its columns, as pyicebergRead and
+// sparkRead take them.
+func tableSpecs(exp workload.Expected) []string {
+	var specs []string
+	for _, et := range exp.Tables {
+		cols := make([]string, len(et.Columns))
+		for i, c := range et.Columns {
+			cols[i] = c.Name
+		}
+		specs = append(specs, et.Namespace+"."+et.Name+":"+strings.Join(cols, ","))
+	}
+	return specs
+}
+
+// renderedRows reads snapshot id of tbl through iceberg-go and renders each row as its values
+// joined, sorted: two snapshots read the same rows exactly when these are equal.
+func renderedRows(t *testing.T, tbl *table.Table, id int64) []string {
+	t.Helper()
+	_, it, err := tbl.Scan(table.WithSnapshotID(id)).ToArrowRecords(t.Context())
+	if err != nil {
+		t.Fatalf("scan %v at %d: %v", tbl.Identifier(), id, err)
+	}
+	var out []string
+	for rec, err := range it {
+		if err != nil {
+			t.Fatalf("scan %v at %d: %v", tbl.Identifier(), id, err)
+		}
+		for i := 0; i < int(rec.NumRows()); i++ {
+			vals := make([]string, rec.NumCols())
+			for c := range vals {
+				vals[c] = rec.Column(c).ValueStr(i)
+			}
+			out = append(out, strings.Join(vals, "\x1f"))
+		}
+		rec.Release()
+	}
+	sort.Strings(out)
+	return out
+}
+
+// equalityDeletesAt counts the live equality-delete files of snapshot snap of tbl.
+func equalityDeletesAt(t *testing.T, tbl *table.Table, snap *table.Snapshot) int {
+	t.Helper()
+	fs, err := tbl.FS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.DataFile().ContentType() == iceberg.EntryContentEqDeletes {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// readBranchLive reads, while the service takes CDC, every table's positional branch: iceberg-go
+// finds no equality delete in the branch's snapshot and reads there exactly the rows of the main
+// snapshot it shows (maintenance.BranchSource), and PyIceberg reads the branch, as many rows as
+// iceberg-go reads in the snapshot PyIceberg read. It returns how many tables it read while
+// main held equality deletes (which PyIceberg cannot read), and how many had a branch.
+func (p *pipeline) readBranchLive(exp workload.Expected) (mainHadEq, branches int) {
+	t := p.t
+	t.Helper()
+	ctx := t.Context()
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c, ok := cat.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}()
+	var specs []string
+	all := tableSpecs(exp)
+	for i, et := range exp.Tables {
+		name := et.Namespace + "." + et.Name
+		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
+		if err != nil {
+			continue // not created yet
+		}
+		at := tbl.Metadata().SnapshotByName(maintenance.DefaultConfig().PositionalBranch)
+		if at == nil {
+			continue // no conversion yet
+		}
+		branches++
+		specs = append(specs, all[i])
+		if eq, _, _ := countDeletes(t, tbl); eq > 0 {
+			mainHadEq++
+		}
+		if n := equalityDeletesAt(t, tbl, at); n > 0 {
+			t.Errorf("%s: the positional branch's snapshot %d holds %d equality-delete files", name, at.SnapshotID, n)
+		}
+		src := maintenance.BranchSource(at)
+		got, want := renderedRows(t, tbl, at.SnapshotID), renderedRows(t, tbl, src)
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: the positional branch (snapshot %d, %d rows) does not read as main's snapshot %d (%d rows) it shows",
+				name, at.SnapshotID, len(got), src, len(want))
+		}
+	}
+	if len(specs) == 0 {
+		return 0, 0
+	}
+	read := pyicebergRead(t, p.dataDir, maintenance.DefaultConfig().PositionalBranch, specs)
+	for name, st := range read {
+		if st.Error != "" {
+			t.Errorf("pyiceberg: the positional branch of %s: %s", name, st.Error)
+			continue
+		}
+		ns, tn, _ := strings.Cut(name, ".")
+		tbl, err := cat.LoadTable(ctx, table.Identifier{ns, tn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(renderedRows(t, tbl, st.SnapshotID)); n != len(st.Rows) {
+			t.Errorf("pyiceberg read %d rows of %s at the positional branch's snapshot %d, iceberg-go %d", len(st.Rows), name, st.SnapshotID, n)
+		}
+	}
+	return mainHadEq, branches
 }

@@ -42,6 +42,7 @@ type sparkTable struct {
 	Columns    []string    `json:"columns"`
 	SparkTypes []string    `json:"spark_types"`
 	Rows       [][]*string `json:"rows"`
+	SnapshotID int64       `json:"snapshot_id"` // PyIceberg at a ref: the snapshot it read
 }
 
 // sparkRead runs integration/spark/read_tables.py: a local Spark with the Iceberg runtime reads

@@ -1,6 +1,6 @@
 """Read Iceberg tables with PyIceberg and dump their rows as JSON lines, for integration tests.
 
-usage: python read_tables.py --name NAME [--conf KEY=VALUE ...] --table NS.TABLE[:COL,COL...] ... --out FILE
+usage: python read_tables.py --name NAME [--conf KEY=VALUE ...] [--ref BRANCH] --table NS.TABLE[:COL,COL...] ... --out FILE
 
 It loads the catalog NAME with the given PyIceberg catalog properties (type, uri, warehouse, ...),
 scans each table (selecting the given columns, default all) to Arrow, and writes one JSON object
@@ -9,6 +9,9 @@ compares both readers' rows the same way):
 
     {"table": "ns.t", "columns": [...], "spark_types": [...arrow types...], "rows": [[v, ...], ...]}
     {"table": "ns.t", "error": "..."}          when PyIceberg cannot read the table
+
+With --ref it reads the snapshot the branch or tag points at (a table without it is an error) and
+adds "snapshot_id" to the table's object.
 
 Values are JSON null or strings: integers in decimal; decimals in plain notation with the
 column's scale; floats and doubles as Python's repr; booleans as true/false; dates as days since
@@ -56,21 +59,30 @@ def encode_column(col):
     return [None if v is None else enc(v) for v in vals]
 
 
-def read_table(cat, spec):
+def read_table(cat, spec, ref=None):
     name, _, cols = spec.partition(":")
     tbl = cat.load_table(name)
     fields = tuple(cols.split(",")) if cols else ("*",)
-    at = tbl.scan(selected_fields=fields).to_arrow()
+    snapshot_id = None
+    if ref:
+        snap = tbl.snapshot_by_name(ref)
+        if snap is None:
+            raise LookupError("no ref %s" % ref)
+        snapshot_id = snap.snapshot_id
+    at = tbl.scan(selected_fields=fields, snapshot_id=snapshot_id).to_arrow()
     if cols:
         at = at.select(cols.split(","))
     columns = [encode_column(at.column(i).combine_chunks()) for i in range(at.num_columns)]
     rows = [list(r) for r in zip(*columns)] if columns else []
-    return {
+    out = {
         "table": name,
         "columns": at.column_names,
         "spark_types": [str(f.type) for f in at.schema],
         "rows": rows,
     }
+    if snapshot_id is not None:
+        out["snapshot_id"] = snapshot_id
+    return out
 
 
 def main():
@@ -79,6 +91,7 @@ def main():
     ap.add_argument("--conf", action="append", default=[])
     ap.add_argument("--table", action="append", default=[])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--ref", default=None)
     args = ap.parse_args()
     props = dict(kv.split("=", 1) for kv in args.conf)
     cat = load_catalog(args.name, **props)
@@ -87,7 +100,7 @@ def main():
         for spec in args.table:
             start = time.time()
             try:
-                res = read_table(cat, spec)
+                res = read_table(cat, spec, args.ref)
                 print("read %s: %d rows in %.2fs" % (res["table"], len(res["rows"]), time.time() - start), file=sys.stderr)
             except Exception as e:  # reported per table; the test decides
                 msg = (str(e) or type(e).__name__).strip().splitlines()[0]

@@ -3,6 +3,10 @@ package maintenance
 import (
 	"fmt"
 	"time"
+
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // Config configures the table maintenance that runs in process beside each table's
@@ -112,6 +116,11 @@ type Config struct {
 	// it skips (PyIceberg several times over), while a rewrite's cost per deleted row is 1/fraction
 	// rows, which follows the changes at any table size (docs/benchmarks.md, session 20).
 	RewriteDeletedFraction float64 `yaml:"rewrite_deleted_fraction"`
+	// PositionalBranch: in position and dv mode, the branch the maintainer keeps free of
+	// equality deletes for readers that refuse them (branch.go, design.md §11.1): each conversion
+	// moves it to its planning snapshot with that snapshot's equality deletes converted, and it
+	// follows main whenever main holds none. Default "positional"; "" keeps no such branch.
+	PositionalBranch string `yaml:"positional_branch"`
 }
 
 // The delete modes of a table (Config.DeleteMode, sink.tables.<t>.delete_mode).
@@ -157,6 +166,7 @@ func DefaultConfig() Config {
 		KeyCacheBytes:     256 << 20,
 
 		RewriteDeletedFraction: 0.1,
+		PositionalBranch:       "positional",
 	}
 }
 
@@ -221,6 +231,9 @@ func (c Config) Validate() error {
 	}
 	if c.RewriteDeletedFraction <= 0 || c.RewriteDeletedFraction > 1 {
 		return fmt.Errorf("sink.maintenance.rewrite_deleted_fraction: must be in (0, 1], got %g", c.RewriteDeletedFraction)
+	}
+	if b := c.PositionalBranch; b == table.MainBranch || b == tableprop.ReloadBranch {
+		return fmt.Errorf("sink.maintenance.positional_branch: %q is a branch dms2iceberg commits to; name another (or \"\" for none)", b)
 	}
 	if c.CommitRetries < 0 {
 		return fmt.Errorf("sink.maintenance.commit_retries: must not be negative, got %d", c.CommitRetries)

@@ -29,12 +29,18 @@ const followUpWait = 250 * time.Millisecond
 // stageFunc stages one maintenance change in txn on head; attempt counts from 0.
 type stageFunc func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error
 
+// directFunc stages a maintenance change on head and commits it with props itself (for what a
+// transaction on main cannot stage: the positional branch); sent tells whether a commit request
+// was sent.
+type directFunc func(ctx context.Context, head *table.Table, props iceberg.Properties) (tbl *table.Table, sent bool, err error)
+
 // commitJob is one maintenance commit attempt: stage on a table, add props (lease renewal
 // included), commit.
 type commitJob struct {
 	step    string
 	props   iceberg.Properties
 	stage   stageFunc
+	direct  directFunc // instead of stage
 	attempt int
 	done    chan jobResult // buffered: the executor never blocks on it
 	// followUp: the maintainer commits another job as soon as this one has landed, and the
@@ -110,6 +116,21 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 	}
 	if err := tableprop.CheckStateVersion(m.name, head.Properties()); err != nil {
 		return jobResult{head: head, err: err} // not sent: permanent
+	}
+	if job.direct != nil {
+		props := maps.Clone(job.props)
+		if props == nil {
+			props = iceberg.Properties{}
+		}
+		tableprop.Stamp(props, head.Properties())
+		if m.beforeCommit != nil {
+			m.beforeCommit(job.step, job.attempt)
+		}
+		tbl, sent, err := job.direct(ctx, head, props)
+		if tbl != nil {
+			return jobResult{tbl: tbl, head: head, sent: true}
+		}
+		return jobResult{head: head, sent: sent, err: err}
 	}
 	txn := head.NewTransaction()
 	if err := job.stage(ctx, txn, head, job.attempt); err != nil {
@@ -192,17 +213,23 @@ type committed struct {
 // errAlreadyCommitted or errSuperseded; commit then returns that error at once, as it does any
 // staging error and a lost lease.
 func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
-	return m.commitJob(ctx, step, props, stage, false)
+	return m.commitJob(ctx, step, props, commitJob{stage: stage})
+}
+
+// commitDirect is commit for a change that direct stages and commits itself.
+func (m *Maintainer) commitDirect(ctx context.Context, step string, direct directFunc) (committed, error) {
+	return m.commitJob(ctx, step, nil, commitJob{direct: direct})
 }
 
 // commitThenMore is commit for a change that another commit follows as soon as it has landed
 // (the first of a conversion's two): the writer that runs it waits briefly for the next one
 // (commitJob.followUp).
 func (m *Maintainer) commitThenMore(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
-	return m.commitJob(ctx, step, props, stage, true)
+	return m.commitJob(ctx, step, props, commitJob{stage: stage, followUp: true})
 }
 
-func (m *Maintainer) commitJob(ctx context.Context, step string, props iceberg.Properties, stage stageFunc, followUp bool) (committed, error) {
+// commitJob commits the change of kind (its stage or direct, and followUp) as commit does.
+func (m *Maintainer) commitJob(ctx context.Context, step string, props iceberg.Properties, kind commitJob) (committed, error) {
 	var out committed
 	// Each attempt is a job that brings its own table; on demand the loop reloads too, so that it
 	// recognises a lost race (the table moved) and re-stages it soon without counting it.
@@ -225,8 +252,8 @@ func (m *Maintainer) commitJob(ctx context.Context, step string, props iceberg.P
 			if !m.ignoreLease {
 				maps.Copy(p, m.leaseProps(until))
 			}
-			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: stage, attempt: attempt, done: make(chan jobResult, 1),
-				followUp: followUp})
+			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: kind.stage, direct: kind.direct, attempt: attempt,
+				done: make(chan jobResult, 1), followUp: kind.followUp})
 			out.head = r.head
 			if r.sent {
 				out.sent++

@@ -215,9 +215,15 @@ func watermarks(tbl *table.Table) map[string]string {
 func scanRows(t *testing.T, cat catalog.Catalog) ([]string, *table.Table) {
 	t.Helper()
 	tbl := loadUsers(t, cat)
+	return scanRowsOf(t, tbl), tbl
+}
+
+// scanRowsOf is scanRows on tbl with opts (table.WithSnapshotID: a branch, an older snapshot).
+func scanRowsOf(t *testing.T, tbl *table.Table, opts ...table.ScanOption) []string {
+	t.Helper()
 	fields := tbl.Schema().Fields()
 	var out []string
-	_, it, err := tbl.Scan().ToArrowRecords(context.Background())
+	_, it, err := tbl.Scan(opts...).ToArrowRecords(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +249,7 @@ func scanRows(t *testing.T, cat catalog.Catalog) ([]string, *table.Table) {
 		rec.Release()
 	}
 	sort.Strings(out)
-	return out, tbl
+	return out
 }
 
 func eq(t *testing.T, got []string, want ...string) {

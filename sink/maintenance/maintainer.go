@@ -74,6 +74,7 @@ type Maintainer struct {
 	pauseUntil  time.Time // after a failed run, nothing runs before
 	pauses      int
 	eqSince     time.Time     // position mode: when equality deletes were first seen outstanding
+	lastPublish time.Time     // position mode: when the positional branch last moved
 	runSlots    *Slots        // shared with the process's other maintainers (nil: unbounded)
 	keys        *KeyCache     // key columns of data files, shared likewise (nil: none)
 	liveCache   manifestCache // live entries of the manifests conversions read
@@ -189,7 +190,10 @@ func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error
 		stop = fail("purge", m.purge(ctx, rep))
 	}
 	if !stop && s.orphans {
-		fail("orphans", m.removeOrphans(ctx, rep))
+		stop = fail("orphans", m.removeOrphans(ctx, rep))
+	}
+	if !stop && m.cfg.positionMode() && (s.branch || rep.Compacted || rep.ManifestsRewritten > 0) {
+		m.followMain(ctx, nil, rep) // a no-op while main holds equality deletes
 	}
 	return errs
 }

@@ -87,6 +87,10 @@ type Report struct {
 	DataFilesProbed            int
 	ConversionTook             time.Duration
 	ConversionAttempts         int
+	// BranchMoved: the positional branch (Config.PositionalBranch) moved to a state without
+	// equality deletes, BranchSource: the snapshot of main it shows.
+	BranchMoved  bool
+	BranchSource int64
 
 	// SnapshotsExpired were removed by snapshot expiry. FilesDeferred are the files only
 	// snapshots expired before snapshot_retention (by max_snapshots) referenced: listed for
@@ -107,7 +111,7 @@ type Report struct {
 
 // Changed reports whether the run changed the table or its files.
 func (r Report) Changed() bool {
-	return r.Compacted || r.Converted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0 ||
+	return r.Compacted || r.Converted || r.BranchMoved || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0 ||
 		r.DeferredFilesRemoved > 0
 }
 

@@ -138,7 +138,13 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 			return err
 		}
 	}
-	c, err := m.commit(ctx, "position-drop", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, _ int) error {
+	// With a positional branch the branch's move follows the drop at once (the writer that runs
+	// the drop waits for it, as for the drop after the first commit).
+	drop := m.commit
+	if m.cfg.PositionalBranch != "" {
+		drop = m.commitThenMore
+	}
+	c, err := drop(ctx, "position-drop", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, _ int) error {
 		if _, err := p.check(ctx, head); err != nil {
 			return err
 		}
@@ -175,6 +181,7 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 		zap.Int("position_delete_files", len(p.posDels)), zap.Int("position_delete_files_merged", len(p.replaced)+len(p.replacedDVs)),
 		zap.Int64("positions", p.rows),
 		zap.Int("attempts", attempts), zap.Int64("starting_snapshot", p.snap.SnapshotID))
+	m.publishConverted(ctx, p, c.tbl, rep)
 	return nil
 }
 

@@ -42,16 +42,17 @@ type tableState struct {
 	lastCompaction       time.Time
 	lastOrphans          time.Time
 	deferredDue          bool // a list of deferred file deletions is due
+	branchBehind         bool // the positional branch is not at main's head
 }
 
 // steps is what a run does.
 type steps struct {
-	position, compact, expire, manifests, orphans, purge bool
-	trigger                                              string
+	position, compact, expire, manifests, orphans, purge, branch bool
+	trigger                                                      string
 }
 
 func (s steps) any() bool {
-	return s.position || s.compact || s.expire || s.manifests || s.orphans || s.purge
+	return s.position || s.compact || s.expire || s.manifests || s.orphans || s.purge || s.branch
 }
 
 func (s *steps) why(trigger string) {
@@ -153,6 +154,10 @@ func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Tim
 	st.leaseOwner, st.leaseUntil = ReadLease(props)
 	st.lastCompaction = parseTime(props[tableprop.LastCompaction])
 	st.lastOrphans = parseTime(props[tableprop.LastOrphanCleanup])
+	if b := m.cfg.PositionalBranch; b != "" {
+		head, at := tbl.CurrentSnapshot(), meta.SnapshotByName(b)
+		st.branchBehind = head != nil && (at == nil || at.SnapshotID != head.SnapshotID)
+	}
 	if full {
 		m.lastFull = now
 		m.metaBytes, m.manifests = fileStats(ctx, tbl)
@@ -199,23 +204,30 @@ func expiry(meta table.Metadata, keepLast, maxSnapshots int, retention time.Dura
 	age := retention
 	cutoff := now.Add(-age).UnixMilli()
 	keep := make(map[int64]bool)
-	for name, ref := range meta.Refs() {
-		keep[ref.SnapshotID] = true
-		if name != table.MainBranch {
-			continue
-		}
-		for i, s := range table.AncestorsOf(ref.SnapshotID, meta.SnapshotByID) {
-			if maxSnapshots > 0 && i == maxSnapshots {
+	// Main first (its cap sets the age), then every other branch (the positional branch, a
+	// reload's) as ExpireSnapshots walks it: its newest keepLast ancestors and the younger ones.
+	walk := func(head int64, capped bool) {
+		for i, s := range table.AncestorsOf(head, meta.SnapshotByID) {
+			if capped && maxSnapshots > 0 && i == maxSnapshots {
 				// The first ancestor past the cap is older than this age; ExpireSnapshots measures
 				// against a later clock, so it is too.
-				if capped := max(0, now.Sub(time.UnixMilli(s.TimestampMs))-time.Millisecond); capped < age {
-					age, cutoff = capped, now.Add(-capped).UnixMilli()
+				if c := max(0, now.Sub(time.UnixMilli(s.TimestampMs))-time.Millisecond); c < age {
+					age, cutoff = c, now.Add(-c).UnixMilli()
 				}
 			}
 			if s.TimestampMs < cutoff && i >= keepLast {
 				break
 			}
 			keep[s.SnapshotID] = true
+		}
+	}
+	if s := meta.SnapshotByName(table.MainBranch); s != nil {
+		walk(s.SnapshotID, true)
+	}
+	for name, ref := range meta.Refs() {
+		keep[ref.SnapshotID] = true
+		if name != table.MainBranch && ref.SnapshotRefType == table.BranchRef {
+			walk(ref.SnapshotID, false)
 		}
 	}
 	n := 0
@@ -247,6 +259,12 @@ func (m *Maintainer) due(st tableState, now time.Time) steps {
 		}
 	} else {
 		m.eqSince = time.Time{}
+		if c.positionMode() && c.PositionalBranch != "" && st.branchBehind && now.Sub(m.lastPublish) >= c.PositionDelay {
+			// No equality delete on main: the positional branch follows it (at most every
+			// PositionDelay: a table taking only appends moves main at every commit).
+			s.branch = true
+			s.why("positional-branch")
+		}
 	}
 	if st.deferredDue {
 		s.purge = true

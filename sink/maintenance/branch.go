@@ -1,0 +1,235 @@
+package maintenance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
+)
+
+// The positional branch (Config.PositionalBranch, design.md §11.1). In delete modes position and
+// dv the writer still commits one equality-delete file per commit, and a conversion turns them
+// positional within PositionDelay; so under steady commits main always holds the last seconds'
+// equality deletes, which PyIceberg, DuckDB and other readers refuse, and which iceberg-go's scan
+// pays for on every row. The branch never holds one: each conversion, planned on snapshot P,
+// moves it to P with P's equality deletes converted (its position deletes added and the equality
+// deletes dropped, the same files its two commits on main add and drop, staged once more on P),
+// and whenever main holds no equality delete the branch follows main's head. Readers of the
+// branch lag main by PositionDelay plus a conversion.
+
+// branchTrigger marks the snapshots the maintainer adds to the positional branch.
+const branchTrigger = "positional-branch"
+
+// publishConverted moves the positional branch to the converted state of the plan's snapshot, or,
+// when the table the conversion left (after) holds no equality delete, to main's head.
+func (m *Maintainer) publishConverted(ctx context.Context, p *conversionPlan, after *table.Table, rep *Report) {
+	if m.cfg.PositionalBranch == "" {
+		return
+	}
+	if after != nil && noEqualityDeletes(after.CurrentSnapshot()) {
+		m.followMain(ctx, after, rep)
+		return
+	}
+	_, err := m.commitDirect(ctx, "positional-branch", func(ctx context.Context, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
+		return p.publishOn(ctx, m, head, props)
+	})
+	m.branchPublished(err, p.snap.SnapshotID, "converted", rep)
+}
+
+// followMain moves the positional branch to main's head when main holds no equality delete and
+// the branch is elsewhere. tbl is a recent table (nil: loaded), checked before anything is handed
+// to the writer, so that a branch already in place costs no commit.
+func (m *Maintainer) followMain(ctx context.Context, tbl *table.Table, rep *Report) {
+	branch := m.cfg.PositionalBranch
+	if branch == "" {
+		return
+	}
+	if tbl == nil {
+		var err error
+		if tbl, err = m.cat.LoadTable(ctx, m.ident); err != nil {
+			return
+		}
+	}
+	if _, err := branchTarget(tbl, branch); err != nil {
+		return // nothing to do
+	}
+	var target int64
+	_, err := m.commitDirect(ctx, "positional-branch", func(ctx context.Context, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
+		snap, err := branchTarget(head, branch)
+		if err != nil {
+			return nil, false, err
+		}
+		target = snap.SnapshotID
+		updates := []table.Update{table.NewSetSnapshotRefUpdate(branch, snap.SnapshotID, table.BranchRef, 0, 0, 0)}
+		return m.commitRefs(ctx, head, branch, updates, props)
+	})
+	m.branchPublished(err, target, "main", rep)
+}
+
+// branchTarget returns main's head when the branch should move to it: main has a snapshot without
+// equality deletes, the branch is elsewhere, and the branch does not show a newer state already.
+func branchTarget(head *table.Table, branch string) (*table.Snapshot, error) {
+	snap := head.CurrentSnapshot()
+	if snap == nil || !noEqualityDeletes(snap) {
+		return nil, errNothingToDo
+	}
+	if at := head.Metadata().SnapshotByName(branch); at != nil && (at.SnapshotID == snap.SnapshotID || branchSourceSeq(head.Metadata(), at) > snap.SequenceNumber) {
+		return nil, errNothingToDo
+	}
+	return snap, nil
+}
+
+func (m *Maintainer) branchPublished(err error, snapshot int64, from string, rep *Report) {
+	switch {
+	case err == nil:
+		m.lastPublish = time.Now()
+		rep.BranchMoved, rep.BranchSource = true, snapshot
+		m.log.Debug("positional branch moved", zap.String("branch", m.cfg.PositionalBranch),
+			zap.String("from", from), zap.Int64("snapshot", snapshot))
+	case errors.Is(err, errNothingToDo), errors.Is(err, errAlreadyCommitted):
+	default:
+		// Not a failure of the table: main is right, and the next conversion moves the branch.
+		m.log.Info("positional branch not moved; the next conversion moves it", zap.String("from", from), zap.Error(err))
+	}
+}
+
+// noEqualityDeletes reports whether snap holds no equality delete (its summary's totals).
+func noEqualityDeletes(snap *table.Snapshot) bool {
+	if snap == nil || snap.Summary == nil {
+		return false
+	}
+	v, ok := snap.Summary.Properties["total-equality-deletes"]
+	return ok && v == "0"
+}
+
+// BranchSource returns the id of the snapshot of main whose rows snap, a snapshot of the
+// positional branch, shows: the planning snapshot of the conversion that added it, or snap itself
+// when the branch followed main.
+func BranchSource(snap *table.Snapshot) int64 {
+	if snap.Summary != nil && snap.Summary.Properties[tableprop.SummaryMaintenanceTrigger] == branchTrigger {
+		if id, err := strconv.ParseInt(snap.Summary.Properties[tableprop.SummaryMaintenanceStarting], 10, 64); err == nil {
+			return id
+		}
+	}
+	return snap.SnapshotID
+}
+
+// branchSourceSeq is the sequence number of the main snapshot the branch's head shows: the
+// planning snapshot a conversion published, or the head itself when the branch followed main.
+func branchSourceSeq(meta table.Metadata, snap *table.Snapshot) int64 {
+	if src := meta.SnapshotByID(BranchSource(snap)); src != nil {
+		return src.SequenceNumber
+	}
+	return snap.SequenceNumber
+}
+
+// publishOn stages, on head, the branch moved to the plan's snapshot P with P's equality deletes
+// converted, and commits it. The snapshots are built by a transaction on the branch of a copy of
+// head's metadata in which the branch is at P (what a conversion staged on P would commit), and
+// committed as they are with the branch moved to the last, requiring main and the branch
+// unchanged since head (the new snapshots' sequence numbers follow head's).
+func (p *conversionPlan) publishOn(ctx context.Context, m *Maintainer, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
+	branch := m.cfg.PositionalBranch
+	meta := head.Metadata()
+	if meta.SnapshotByID(p.snap.SnapshotID) == nil {
+		return nil, false, errNothingToDo // expired meanwhile: the next conversion moves the branch
+	}
+	if at := meta.SnapshotByName(branch); at != nil {
+		if branchSourceSeq(meta, at) >= p.snap.SequenceNumber {
+			return nil, false, errAlreadyCommitted // the branch shows P or a newer state
+		}
+	}
+	b, err := table.MetadataBuilderFromBase(meta, head.MetadataLocation())
+	if err != nil {
+		return nil, false, err
+	}
+	if err := b.SetSnapshotRef(branch, p.snap.SnapshotID, table.BranchRef); err != nil {
+		return nil, false, err
+	}
+	atP, err := b.Build()
+	if err != nil {
+		return nil, false, err
+	}
+	txn := table.New(head.Identifier(), atP, head.MetadataLocation(), head.FS, m.cat).NewTransactionOnBranch(branch)
+	summary := iceberg.Properties{tableprop.SummaryMaintenanceTrigger: branchTrigger,
+		tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)}
+	if len(p.posDels) > 0 {
+		rd := txn.NewRowDelta(summary)
+		rd.AddDeletes(p.posDels...)
+		if len(p.replacedDVs) > 0 {
+			rd.RemoveDeletes(p.replacedDVs...)
+		}
+		if err := rd.Commit(ctx); err != nil {
+			return nil, false, fmt.Errorf("stage the position deletes on the branch: %w", err)
+		}
+	}
+	rw := txn.NewRewrite(summary)
+	for _, e := range p.eqDels {
+		rw.DeleteFile(e.df)
+	}
+	for _, df := range p.replaced {
+		rw.DeleteFile(df)
+	}
+	if err := rw.Commit(ctx); err != nil {
+		return nil, false, fmt.Errorf("stage the dropped equality deletes on the branch: %w", err)
+	}
+	staged, err := txn.StagedTable()
+	if err != nil {
+		return nil, false, err
+	}
+	var added []table.Snapshot
+	for _, s := range staged.Metadata().Snapshots() {
+		if meta.SnapshotByID(s.SnapshotID) == nil {
+			added = append(added, s)
+		}
+	}
+	slices.SortFunc(added, func(a, b table.Snapshot) int { return int(a.SequenceNumber - b.SequenceNumber) })
+	if len(added) == 0 {
+		return nil, false, errors.New("staging the positional branch added no snapshot")
+	}
+	top := added[len(added)-1]
+	if !noEqualityDeletes(&top) {
+		// Never publish a branch holding an equality delete: it is there for readers that refuse them.
+		return nil, false, fmt.Errorf("the converted snapshot of %d still counts equality deletes", p.snap.SnapshotID)
+	}
+	updates := make([]table.Update, 0, len(added)+1)
+	for i := range added {
+		updates = append(updates, table.NewAddSnapshotUpdate(&added[i]))
+	}
+	updates = append(updates, table.NewSetSnapshotRefUpdate(branch, top.SnapshotID, table.BranchRef, 0, 0, 0))
+	return m.commitRefs(ctx, head, branch, updates, props)
+}
+
+// commitRefs commits updates (and props) on head, requiring main and the branch where head has
+// them. sent is false when nothing reached the catalog.
+func (m *Maintainer) commitRefs(ctx context.Context, head *table.Table, branch string, updates []table.Update, props iceberg.Properties) (*table.Table, bool, error) {
+	meta := head.Metadata()
+	var mainID, branchID *int64
+	if s := head.CurrentSnapshot(); s != nil {
+		mainID = &s.SnapshotID
+	}
+	if at := meta.SnapshotByName(branch); at != nil {
+		branchID = &at.SnapshotID
+	}
+	reqs := []table.Requirement{
+		table.AssertTableUUID(meta.TableUUID()),
+		table.AssertRefSnapshotID(table.MainBranch, mainID),
+		table.AssertRefSnapshotID(branch, branchID),
+	}
+	if len(props) > 0 {
+		updates = append(updates, table.NewSetPropertiesUpdate(props))
+	}
+	newMeta, loc, err := m.cat.CommitTable(ctx, head.Identifier(), reqs, updates)
+	if err != nil {
+		return nil, true, err
+	}
+	return table.New(head.Identifier(), newMeta, loc, head.FS, m.cat), true, nil
+}

@@ -1,0 +1,150 @@
+package maintenance_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+)
+
+// eqDeletesAt counts the live equality-delete files of snap.
+func eqDeletesAt(t *testing.T, tbl *table.Table, snap *table.Snapshot) int {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			if e.DataFile().ContentType() == iceberg.EntryContentEqDeletes {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// branchAt returns the positional branch's snapshot, failing the test when there is none.
+func branchAt(t *testing.T, tbl *table.Table) *table.Snapshot {
+	t.Helper()
+	snap := tbl.Metadata().SnapshotByName("positional")
+	if snap == nil {
+		t.Fatal("the table has no positional branch")
+	}
+	return snap
+}
+
+// In position and dv mode the positional branch never holds an equality delete, and shows
+// exactly the rows of a snapshot of main. A conversion whose plan (snapshot P) a CDC commit
+// overtakes leaves main with that commit's equality deletes; the branch then shows P, converted,
+// not main's head. Once main holds no equality delete, the branch is main's head.
+func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
+	for _, mode := range []string{maintenance.DeleteModePosition, maintenance.DeleteModeDV} {
+		t.Run(mode, func(t *testing.T) {
+			dir := t.TempDir()
+			def := usersDef
+			if mode == maintenance.DeleteModeDV {
+				def = dvDef()
+			}
+			h := newHarnessFor(t, dir, def)
+			m := newModel(h)
+			m.load(100)
+			for b := 1; b <= 3; b++ {
+				m.batch(b, 100)
+			}
+			before := m.want() // the rows of the snapshot the conversion plans on
+			cfg := positionConfig()
+			cfg.DeleteMode = mode
+			mt := testMaintainer(t, h.cat, cfg)
+			overtaken := false
+			mt.BeforeCommit(func(step string, attempt int) {
+				if step == "position" && !overtaken {
+					overtaken = true
+					m.del("s0", 7)
+					m.upsert("s0", 8, "overtaking")
+					h.flush()
+				}
+			})
+			ctx := context.Background()
+			if !mt.Lease(ctx, loadUsers(t, h.cat)) {
+				t.Fatal("no lease")
+			}
+			rep, err := mt.Maintain(ctx, maintenance.PositionOnly)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tbl := loadUsers(t, h.cat)
+			if !rep.Converted || !rep.BranchMoved || eqDeletesAt(t, tbl, tbl.CurrentSnapshot()) != 1 {
+				t.Fatalf("report %+v, %d equality deletes on main: want a conversion overtaken by one commit",
+					rep, eqDeletesAt(t, tbl, tbl.CurrentSnapshot()))
+			}
+			at := branchAt(t, tbl)
+			if n := eqDeletesAt(t, tbl, at); n != 0 {
+				t.Fatalf("the positional branch holds %d equality-delete files", n)
+			}
+			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), before...)
+			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(rep.BranchSource)), before...)
+			if at.SnapshotID == tbl.CurrentSnapshot().SnapshotID {
+				t.Fatal("the branch is main's head, which holds an equality delete")
+			}
+
+			mt.BeforeCommit(nil)
+			if rep, err = mt.Maintain(ctx, maintenance.PositionOnly); err != nil {
+				t.Fatal(err)
+			}
+			rows, tbl := scanRows(t, h.cat)
+			eq(t, rows, m.want()...)
+			at = branchAt(t, tbl)
+			if !rep.BranchMoved || at.SnapshotID != tbl.CurrentSnapshot().SnapshotID {
+				t.Fatalf("report %+v: the branch is at %d, main at %d; with no equality delete left it follows main",
+					rep, at.SnapshotID, tbl.CurrentSnapshot().SnapshotID)
+			}
+			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
+
+			// A compaction moves main; the branch follows it (main holds no equality delete).
+			if rep, err = mt.Maintain(ctx, maintenance.CompactOnly); err != nil {
+				t.Fatal(err)
+			}
+			tbl = loadUsers(t, h.cat)
+			if at = branchAt(t, tbl); !rep.Compacted || at.SnapshotID != tbl.CurrentSnapshot().SnapshotID {
+				t.Fatalf("report %+v: after a compaction the branch is at %d, main at %d", rep, at.SnapshotID, tbl.CurrentSnapshot().SnapshotID)
+			}
+			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
+			h.close()
+		})
+	}
+}
+
+// With positional_branch "" no branch is kept.
+func TestPositionalBranchOff(t *testing.T) {
+	dir := t.TempDir()
+	h, m := seeded(t, dir, 100, 2)
+	cfg := positionConfig()
+	cfg.PositionalBranch = ""
+	mt := testMaintainer(t, h.cat, cfg)
+	ctx := context.Background()
+	if !mt.Lease(ctx, loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(ctx, maintenance.PositionOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if !rep.Converted || rep.BranchMoved || tbl.Metadata().SnapshotByName("positional") != nil {
+		t.Fatalf("report %+v: a branch was kept with positional_branch off", rep)
+	}
+	h.close()
+}
