@@ -75,6 +75,10 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		loadChunk:       envInt("BENCH_LOAD_CHUNK", 1_000_000),
 		scanReps:        envInt("BENCH_SCAN_REPEAT", 8),
 		pyiceberg:       os.Getenv("BENCH_PYICEBERG_PYTHON"),
+		branch:          maintenance.DefaultConfig().PositionalBranch,
+	}
+	if os.Getenv("BENCH_POSITIONAL_BRANCH") == "off" {
+		p.branch = ""
 	}
 	out := io.Writer(os.Stdout)
 	if path := os.Getenv("BENCH_OUT"); path != "" {
@@ -87,6 +91,9 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 	}
 	r := runMaintenanceBench(b, p, out)
 	b.ReportMetric(r.maxScanRatio, "max-scan-ratio")
+	if r.maxBranchRatio > 0 {
+		b.ReportMetric(r.maxBranchRatio, "max-branch-scan-ratio")
+	}
 	b.ReportMetric(r.cpuRatio, "commit-cpu-ratio")
 	b.ReportMetric(float64(r.maxMetaBytes), "max-metadata-bytes")
 	b.ReportMetric(r.maxGap.Seconds(), "max-commit-gap-s")
@@ -97,6 +104,7 @@ type benchParams struct {
 	rows, commits, keys, scanEvery, maxDel, keepLast int
 	loadChunk, scanReps                              int
 	pyiceberg                                        string // python with pyiceberg: time its scans too
+	branch                                           string // sink.maintenance.positional_branch
 	interval, retention, posDelay                    time.Duration
 	mode                                             string
 	rewriteFraction                                  float64
@@ -104,6 +112,7 @@ type benchParams struct {
 
 type benchResult struct {
 	maxScanRatio, cpuRatio float64
+	maxBranchRatio         float64
 	maxMetaBytes           int64
 	maxGap                 time.Duration
 	maintCPUPer1k          time.Duration
@@ -196,6 +205,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	mc.ExpireBatch = p.keepLast
 	mc.PositionDelay = p.posDelay
 	mc.RewriteDeletedFraction = p.rewriteFraction
+	mc.PositionalBranch = p.branch
+	withBranch := p.branch != "" && maintenance.Converting(p.mode)
 	if v := os.Getenv("BENCH_KEY_CACHE_BYTES"); v != "" { // 0: off, as before 2026-12-06 (session 19)
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -298,7 +309,9 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	// the median of the cycles during which no maintenance ran. Maintenance runs on other
 	// goroutines, and its commits on the writer's, so a cycle that overlaps it cannot be split.
 	var cdcCPU, scanCPU time.Duration
-	var pyRows []string
+	var pyRows, branchRows []string
+	var branchRatios []float64
+	var branchLags []time.Duration // per commit: how far behind main the positional branch shows
 	var cycles []time.Duration
 	cdc0 := cpuNow()
 	for i := 1; i <= p.commits; i++ {
@@ -348,6 +361,9 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		if !busy0 && !m.Busy() && m.Runs() == runs0 {
 			cycles = append(cycles, cpuNow()-cy0)
 		}
+		if withBranch {
+			branchLags = append(branchLags, branchLag(tbl, p.branch, now))
+		}
 		if i%p.scanEvery == 0 || i == p.commits {
 			sc0 := cpuNow()
 			// The table as of this commit, timed once our own compaction (if one is running) is
@@ -356,8 +372,17 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 				time.Sleep(10 * time.Millisecond)
 			}
 			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), p.scanReps, out)
+			if withBranch {
+				row, r := benchBranchScan(b, ctx, cat, tbl, p.branch, i, p.scanReps)
+				branchRows = append(branchRows, row)
+				if r > 0 {
+					branchRatios = append(branchRatios, r)
+				}
+			}
 			scanCPU += cpuNow() - sc0
-			if p.pyiceberg != "" {
+			if p.pyiceberg != "" && withBranch {
+				pyRows = append(pyRows, benchPyIcebergBranch(b, ctx, dir, ident, i, p))
+			} else if p.pyiceberg != "" {
 				row, cpu := benchPyIceberg(b, ctx, cat, ident, dir, i, model, p)
 				pyRows = append(pyRows, row)
 				scanCPU += cpu
@@ -439,7 +464,22 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	slices.Sort(convTook)
 	slices.Sort(lags)
 	fmt.Fprintf(out, "\n")
-	if len(pyRows) > 0 {
+	if len(branchRows) > 0 {
+		fmt.Fprintf(out, "The positional branch %q (iceberg-go), at the same points, ingestion running:\n\n", p.branch)
+		fmt.Fprintf(out, "| commit | branch shows main as of | scan | compacted copy | ratio | rows = main's then | data files | delete files |\n|---:|---:|---:|---:|---:|:-:|---:|---:|\n")
+		for _, r := range branchRows {
+			fmt.Fprintln(out, r)
+		}
+		fmt.Fprintf(out, "\n")
+	}
+	if len(pyRows) > 0 && withBranch {
+		fmt.Fprintf(out, "PyIceberg (%s) reading the positional branch %q, ingestion running (no pause):\n\n", p.pyiceberg, p.branch)
+		fmt.Fprintf(out, "| commit | snapshot age | PyIceberg scan | compacted copy | ratio | delete files | position deletes | – |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, r := range pyRows {
+			fmt.Fprintln(out, r)
+		}
+		fmt.Fprintf(out, "\n")
+	} else if len(pyRows) > 0 {
 		fmt.Fprintf(out, "PyIceberg (%s), after ingestion paused until no equality delete was left:\n\n", p.pyiceberg)
 		fmt.Fprintf(out, "| commit | wait for conversion | PyIceberg scan | compacted copy | ratio | delete files | position deletes | iceberg-go ratio then |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range pyRows {
@@ -452,6 +492,18 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	fmt.Fprintf(out, "- machine: load average %s at the start, %s at the end (2 cores shared with other work)\n", load0, loadavg())
 	fmt.Fprintf(out, "- full scan vs freshly compacted copy: median ratio %.2f×, worst **%.2f×** (%d measurements)\n",
 		ratios[len(ratios)/2], res.maxScanRatio, len(ratios))
+	if len(branchRatios) > 0 {
+		slices.Sort(branchRatios)
+		res.maxBranchRatio = branchRatios[len(branchRatios)-1]
+		fmt.Fprintf(out, "- full scan of the positional branch vs a freshly compacted copy of its rows: median ratio %.2f×, worst **%.2f×** (%d measurements)\n",
+			branchRatios[len(branchRatios)/2], res.maxBranchRatio, len(branchRatios))
+	}
+	if len(branchLags) > 0 {
+		slices.Sort(branchLags)
+		fmt.Fprintf(out, "- positional branch behind main (after each commit: the age of the main snapshot it shows): p50 %s, p99 **%s**, max %s (%d commits)\n",
+			branchLags[len(branchLags)/2].Round(time.Millisecond), branchLags[len(branchLags)*99/100].Round(time.Millisecond),
+			branchLags[len(branchLags)-1].Round(time.Millisecond), len(branchLags))
+	}
 	fmt.Fprintf(out, "- commit CPU (median, commits without maintenance running): first 100 %s (%d samples), last 100 %s (%d samples): **%.2f×**\n",
 		cpuIdle(first).Round(time.Microsecond), idleN(first), cpuIdle(lastN).Round(time.Microsecond), idleN(lastN), res.cpuRatio)
 	fmt.Fprintf(out, "- commit CPU (median, all commits): first 100 %s, last 100 %s: %.2f×\n",
@@ -643,4 +695,143 @@ func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, iden
 		b.Errorf("commit %d: PyIceberg read %d rows, the model has %d", commit, r.Rows, wantRows)
 	}
 	return fmt.Sprintf("| %d | %s | %.3fs | %.3fs | %.2f | %d | %d | %.2f |", commit, wait.Round(time.Millisecond), r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes, goRatio), scanCPU
+}
+
+// branchLag is how far behind main the positional branch of tbl shows the table at now: the age
+// of the main snapshot it shows (maintenance.BranchSource), 0 when it is main's head; the age of
+// main's first snapshot when there is no branch yet.
+func branchLag(tbl *table.Table, branch string, now time.Time) time.Duration {
+	meta := tbl.Metadata()
+	at := meta.SnapshotByName(branch)
+	if at == nil {
+		if s := meta.Snapshots(); len(s) > 0 {
+			return now.Sub(time.UnixMilli(s[0].TimestampMs))
+		}
+		return 0
+	}
+	head := tbl.CurrentSnapshot()
+	if head != nil && at.SnapshotID == head.SnapshotID {
+		return 0
+	}
+	// The branch shows main as of its source; main moved on with the next snapshot after it.
+	src := meta.SnapshotByID(maintenance.BranchSource(at))
+	if src == nil {
+		return now.Sub(time.UnixMilli(at.TimestampMs))
+	}
+	var next int64 // the timestamp of the first main snapshot after src
+	for _, s := range table.AncestorsOf(head.SnapshotID, meta.SnapshotByID) {
+		if s.SnapshotID == src.SnapshotID {
+			break
+		}
+		next = s.TimestampMs
+	}
+	if next == 0 {
+		return 0
+	}
+	return now.Sub(time.UnixMilli(next))
+}
+
+// benchBranchScan times iceberg-go's full scan of the positional branch's snapshot against a
+// freshly compacted copy of its rows (as benchScanRow does for main), checks that it reads what
+// the main snapshot it shows reads, and returns a report row and the ratio (0 without a branch).
+func benchBranchScan(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, branch string, commit, reps int) (string, float64) {
+	at := tbl.Metadata().SnapshotByName(branch)
+	if at == nil {
+		return fmt.Sprintf("| %d | no branch yet | – | – | – | – | – | – |", commit), 0
+	}
+	scan := func(t *table.Table, opts ...table.ScanOption) (time.Duration, int, int64) {
+		runtime.GC()
+		start := time.Now()
+		var rows int
+		var sum int64
+		_, it, err := t.Scan(opts...).ToArrowRecords(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for rec, err := range it {
+			if err != nil {
+				b.Fatal(err)
+			}
+			q := rec.Column(rec.Schema().FieldIndices("qty")[0]).(*array.Int32)
+			for i := 0; i < q.Len(); i++ {
+				sum += int64(q.Value(i))
+			}
+			rows += int(rec.NumRows())
+			rec.Release()
+		}
+		return time.Since(start), rows, sum
+	}
+	onBranch := table.WithSnapshotID(at.SnapshotID)
+	_, rows, sum := scan(tbl, onBranch)
+	src := maintenance.BranchSource(at)
+	_, srows, ssum := scan(tbl, table.WithSnapshotID(src))
+	mark := "yes"
+	if rows != srows || sum != ssum {
+		mark = "**NO**"
+		b.Errorf("commit %d: the positional branch reads %d rows (qty sum %d), main's snapshot %d it shows %d (%d)", commit, rows, sum, src, srows, ssum)
+	}
+	arrowTbl, err := tbl.Scan(onBranch).ToArrowTable(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	copyIdent := table.Identifier{"benchcopy", fmt.Sprintf("b%d_%d", commit, time.Now().UnixNano())}
+	if err := cat.CreateNamespace(ctx, copyIdent[:1], nil); err != nil && !strings.Contains(err.Error(), "exists") {
+		b.Fatal(err)
+	}
+	cp, err := cat.CreateTable(ctx, copyIdent, tbl.Schema())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cp, err = cp.AppendTable(ctx, arrowTbl, 1<<20, nil)
+	arrowTbl.Release()
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, dc := time.Duration(1<<62), time.Duration(1<<62)
+	for range reps {
+		t1, _, _ := scan(tbl, onBranch)
+		t2, _, _ := scan(cp)
+		d, dc = min(d, t1), min(dc, t2)
+	}
+	if p, ok := cat.(interface {
+		PurgeTable(context.Context, table.Identifier) error
+	}); ok {
+		_ = p.PurgeTable(ctx, copyIdent)
+	}
+	ratio := d.Seconds() / dc.Seconds()
+	shows := "main's head"
+	if s := tbl.Metadata().SnapshotByID(src); src != tbl.CurrentSnapshot().SnapshotID && s != nil {
+		shows = fmt.Sprintf("%s before", time.Since(time.UnixMilli(s.TimestampMs)).Round(100*time.Millisecond))
+	}
+	totals := at.Summary.Properties
+	return fmt.Sprintf("| %d | %s | %s | %s | %.2f | %s | %d | %d |", commit, shows, d.Round(time.Millisecond), dc.Round(time.Millisecond), ratio, mark,
+		totals.GetInt("total-data-files", 0), totals.GetInt("total-delete-files", 0)), ratio
+}
+
+// benchPyIcebergBranch times PyIceberg's full scan of the positional branch against a compacted
+// copy of it, with ingestion running (integration/pyiceberg/scan_time.py --ref), and returns a
+// report row.
+func benchPyIcebergBranch(b *testing.B, ctx context.Context, dir string, ident table.Identifier, commit int, p benchParams) string {
+	cmd := exec.CommandContext(ctx, p.pyiceberg, filepath.Join("..", "integration", "pyiceberg", "scan_time.py"),
+		"--catalog-db", filepath.Join(dir, "catalog.db"), "--warehouse", filepath.Join(dir, "warehouse"),
+		"--table", strings.Join(ident, "."), "--copy-dir", filepath.Join(b.TempDir(), "copy"), "--reps", strconv.Itoa(p.scanReps),
+		"--ref", p.branch)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	outb, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("pyiceberg scan of the branch at commit %d: %v\n%s", commit, err, stderr.String())
+	}
+	var r struct {
+		Age             float64 `json:"age_s"`
+		DeleteFiles     int     `json:"delete_files"`
+		PositionDeletes int64   `json:"position_deletes"`
+		Scan            float64 `json:"scan_s"`
+		Copy            float64 `json:"copy_scan_s"`
+		Ratio           float64 `json:"ratio"`
+	}
+	if err := json.Unmarshal(outb, &r); err != nil {
+		b.Fatalf("pyiceberg scan of the branch at commit %d: %v: %s", commit, err, outb)
+	}
+	return fmt.Sprintf("| %d | %.1fs | %.3fs | %.3fs | %.2f | %d | %d | – |", commit, r.Age, r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes)
 }

@@ -1,10 +1,11 @@
 """Time a PyIceberg full scan of a live table against a freshly compacted copy, for benchmarks.
 
-usage: python scan_time.py --catalog-db PATH --warehouse DIR --table NS.TABLE --copy-dir DIR [--reps N]
+usage: python scan_time.py --catalog-db PATH --warehouse DIR --table NS.TABLE --copy-dir DIR [--reps N] [--ref BRANCH]
 
 It opens the service's embedded SQLite catalog (`make bench-maintenance` runs it with
 BENCH_PYICEBERG_PYTHON, once the table's equality deletes are converted), picks the newest
-snapshot without equality deletes (PyIceberg does not apply them), scans it to Arrow, writes the same rows into a new single-snapshot table in
+snapshot without equality deletes (PyIceberg does not apply them), or with --ref the snapshot the
+branch points at (the positional branch, read while ingestion runs), scans it to Arrow, writes the same rows into a new single-snapshot table in
 a catalog of its own under --copy-dir (a freshly compacted copy), and times both scans, best of
 --reps, interleaved so that load on the machine disturbs both alike. It prints one JSON object:
 
@@ -23,7 +24,12 @@ import pyiceberg
 from pyiceberg.catalog import load_catalog
 
 
-def pick_snapshot(tbl):
+def pick_snapshot(tbl, ref=None):
+    if ref:
+        snap = tbl.snapshot_by_name(ref)
+        if snap is None:
+            raise SystemExit("no ref %s" % ref)
+        return snap
     snaps = sorted(tbl.metadata.snapshots, key=lambda s: s.timestamp_ms, reverse=True)
     for s in snaps:
         summ = s.summary
@@ -50,6 +56,7 @@ def main():
     ap.add_argument("--table", required=True)
     ap.add_argument("--copy-dir", required=True)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ref", default=None)
     args = ap.parse_args()
 
     cat = load_catalog("dms2iceberg", type="sql", uri="sqlite:///" + args.catalog_db,
@@ -57,7 +64,7 @@ def main():
     last = None
     for _ in range(5):
         tbl = cat.load_table(args.table)
-        snap = pick_snapshot(tbl)
+        snap = pick_snapshot(tbl, args.ref)
         try:
             live = tbl.scan(snapshot_id=snap.snapshot_id).to_arrow()
             break
