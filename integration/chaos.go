@@ -210,6 +210,7 @@ type chaosStats struct {
 	records      int // records checked by the last such check
 	rows         int // rows compared by verify
 	files        int // data and delete files checked for double references
+	branches     int // positional branches checked (delete_mode position and dv)
 
 	genStart, genEnd time.Time     // the generator's traffic
 	cyclesTook       time.Duration // from the first cycle to the end of the last (dwell included)

@@ -24,6 +24,7 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
@@ -33,6 +34,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -342,6 +344,9 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 // snapshot, that no file was added by two snapshots, and (delete_mode dv) that the current
 // snapshot holds at most one deletion vector per data file (the spec's rule; readers refuse a
 // second) and none for a data file it no longer holds (a compaction drops a rewritten file's).
+// The positional branch (delete_mode position and dv) is checked the same way and must hold no
+// equality delete; its snapshots re-add the files of the conversions they mirror, so they are
+// left out of the added-twice check.
 func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	cat, closeCat, err := c.openCatalog(ctx)
 	if err != nil {
@@ -356,37 +361,29 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	live := map[string]int{}
-	data := map[string]bool{}
-	vectors := map[string]int{} // data file -> deletion vectors of the current snapshot
-	if snap := tbl.CurrentSnapshot(); snap != nil {
-		mans, err := snap.Manifests(fs)
+	n, _, err := c.checkSnapshotFiles(fs, src, "current snapshot", tbl.CurrentSnapshot())
+	if err != nil {
+		return 0, err
+	}
+	branch := maintenance.DefaultConfig().PositionalBranch
+	if at := tbl.Metadata().SnapshotByName(branch); at != nil {
+		_, eq, err := c.checkSnapshotFiles(fs, src, "positional branch", at)
 		if err != nil {
-			return 0, fmt.Errorf("%s: manifests of the current snapshot: %w", src, err)
+			return 0, err
 		}
-		for _, m := range mans {
-			for e, err := range m.Entries(fs, true) {
-				if err != nil {
-					return 0, fmt.Errorf("%s: manifest %s: %w", src, m.FilePath(), err)
-				}
-				df := e.DataFile()
-				switch ref := df.ReferencedDataFile(); {
-				case df.ContentType() == iceberg.EntryContentData:
-					data[df.FilePath()] = true
-					live[df.FilePath()]++
-				case df.FileFormat() == iceberg.PuffinFile && ref != nil:
-					// One Puffin file holds the vectors of several data files, an entry each:
-					// checked per data file below, not per file.
-					vectors[*ref]++
-				default:
-					live[df.FilePath()]++
-				}
-			}
+		if eq > 0 {
+			c.violation("table %s: the positional branch (snapshot %d) holds %d equality-delete files", src, at.SnapshotID, eq)
 		}
+		c.mu.Lock()
+		c.st.branches++
+		c.mu.Unlock()
 	}
 	addedBy := map[string][]int64{}
 	readManifests := map[string]bool{}
 	for _, snap := range tbl.Metadata().Snapshots() {
+		if maintenance.BranchSource(&snap) != snap.SnapshotID {
+			continue // a positional branch's: it adds again what a conversion added on main
+		}
 		mans, err := snap.Manifests(fs)
 		if err != nil {
 			return 0, fmt.Errorf("%s: manifests of snapshot %d: %w", src, snap.SnapshotID, err)
@@ -409,25 +406,64 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 			}
 		}
 	}
-	for _, p := range slices.Sorted(maps.Keys(live)) {
-		if live[p] > 1 {
-			c.violation("table %s: file %s is referenced %d times by the current snapshot", src, p, live[p])
-		}
-	}
-	for _, p := range slices.Sorted(maps.Keys(vectors)) {
-		if vectors[p] > 1 {
-			c.violation("table %s: data file %s has %d deletion vectors in the current snapshot", src, p, vectors[p])
-		}
-		if !data[p] {
-			c.violation("table %s: a deletion vector of the current snapshot names data file %s, which it does not hold", src, p)
-		}
-	}
 	for _, p := range slices.Sorted(maps.Keys(addedBy)) {
 		if len(addedBy[p]) > 1 {
 			c.violation("table %s: file %s was added by %d snapshots %v", src, p, len(addedBy[p]), addedBy[p])
 		}
 	}
-	return len(live) + len(vectors), nil
+	return n, nil
+}
+
+// checkSnapshotFiles checks the live files of snap (what names it in violations): no file
+// referenced twice, at most one deletion vector per data file and none for a data file snap
+// does not hold. It returns the files and deletion vectors checked and the equality-delete files.
+func (c *chaosRun) checkSnapshotFiles(fs icebergio.IO, src, what string, snap *table.Snapshot) (files, eqDeletes int, err error) {
+	live := map[string]int{}
+	data := map[string]bool{}
+	vectors := map[string]int{} // data file -> deletion vectors of snap
+	if snap == nil {
+		return 0, 0, nil
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%s: manifests of the %s: %w", src, what, err)
+	}
+	for _, m := range mans {
+		for e, err := range m.Entries(fs, true) {
+			if err != nil {
+				return 0, 0, fmt.Errorf("%s: manifest %s: %w", src, m.FilePath(), err)
+			}
+			df := e.DataFile()
+			switch ref := df.ReferencedDataFile(); {
+			case df.ContentType() == iceberg.EntryContentData:
+				data[df.FilePath()] = true
+				live[df.FilePath()]++
+			case df.FileFormat() == iceberg.PuffinFile && ref != nil:
+				// One Puffin file holds the vectors of several data files, an entry each:
+				// checked per data file below, not per file.
+				vectors[*ref]++
+			default:
+				if df.ContentType() == iceberg.EntryContentEqDeletes {
+					eqDeletes++
+				}
+				live[df.FilePath()]++
+			}
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(live)) {
+		if live[p] > 1 {
+			c.violation("table %s: file %s is referenced %d times by the %s", src, p, live[p], what)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(vectors)) {
+		if vectors[p] > 1 {
+			c.violation("table %s: data file %s has %d deletion vectors in the %s", src, p, vectors[p], what)
+		}
+		if !data[p] {
+			c.violation("table %s: a deletion vector of the %s names data file %s, which it does not hold", src, what, p)
+		}
+	}
+	return len(live) + len(vectors), eqDeletes, nil
 }
 
 // complete reports whether every closed shard is at SHARD_END and every open one is

@@ -155,6 +155,11 @@ func (c *chaosRun) report() {
 		// A run that never converted did not test the mode it names.
 		c.problem("delete_mode %s, but no worker logged a conversion of equality deletes", c.opt.DeleteMode)
 	}
+	c.t.Logf("CHAOS positional branches checked at the end: %d", st.branches)
+	if c.opt.DeleteMode != maintenance.DeleteModeEquality && conversions > 0 && st.branches == 0 {
+		// Every conversion moves its table's positional branch: none checked means none kept.
+		c.problem("delete_mode %s: %d conversions, but no table has a positional branch", c.opt.DeleteMode, conversions)
+	}
 	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]

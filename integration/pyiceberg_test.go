@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,12 +293,44 @@ func TestReadersByDeleteMode(t *testing.T) {
 			if mode == "equality" && unreadable == 0 {
 				t.Error("equality mode: no table with equality deletes outstanding to show PyIceberg's limit")
 			}
-			p.sparkCheck("dms2iceberg", map[string]string{
+			var extra []string
+			var pairs [][2]string
+			if mode != "equality" {
+				extra, pairs = p.branchSnapshotSpecs(exp)
+				if len(pairs) == 0 {
+					t.Error("no snapshot a conversion added to the positional branch is left for Spark to read")
+				}
+			}
+			read := p.sparkCheckWith("dms2iceberg", map[string]string{
 				"type":                "jdbc",
 				"uri":                 "jdbc:sqlite:" + filepath.Join(p.dataDir, "catalog.db"),
 				"warehouse":           "file://" + filepath.Join(p.dataDir, "warehouse"),
 				"jdbc.schema-version": "V1",
-			}, "")
+			}, "", extra)
+			// Spark reads a snapshot a conversion added to the branch exactly as the main
+			// snapshot it shows, and the branch by name (at rest: main's head) as expected.
+			for _, pr := range pairs {
+				a, b := read[pr[0]], read[pr[1]]
+				switch {
+				case a.Error != "" || b.Error != "":
+					t.Errorf("spark: %s: %s; %s: %s", pr[0], a.Error, pr[1], b.Error)
+				case !slices.Equal(rowLines(a), rowLines(b)):
+					t.Errorf("spark: %s (%d rows) differs from %s (%d rows), the main snapshot it shows", pr[0], len(a.Rows), pr[1], len(b.Rows))
+				default:
+					t.Logf("spark: %s reads as %s: %d rows", pr[0], pr[1], len(a.Rows))
+				}
+			}
+			for _, et := range exp.Tables {
+				if mode == "equality" {
+					break
+				}
+				name := et.Namespace + "." + et.Name + "@" + maintenance.DefaultConfig().PositionalBranch
+				if st := read[name]; st.Error != "" {
+					t.Errorf("spark: %s: %s", name, st.Error)
+				} else if diffs := compareSpark(et, st, 10); len(diffs) > 0 {
+					t.Errorf("spark: %s differs from the expected state:\n  %s", name, strings.Join(diffs, "\n  "))
+				}
+			}
 		})
 	}
 }
@@ -353,6 +386,66 @@ func (p *pipeline) branchesBehindMain(exp workload.Expected) []string {
 		}
 	}
 	return behind
+}
+
+// branchSnapshotSpecs returns, for Spark, every table at its positional branch, and for every
+// table that still has one, the newest snapshot a conversion added to the branch and the main
+// snapshot it shows ("ns.t@id:cols"; pairs holds both names).
+func (p *pipeline) branchSnapshotSpecs(exp workload.Expected) (specs []string, pairs [][2]string) {
+	t := p.t
+	ctx := t.Context()
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if c, ok := cat.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	}()
+	all := tableSpecs(exp)
+	for i, et := range exp.Tables {
+		name, cols, _ := strings.Cut(all[i], ":")
+		specs = append(specs, name+"@"+maintenance.DefaultConfig().PositionalBranch+":"+cols)
+		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		meta := tbl.Metadata()
+		var newest *table.Snapshot
+		for _, s := range meta.Snapshots() {
+			if src := maintenance.BranchSource(&s); src != s.SnapshotID && meta.SnapshotByID(src) != nil &&
+				(newest == nil || s.SequenceNumber > newest.SequenceNumber) {
+				newest = &s
+			}
+		}
+		if newest == nil {
+			continue
+		}
+		a := fmt.Sprintf("%s@%d", name, newest.SnapshotID)
+		b := fmt.Sprintf("%s@%d", name, maintenance.BranchSource(newest))
+		specs = append(specs, a+":"+cols, b+":"+cols)
+		pairs = append(pairs, [2]string{a, b})
+	}
+	return specs, pairs
+}
+
+// rowLines renders a reader's rows as sorted lines, to compare two reads.
+func rowLines(st sparkTable) []string {
+	out := make([]string, 0, len(st.Rows))
+	for _, r := range st.Rows {
+		parts := make([]string, len(r))
+		for i, v := range r {
+			if v == nil {
+				parts[i] = "\x00"
+			} else {
+				parts[i] = *v
+			}
+		}
+		out = append(out, strings.Join(parts, "\x1f"))
+	}
+	sort.Strings(out)
+	return out
 }
 
 // tableSpecs names every table of the expected state with its columns, as pyicebergRead and

@@ -299,6 +299,14 @@ func (p *pipeline) readExpected() workload.Expected {
 // (Iceberg's Spark integration cannot load a table with an Iceberg `time` column at all, which is
 // why the service stores DMS TIME as string unless sink.time_type is "time".)
 func (p *pipeline) sparkCheck(catalogName string, props map[string]string, namespace string) {
+	p.t.Helper()
+	p.sparkCheckWith(catalogName, props, namespace, nil)
+}
+
+// sparkCheckWith is sparkCheck that also reads the extra specs in the same Spark session
+// ("ns.table@<snapshot id or ref>:cols", read/tables.py's VERSION AS OF) and returns what Spark
+// read of them, for the caller to check.
+func (p *pipeline) sparkCheckWith(catalogName string, props map[string]string, namespace string, extra []string) map[string]sparkTable {
 	t := p.t
 	t.Helper()
 	exp := p.readExpected()
@@ -315,7 +323,7 @@ func (p *pipeline) sparkCheck(catalogName string, props map[string]string, names
 		}
 		specs = append(specs, ns+"."+et.Name+":"+strings.Join(cols, ","))
 	}
-	got := sparkRead(t, catalogName, props, specs)
+	got := sparkRead(t, catalogName, props, append(specs, extra...))
 	for i, et := range exp.Tables {
 		st, ok := got[tables[i]]
 		if !ok {
@@ -333,6 +341,7 @@ func (p *pipeline) sparkCheck(catalogName string, props map[string]string, names
 			}
 		}
 	}
+	return got
 }
 
 // TestSparkReadsTables: pyspark with the Iceberg Spark runtime reads every table the service

@@ -697,38 +697,16 @@ func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, iden
 	return fmt.Sprintf("| %d | %s | %.3fs | %.3fs | %.2f | %d | %d | %.2f |", commit, wait.Round(time.Millisecond), r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes, goRatio), scanCPU
 }
 
-// branchLag is how far behind main the positional branch of tbl shows the table at now: the age
-// of the main snapshot it shows (maintenance.BranchSource), 0 when it is main's head; the age of
-// main's first snapshot when there is no branch yet.
+// branchLag is maintenance.BranchBehind, with the age of main's first snapshot while there is no
+// branch yet.
 func branchLag(tbl *table.Table, branch string, now time.Time) time.Duration {
-	meta := tbl.Metadata()
-	at := meta.SnapshotByName(branch)
-	if at == nil {
-		if s := meta.Snapshots(); len(s) > 0 {
-			return now.Sub(time.UnixMilli(s[0].TimestampMs))
-		}
-		return 0
+	if d, ok := maintenance.BranchBehind(tbl.Metadata(), branch, now); ok {
+		return d
 	}
-	head := tbl.CurrentSnapshot()
-	if head != nil && at.SnapshotID == head.SnapshotID {
-		return 0
+	if s := tbl.Metadata().Snapshots(); len(s) > 0 {
+		return now.Sub(time.UnixMilli(s[0].TimestampMs))
 	}
-	// The branch shows main as of its source; main moved on with the next snapshot after it.
-	src := meta.SnapshotByID(maintenance.BranchSource(at))
-	if src == nil {
-		return now.Sub(time.UnixMilli(at.TimestampMs))
-	}
-	var next int64 // the timestamp of the first main snapshot after src
-	for _, s := range table.AncestorsOf(head.SnapshotID, meta.SnapshotByID) {
-		if s.SnapshotID == src.SnapshotID {
-			break
-		}
-		next = s.TimestampMs
-	}
-	if next == 0 {
-		return 0
-	}
-	return now.Sub(time.UnixMilli(next))
+	return 0
 }
 
 // benchBranchScan times iceberg-go's full scan of the positional branch's snapshot against a

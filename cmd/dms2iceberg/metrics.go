@@ -98,6 +98,7 @@ type promMetrics struct {
 	maintMetadata     *prometheus.GaugeVec
 	maintLeaseHeld    *prometheus.GaugeVec
 	maintLastCompact  *prometheus.GaugeVec
+	maintBranchBehind *prometheus.GaugeVec
 	maintRuns         *prometheus.CounterVec
 	maintDuration     *prometheus.HistogramVec
 	maintDeletesFreed *prometheus.CounterVec
@@ -210,6 +211,7 @@ func newPromMetrics() *promMetrics {
 	m.maintMetadata = gauge("maintenance", "metadata_bytes", "Size of the current metadata file.", table)
 	m.maintLeaseHeld = gauge("maintenance", "lease_held", "1 while this worker holds the table's maintenance lease.", table)
 	m.maintLastCompact = gauge("maintenance", "last_compaction_timestamp_seconds", "When the table was last compacted (by any worker).", table)
+	m.maintBranchBehind = gauge("maintenance", "positional_branch_behind_seconds", "How far behind main the positional branch shows the table (delete_mode position and dv): the age of the first change it does not show; 0 at main's head.", table)
 	m.maintRuns = counter("maintenance", "runs_total", "Maintenance runs that changed something, by trigger.", []string{"table", "trigger"})
 	m.maintDuration = histogram("maintenance", "duration_seconds", "Duration of maintenance runs.", commitBuckets, table)
 	m.maintDeletesFreed = counter("maintenance", "delete_files_removed_total", "Equality-delete files applied and removed by compaction.", table)
@@ -489,6 +491,9 @@ func (m *promMetrics) MaintenanceChecked(st maintenance.Status) {
 	m.maintLeaseHeld.WithLabelValues(st.Table).Set(held)
 	if !st.LastCompaction.IsZero() {
 		m.maintLastCompact.WithLabelValues(st.Table).Set(float64(st.LastCompaction.UnixNano()) / 1e9)
+	}
+	if st.HasBranch {
+		m.maintBranchBehind.WithLabelValues(st.Table).Set(st.BranchBehind.Seconds())
 	}
 }
 

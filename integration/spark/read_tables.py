@@ -1,12 +1,13 @@
 """Read Iceberg tables with Spark and dump their rows as JSON lines, for integration/spark_test.go.
 
 usage: python read_tables.py --jars A.jar,B.jar --catalog NAME [--conf KEY=VALUE ...]
-                             --table NS.TABLE[:COL,COL...] ... --out FILE
+                             --table NS.TABLE[@SNAPSHOT_ID|@REF][:COL,COL...] ... --out FILE
 
 It starts a local Spark (local[2]) with the Iceberg runtime, configures one Iceberg catalog NAME
 (org.apache.iceberg.spark.SparkCatalog) with the given catalog properties (type, uri, warehouse,
-...), reads each table through it (selecting the given columns, default all), and writes one
-JSON object per table to FILE:
+...), reads each table through it (selecting the given columns, default all; at a snapshot id
+or a branch or tag with "@", VERSION AS OF), and writes one JSON object per table (named as
+given, "@..." included) to FILE:
 
     {"table": "ns.t", "columns": [...], "spark_types": [...], "rows": [[v, ...], ...]}
     {"table": "ns.t", "error": "..."}          when Spark cannot read the table
@@ -61,7 +62,13 @@ def encoder(dt):
 
 def read_table(spark, catalog, spec):
     name, _, cols = spec.partition(":")
-    df = spark.table("%s.%s" % (catalog, name))
+    table, _, at = name.partition("@")
+    if not at:
+        df = spark.table("%s.%s" % (catalog, table))
+    elif at.isdigit():
+        df = spark.sql("SELECT * FROM %s.%s VERSION AS OF %s" % (catalog, table, at))
+    else:
+        df = spark.sql("SELECT * FROM %s.%s VERSION AS OF '%s'" % (catalog, table, at))
     if cols:
         df = df.select(*cols.split(","))
     fields = df.schema.fields

@@ -18,7 +18,7 @@ import (
 // The positional branch (Config.PositionalBranch, design.md §11.1). In delete modes position and
 // dv the writer still commits one equality-delete file per commit, and a conversion turns them
 // positional within PositionDelay; so under steady commits main always holds the last seconds'
-// equality deletes, which PyIceberg, DuckDB and other readers refuse, and which iceberg-go's scan
+// equality deletes, which PyIceberg and other readers refuse, and which iceberg-go's scan
 // pays for on every row. The branch never holds one: each conversion, planned on snapshot P,
 // moves it to P with P's equality deletes converted (its position deletes added and the equality
 // deletes dropped, the same files its two commits on main add and drop, staged once more on P),
@@ -120,6 +120,39 @@ func BranchSource(snap *table.Snapshot) int64 {
 		}
 	}
 	return snap.SnapshotID
+}
+
+// BranchBehind is how far behind main the branch of meta shows the table at now: the age of the
+// first main snapshot after the one the branch shows (0 when the branch is main's head); ok is
+// false when the table has no such branch.
+func BranchBehind(meta table.Metadata, branch string, now time.Time) (behind time.Duration, ok bool) {
+	at := meta.SnapshotByName(branch)
+	if at == nil {
+		return 0, false
+	}
+	head := meta.CurrentSnapshot()
+	if head == nil || at.SnapshotID == head.SnapshotID {
+		return 0, true
+	}
+	src := BranchSource(at)
+	var next int64 // the timestamp of the first main snapshot after src
+	found := false
+	for _, s := range table.AncestorsOf(head.SnapshotID, meta.SnapshotByID) {
+		if s.SnapshotID == src {
+			found = true
+			break
+		}
+		next = s.TimestampMs
+	}
+	if !found {
+		// The snapshot the branch shows is not on main any more (expired): at least as old as
+		// the branch's own snapshot.
+		next = at.TimestampMs
+	}
+	if next == 0 {
+		return 0, true
+	}
+	return max(0, now.Sub(time.UnixMilli(next))), true
 }
 
 // branchSourceSeq is the sequence number of the main snapshot the branch's head shows: the

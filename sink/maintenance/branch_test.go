@@ -3,6 +3,7 @@ package maintenance_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
@@ -98,6 +99,9 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			if at.SnapshotID == tbl.CurrentSnapshot().SnapshotID {
 				t.Fatal("the branch is main's head, which holds an equality delete")
 			}
+			if d, ok := maintenance.BranchBehind(tbl.Metadata(), "positional", time.Now()); !ok || d <= 0 {
+				t.Fatalf("BranchBehind %s, %v: the branch shows P, before the overtaking commit", d, ok)
+			}
 
 			mt.BeforeCommit(nil)
 			if rep, err = mt.Maintain(ctx, maintenance.PositionOnly); err != nil {
@@ -111,6 +115,9 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 					rep, at.SnapshotID, tbl.CurrentSnapshot().SnapshotID)
 			}
 			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
+			if d, ok := maintenance.BranchBehind(tbl.Metadata(), "positional", time.Now()); !ok || d != 0 {
+				t.Fatalf("BranchBehind %s, %v at main's head", d, ok)
+			}
 
 			// A compaction moves main; the branch follows it (main holds no equality delete).
 			if rep, err = mt.Maintain(ctx, maintenance.CompactOnly); err != nil {

@@ -40,6 +40,10 @@ type Status struct {
 	LeaseOwner string
 	// LastCompaction is when the table was last compacted (by any worker; zero if never).
 	LastCompaction time.Time
+	// BranchBehind is how far behind main the positional branch shows the table (BranchBehind
+	// the function), when HasBranch.
+	BranchBehind time.Duration
+	HasBranch    bool
 }
 
 // Report describes one maintenance run of one table.
@@ -88,7 +92,8 @@ type Report struct {
 	ConversionTook             time.Duration
 	ConversionAttempts         int
 	// BranchMoved: the positional branch (Config.PositionalBranch) moved to a state without
-	// equality deletes, BranchSource: the snapshot of main it shows.
+	// equality deletes, BranchSource: the snapshot of main it shows. A run that only moved the
+	// branch is not Changed (the gauge positional_branch_behind_seconds shows the branch).
 	BranchMoved  bool
 	BranchSource int64
 
@@ -111,7 +116,7 @@ type Report struct {
 
 // Changed reports whether the run changed the table or its files.
 func (r Report) Changed() bool {
-	return r.Compacted || r.Converted || r.BranchMoved || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0 ||
+	return r.Compacted || r.Converted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0 ||
 		r.DeferredFilesRemoved > 0
 }
 

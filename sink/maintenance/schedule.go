@@ -43,6 +43,8 @@ type tableState struct {
 	lastOrphans          time.Time
 	deferredDue          bool // a list of deferred file deletions is due
 	branchBehind         bool // the positional branch is not at main's head
+	behind               time.Duration
+	hasBranch            bool
 }
 
 // steps is what a run does.
@@ -140,7 +142,8 @@ func (m *Maintainer) status(st tableState, now time.Time) Status {
 		DeleteRows: st.deleteRows, Records: st.records,
 		NewDataFiles: max(0, st.dataFiles-m.base.dataFiles), NewDeleteFiles: max(0, st.deleteFiles-m.base.deleteFiles),
 		Snapshots: st.snapshots, Expirable: st.expirable, MetadataBytes: st.metaBytes, Manifests: st.manifests,
-		LeaseHeld: m.ignoreLease || m.holds(now), LeaseOwner: owner, LastCompaction: st.lastCompaction}
+		LeaseHeld: m.ignoreLease || m.holds(now), LeaseOwner: owner, LastCompaction: st.lastCompaction,
+		BranchBehind: st.behind, HasBranch: st.hasBranch}
 }
 
 // measure reads the table's state: totals from the current snapshot's summary and lease and
@@ -154,9 +157,10 @@ func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Tim
 	st.leaseOwner, st.leaseUntil = ReadLease(props)
 	st.lastCompaction = parseTime(props[tableprop.LastCompaction])
 	st.lastOrphans = parseTime(props[tableprop.LastOrphanCleanup])
-	if b := m.cfg.PositionalBranch; b != "" {
+	if b := m.cfg.PositionalBranch; b != "" && m.cfg.positionMode() {
 		head, at := tbl.CurrentSnapshot(), meta.SnapshotByName(b)
 		st.branchBehind = head != nil && (at == nil || at.SnapshotID != head.SnapshotID)
+		st.behind, st.hasBranch = BranchBehind(meta, b, now)
 	}
 	if full {
 		m.lastFull = now
