@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -35,6 +36,7 @@ type pipeline struct {
 	// tablesCfg is the generator's tables config (sink.tables: keys and column types).
 	tablesCfg string
 	records   int
+	cat       catalog.Catalog // the service's catalog as the test reads it (serviceCatalog)
 }
 
 // newPipeline creates a stream, writes a generated DMS workload to it and writes the service

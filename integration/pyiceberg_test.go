@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.yaml.in/yaml/v3"
 
@@ -122,10 +122,7 @@ func (p *pipeline) setDeleteMode(mode string, perTable bool) {
 func (p *pipeline) deleteFiles(ctx context.Context) (eq, pos, dvs map[string]int) {
 	t := p.t
 	t.Helper()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	cat := p.serviceCatalog(ctx)
 	eq, pos, dvs = map[string]int{}, map[string]int{}, map[string]int{}
 	for _, et := range p.readExpected().Tables {
 		name := et.Namespace + "." + et.Name
@@ -135,9 +132,6 @@ func (p *pipeline) deleteFiles(ctx context.Context) (eq, pos, dvs map[string]int
 		}
 		e, ps, d := countDeletes(t, tbl)
 		eq[name], pos[name], dvs[name] = e, ps, d
-	}
-	if c, ok := cat.(interface{ Close() error }); ok {
-		_ = c.Close()
 	}
 	return eq, pos, dvs
 }
@@ -340,15 +334,7 @@ func TestReadersByDeleteMode(t *testing.T) {
 func (p *pipeline) branchWithEqualityDeletes(exp workload.Expected) bool {
 	t := p.t
 	ctx := t.Context()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if c, ok := cat.(interface{ Close() error }); ok {
-			_ = c.Close()
-		}
-	}()
+	cat := p.serviceCatalog(ctx)
 	for _, et := range exp.Tables {
 		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
 		if err != nil || tbl.Metadata().SnapshotByName(maintenance.DefaultConfig().PositionalBranch) == nil {
@@ -365,15 +351,7 @@ func (p *pipeline) branchWithEqualityDeletes(exp workload.Expected) bool {
 func (p *pipeline) branchesBehindMain(exp workload.Expected) []string {
 	t := p.t
 	ctx := t.Context()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if c, ok := cat.(interface{ Close() error }); ok {
-			_ = c.Close()
-		}
-	}()
+	cat := p.serviceCatalog(ctx)
 	var behind []string
 	for _, et := range exp.Tables {
 		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
@@ -394,15 +372,7 @@ func (p *pipeline) branchesBehindMain(exp workload.Expected) []string {
 func (p *pipeline) branchSnapshotSpecs(exp workload.Expected) (specs []string, pairs [][2]string) {
 	t := p.t
 	ctx := t.Context()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if c, ok := cat.(interface{ Close() error }); ok {
-			_ = c.Close()
-		}
-	}()
+	cat := p.serviceCatalog(ctx)
 	all := tableSpecs(exp)
 	for i, et := range exp.Tables {
 		name, cols, _ := strings.Cut(all[i], ":")
@@ -448,6 +418,25 @@ func rowLines(st sparkTable) []string {
 	return out
 }
 
+// serviceCatalog opens the service's embedded catalog once (closed when the test ends).
+func (p *pipeline) serviceCatalog(ctx context.Context) catalog.Catalog {
+	p.t.Helper()
+	if p.cat != nil {
+		return p.cat
+	}
+	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	p.t.Cleanup(func() {
+		if c, ok := cat.(interface{ Close() error }); ok {
+			_ = c.Close()
+		}
+	})
+	p.cat = cat
+	return cat
+}
+
 // tableSpecs names every table of the expected state with its columns, as pyicebergRead and
 // sparkRead take them.
 func tableSpecs(exp workload.Expected) []string {
@@ -488,31 +477,6 @@ func renderedRows(t *testing.T, tbl *table.Table, id int64) []string {
 	return out
 }
 
-// equalityDeletesAt counts the live equality-delete files of snapshot snap of tbl.
-func equalityDeletesAt(t *testing.T, tbl *table.Table, snap *table.Snapshot) int {
-	t.Helper()
-	fs, err := tbl.FS(t.Context())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mans, err := snap.Manifests(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, mf := range mans {
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e.DataFile().ContentType() == iceberg.EntryContentEqDeletes {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 // readBranchLive reads, while the service takes CDC, every table's positional branch: iceberg-go
 // finds no equality delete in the branch's snapshot and reads there exactly the rows of the main
 // snapshot it shows (maintenance.BranchSource), and PyIceberg reads the branch, as many rows as
@@ -522,15 +486,7 @@ func (p *pipeline) readBranchLive(exp workload.Expected) (mainHadEq, branches in
 	t := p.t
 	t.Helper()
 	ctx := t.Context()
-	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(p.dataDir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if c, ok := cat.(interface{ Close() error }); ok {
-			_ = c.Close()
-		}
-	}()
+	cat := p.serviceCatalog(ctx)
 	var specs []string
 	all := tableSpecs(exp)
 	for i, et := range exp.Tables {
@@ -548,8 +504,10 @@ func (p *pipeline) readBranchLive(exp workload.Expected) (mainHadEq, branches in
 		if eq, _, _ := countDeletes(t, tbl); eq > 0 {
 			mainHadEq++
 		}
-		if n := equalityDeletesAt(t, tbl, at); n > 0 {
-			t.Errorf("%s: the positional branch's snapshot %d holds %d equality-delete files", name, at.SnapshotID, n)
+		if n, err := maintenance.CountDeletesIn(ctx, tbl, at); err != nil {
+			t.Fatal(err)
+		} else if n.Equality > 0 {
+			t.Errorf("%s: the positional branch's snapshot %d holds %d equality-delete files", name, at.SnapshotID, n.Equality)
 		}
 		src := maintenance.BranchSource(at)
 		got, want := renderedRows(t, tbl, at.SnapshotID), renderedRows(t, tbl, src)

@@ -373,7 +373,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			}
 			ratio := benchScanRow(b, ctx, cat, tbl, model, i, rec.compactions(), p.scanReps, out)
 			if withBranch {
-				row, r := benchBranchScan(b, ctx, cat, tbl, p.branch, i, p.scanReps)
+				row, r := benchBranchScan(b, ctx, cat, tbl, now, p.branch, i, p.scanReps)
 				branchRows = append(branchRows, row)
 				if r > 0 {
 					branchRatios = append(branchRatios, r)
@@ -465,15 +465,15 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	slices.Sort(lags)
 	fmt.Fprintf(out, "\n")
 	if len(branchRows) > 0 {
-		fmt.Fprintf(out, "The positional branch %q (iceberg-go), at the same points, ingestion running:\n\n", p.branch)
-		fmt.Fprintf(out, "| commit | branch shows main as of | scan | compacted copy | ratio | rows = main's then | data files | delete files |\n|---:|---:|---:|---:|---:|:-:|---:|---:|\n")
+		fmt.Fprintf(out, "The positional branch %q (iceberg-go) as it was at the same commits (ingestion paused for the measurement):\n\n", p.branch)
+		fmt.Fprintf(out, "| commit | branch behind main then | scan | compacted copy | ratio | rows = main's then | data files | delete files |\n|---:|---:|---:|---:|---:|:-:|---:|---:|\n")
 		for _, r := range branchRows {
 			fmt.Fprintln(out, r)
 		}
 		fmt.Fprintf(out, "\n")
 	}
 	if len(pyRows) > 0 && withBranch {
-		fmt.Fprintf(out, "PyIceberg (%s) reading the positional branch %q, ingestion running (no pause):\n\n", p.pyiceberg, p.branch)
+		fmt.Fprintf(out, "PyIceberg (%s) reading the positional branch %q after the iceberg-go scans, without waiting for main's equality deletes to be converted (ingestion paused for the measurement):\n\n", p.pyiceberg, p.branch)
 		fmt.Fprintf(out, "| commit | snapshot age | PyIceberg scan | compacted copy | ratio | delete files | position deletes | – |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, r := range pyRows {
 			fmt.Fprintln(out, r)
@@ -500,7 +500,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	}
 	if len(branchLags) > 0 {
 		slices.Sort(branchLags)
-		fmt.Fprintf(out, "- positional branch behind main (after each commit: the age of the main snapshot it shows): p50 %s, p99 **%s**, max %s (%d commits)\n",
+		fmt.Fprintf(out, "- positional branch behind main (after each commit: the age of the first change it does not show): p50 %s, p99 **%s**, max %s (%d commits)\n",
 			branchLags[len(branchLags)/2].Round(time.Millisecond), branchLags[len(branchLags)*99/100].Round(time.Millisecond),
 			branchLags[len(branchLags)-1].Round(time.Millisecond), len(branchLags))
 	}
@@ -568,39 +568,68 @@ func median(ss []commitSample, keep func(commitSample) bool) time.Duration {
 // benchScanRow times a full scan of the table (best of reps, interleaved with the copy's), writes the same rows into a new
 // single-file table (a freshly compacted copy), times its scan, and prints a report row.
 func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, model *benchModel, commit, compactions, reps int, out io.Writer) float64 {
-	scan := func(t *table.Table) (time.Duration, int, int64) {
-		runtime.GC() // the previous scan's garbage is not this one's cost
-		start := time.Now()
-		var rows int
-		var sum int64
-		_, it, err := t.Scan().ToArrowRecords(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rec, err := range it {
-			if err != nil {
-				b.Fatal(err)
-			}
-			idx := rec.Schema().FieldIndices("qty")
-			q := rec.Column(idx[0]).(*array.Int32)
-			for i := 0; i < q.Len(); i++ {
-				sum += int64(q.Value(i))
-			}
-			rows += int(rec.NumRows())
-			rec.Release()
-		}
-		return time.Since(start), rows, sum
-	}
-	_, rows, sum := scan(tbl)
+	_, rows, sum := scanQty(b, ctx, tbl)
 	ok := rows == model.n && sum == model.sum
 	if !ok {
 		b.Errorf("commit %d: scan found %d rows (qty sum %d), the model has %d (%d)", commit, rows, sum, model.n, model.sum)
 	}
-	arrowTbl, err := tbl.Scan().ToArrowTable(ctx)
+	cp, drop := compactedCopy(b, ctx, cat, tbl, fmt.Sprintf("c%d", commit))
+	defer drop()
+	d, dc := bestOf(reps, func() time.Duration {
+		t, _, _ := scanQty(b, ctx, tbl)
+		return t
+	}, func() time.Duration {
+		t, crow, _ := scanQty(b, ctx, cp)
+		if crow != rows {
+			b.Errorf("copy has %d rows, table %d", crow, rows)
+		}
+		return t
+	})
+	totals := tbl.CurrentSnapshot().Summary.Properties
+	fi, _ := os.Stat(strings.TrimPrefix(tbl.MetadataLocation(), "file://"))
+	ratio := d.Seconds() / dc.Seconds()
+	mark := "yes"
+	if !ok {
+		mark = "**NO**"
+	}
+	fmt.Fprintf(out, "| %d | %s | %s | %.2f | %s | %d | %d | %d | %s | %d |\n", commit, d.Round(time.Millisecond), dc.Round(time.Millisecond),
+		ratio, mark, totals.GetInt("total-data-files", 0), totals.GetInt("total-delete-files", 0), len(tbl.Metadata().Snapshots()), kib(fi.Size()), compactions)
+	return ratio
+}
+
+// scanQty scans t (with opts) through iceberg-go and returns the time it took, the rows and the
+// sum of their qty.
+func scanQty(b *testing.B, ctx context.Context, t *table.Table, opts ...table.ScanOption) (time.Duration, int, int64) {
+	runtime.GC() // the previous scan's garbage is not this one's cost
+	start := time.Now()
+	var rows int
+	var sum int64
+	_, it, err := t.Scan(opts...).ToArrowRecords(ctx)
 	if err != nil {
 		b.Fatal(err)
 	}
-	copyIdent := table.Identifier{"benchcopy", fmt.Sprintf("c%d_%d", commit, time.Now().UnixNano())}
+	for rec, err := range it {
+		if err != nil {
+			b.Fatal(err)
+		}
+		q := rec.Column(rec.Schema().FieldIndices("qty")[0]).(*array.Int32)
+		for i := 0; i < q.Len(); i++ {
+			sum += int64(q.Value(i))
+		}
+		rows += int(rec.NumRows())
+		rec.Release()
+	}
+	return time.Since(start), rows, sum
+}
+
+// compactedCopy writes the rows tbl reads (with opts) into a new single-file table (a freshly
+// compacted copy) and returns it with a function that drops it.
+func compactedCopy(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, name string, opts ...table.ScanOption) (*table.Table, func()) {
+	arrowTbl, err := tbl.Scan(opts...).ToArrowTable(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	copyIdent := table.Identifier{"benchcopy", fmt.Sprintf("%s_%d", name, time.Now().UnixNano())}
 	if err := cat.CreateNamespace(ctx, copyIdent[:1], nil); err != nil && !strings.Contains(err.Error(), "exists") {
 		b.Fatal(err)
 	}
@@ -613,32 +642,23 @@ func benchScanRow(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *t
 	if err != nil {
 		b.Fatal(err)
 	}
-	// Interleave the two scans and keep the best of each: background compaction and other
-	// processes on the machine then disturb both alike.
-	d, dc := time.Duration(1<<62), time.Duration(1<<62)
-	for range reps {
-		t1, _, _ := scan(tbl)
-		t2, crow, _ := scan(cp)
-		d, dc = min(d, t1), min(dc, t2)
-		if crow != rows {
-			b.Errorf("copy has %d rows, table %d", crow, rows)
+	return cp, func() {
+		if p, ok := cat.(interface {
+			PurgeTable(context.Context, table.Identifier) error
+		}); ok {
+			_ = p.PurgeTable(ctx, copyIdent)
 		}
 	}
-	if p, ok := cat.(interface {
-		PurgeTable(context.Context, table.Identifier) error
-	}); ok {
-		_ = p.PurgeTable(ctx, copyIdent)
+}
+
+// bestOf runs a and c reps times, interleaved, and keeps the best time of each: background
+// compaction and other processes on the machine then disturb both alike.
+func bestOf(reps int, a, c func() time.Duration) (time.Duration, time.Duration) {
+	da, dc := time.Duration(1<<62), time.Duration(1<<62)
+	for range reps {
+		da, dc = min(da, a()), min(dc, c())
 	}
-	totals := tbl.CurrentSnapshot().Summary.Properties
-	fi, _ := os.Stat(strings.TrimPrefix(tbl.MetadataLocation(), "file://"))
-	ratio := d.Seconds() / dc.Seconds()
-	mark := "yes"
-	if !ok {
-		mark = "**NO**"
-	}
-	fmt.Fprintf(out, "| %d | %s | %s | %.2f | %s | %d | %d | %d | %s | %d |\n", commit, d.Round(time.Millisecond), dc.Round(time.Millisecond),
-		ratio, mark, totals.GetInt("total-data-files", 0), totals.GetInt("total-delete-files", 0), len(tbl.Metadata().Snapshots()), kib(fi.Size()), compactions)
-	return ratio
+	return da, dc
 }
 
 // benchPyIceberg times PyIceberg's full scan of the table against a compacted copy of it
@@ -671,26 +691,7 @@ func benchPyIceberg(b *testing.B, ctx context.Context, cat catalog.Catalog, iden
 	cpu0 := cpuNow()
 	goRatio := benchScanRow(b, ctx, cat, tbl, model, commit, 0, p.scanReps, io.Discard)
 	scanCPU := cpuNow() - cpu0
-	cmd := exec.CommandContext(ctx, p.pyiceberg, filepath.Join("..", "integration", "pyiceberg", "scan_time.py"),
-		"--catalog-db", filepath.Join(dir, "catalog.db"), "--warehouse", filepath.Join(dir, "warehouse"),
-		"--table", strings.Join(ident, "."), "--copy-dir", filepath.Join(b.TempDir(), "copy"), "--reps", strconv.Itoa(p.scanReps))
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	outb, err := cmd.Output()
-	if err != nil {
-		b.Fatalf("pyiceberg scan at commit %d: %v\n%s", commit, err, stderr.String())
-	}
-	var r struct {
-		Rows            int     `json:"rows"`
-		DeleteFiles     int     `json:"delete_files"`
-		PositionDeletes int64   `json:"position_deletes"`
-		Scan            float64 `json:"scan_s"`
-		Copy            float64 `json:"copy_scan_s"`
-		Ratio           float64 `json:"ratio"`
-	}
-	if err := json.Unmarshal(outb, &r); err != nil {
-		b.Fatalf("pyiceberg scan at commit %d: %v: %s", commit, err, outb)
-	}
+	r := pyicebergScanTime(b, ctx, dir, ident, commit, p)
 	if r.Rows != wantRows { // ingestion is paused: the table holds the model's rows
 		b.Errorf("commit %d: PyIceberg read %d rows, the model has %d", commit, r.Rows, wantRows)
 	}
@@ -709,77 +710,37 @@ func branchLag(tbl *table.Table, branch string, now time.Time) time.Duration {
 	return 0
 }
 
-// benchBranchScan times iceberg-go's full scan of the positional branch's snapshot against a
-// freshly compacted copy of its rows (as benchScanRow does for main), checks that it reads what
-// the main snapshot it shows reads, and returns a report row and the ratio (0 without a branch).
-func benchBranchScan(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, branch string, commit, reps int) (string, float64) {
+// benchBranchScan times iceberg-go's full scan of the positional branch's snapshot of tbl (the
+// table as loaded after the commit) against a freshly compacted copy of its rows (as
+// benchScanRow does for main), checks that it reads what the main snapshot it shows reads, and
+// returns a report row and the ratio (0 without a branch).
+func benchBranchScan(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl *table.Table, loaded time.Time, branch string, commit, reps int) (string, float64) {
 	at := tbl.Metadata().SnapshotByName(branch)
 	if at == nil {
 		return fmt.Sprintf("| %d | no branch yet | – | – | – | – | – | – |", commit), 0
 	}
-	scan := func(t *table.Table, opts ...table.ScanOption) (time.Duration, int, int64) {
-		runtime.GC()
-		start := time.Now()
-		var rows int
-		var sum int64
-		_, it, err := t.Scan(opts...).ToArrowRecords(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for rec, err := range it {
-			if err != nil {
-				b.Fatal(err)
-			}
-			q := rec.Column(rec.Schema().FieldIndices("qty")[0]).(*array.Int32)
-			for i := 0; i < q.Len(); i++ {
-				sum += int64(q.Value(i))
-			}
-			rows += int(rec.NumRows())
-			rec.Release()
-		}
-		return time.Since(start), rows, sum
-	}
 	onBranch := table.WithSnapshotID(at.SnapshotID)
-	_, rows, sum := scan(tbl, onBranch)
+	_, rows, sum := scanQty(b, ctx, tbl, onBranch)
 	src := maintenance.BranchSource(at)
-	_, srows, ssum := scan(tbl, table.WithSnapshotID(src))
+	_, srows, ssum := scanQty(b, ctx, tbl, table.WithSnapshotID(src))
 	mark := "yes"
 	if rows != srows || sum != ssum {
 		mark = "**NO**"
 		b.Errorf("commit %d: the positional branch reads %d rows (qty sum %d), main's snapshot %d it shows %d (%d)", commit, rows, sum, src, srows, ssum)
 	}
-	arrowTbl, err := tbl.Scan(onBranch).ToArrowTable(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	copyIdent := table.Identifier{"benchcopy", fmt.Sprintf("b%d_%d", commit, time.Now().UnixNano())}
-	if err := cat.CreateNamespace(ctx, copyIdent[:1], nil); err != nil && !strings.Contains(err.Error(), "exists") {
-		b.Fatal(err)
-	}
-	cp, err := cat.CreateTable(ctx, copyIdent, tbl.Schema())
-	if err != nil {
-		b.Fatal(err)
-	}
-	cp, err = cp.AppendTable(ctx, arrowTbl, 1<<20, nil)
-	arrowTbl.Release()
-	if err != nil {
-		b.Fatal(err)
-	}
-	d, dc := time.Duration(1<<62), time.Duration(1<<62)
-	for range reps {
-		t1, _, _ := scan(tbl, onBranch)
-		t2, _, _ := scan(cp)
-		d, dc = min(d, t1), min(dc, t2)
-	}
-	if p, ok := cat.(interface {
-		PurgeTable(context.Context, table.Identifier) error
-	}); ok {
-		_ = p.PurgeTable(ctx, copyIdent)
-	}
+	cp, drop := compactedCopy(b, ctx, cat, tbl, fmt.Sprintf("b%d", commit), onBranch)
+	defer drop()
+	d, dc := bestOf(reps, func() time.Duration {
+		t, _, _ := scanQty(b, ctx, tbl, onBranch)
+		return t
+	}, func() time.Duration {
+		t, _, _ := scanQty(b, ctx, cp)
+		return t
+	})
 	ratio := d.Seconds() / dc.Seconds()
 	shows := "main's head"
-	if s := tbl.Metadata().SnapshotByID(src); src != tbl.CurrentSnapshot().SnapshotID && s != nil {
-		shows = fmt.Sprintf("%s before", time.Since(time.UnixMilli(s.TimestampMs)).Round(100*time.Millisecond))
+	if behind, _ := maintenance.BranchBehind(tbl.Metadata(), branch, loaded); behind > 0 {
+		shows = fmt.Sprintf("%s behind", behind.Round(100*time.Millisecond))
 	}
 	totals := at.Summary.Properties
 	return fmt.Sprintf("| %d | %s | %s | %s | %.2f | %s | %d | %d |", commit, shows, d.Round(time.Millisecond), dc.Round(time.Millisecond), ratio, mark,
@@ -787,29 +748,40 @@ func benchBranchScan(b *testing.B, ctx context.Context, cat catalog.Catalog, tbl
 }
 
 // benchPyIcebergBranch times PyIceberg's full scan of the positional branch against a compacted
-// copy of it, with ingestion running (integration/pyiceberg/scan_time.py --ref), and returns a
-// report row.
+// copy of it, without waiting for main's equality deletes to be converted (ingestion is paused
+// for every measurement, so by the time PyIceberg loads the table the branch may have caught up
+// with main), and returns a report row.
 func benchPyIcebergBranch(b *testing.B, ctx context.Context, dir string, ident table.Identifier, commit int, p benchParams) string {
-	cmd := exec.CommandContext(ctx, p.pyiceberg, filepath.Join("..", "integration", "pyiceberg", "scan_time.py"),
+	r := pyicebergScanTime(b, ctx, dir, ident, commit, p, "--ref", p.branch)
+	return fmt.Sprintf("| %d | %.1fs | %.3fs | %.3fs | %.2f | %d | %d | – |", commit, r.Age, r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes)
+}
+
+// pyScan is what integration/pyiceberg/scan_time.py prints.
+type pyScan struct {
+	Rows            int     `json:"rows"`
+	Age             float64 `json:"age_s"`
+	DeleteFiles     int     `json:"delete_files"`
+	PositionDeletes int64   `json:"position_deletes"`
+	Scan            float64 `json:"scan_s"`
+	Copy            float64 `json:"copy_scan_s"`
+	Ratio           float64 `json:"ratio"`
+}
+
+// pyicebergScanTime runs integration/pyiceberg/scan_time.py on the table (with extra arguments).
+func pyicebergScanTime(b *testing.B, ctx context.Context, dir string, ident table.Identifier, commit int, p benchParams, extra ...string) pyScan {
+	args := append([]string{filepath.Join("..", "integration", "pyiceberg", "scan_time.py"),
 		"--catalog-db", filepath.Join(dir, "catalog.db"), "--warehouse", filepath.Join(dir, "warehouse"),
-		"--table", strings.Join(ident, "."), "--copy-dir", filepath.Join(b.TempDir(), "copy"), "--reps", strconv.Itoa(p.scanReps),
-		"--ref", p.branch)
+		"--table", strings.Join(ident, "."), "--copy-dir", filepath.Join(b.TempDir(), "copy"), "--reps", strconv.Itoa(p.scanReps)}, extra...)
+	cmd := exec.CommandContext(ctx, p.pyiceberg, args...)
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	outb, err := cmd.Output()
 	if err != nil {
-		b.Fatalf("pyiceberg scan of the branch at commit %d: %v\n%s", commit, err, stderr.String())
+		b.Fatalf("pyiceberg scan %v at commit %d: %v\n%s", extra, commit, err, stderr.String())
 	}
-	var r struct {
-		Age             float64 `json:"age_s"`
-		DeleteFiles     int     `json:"delete_files"`
-		PositionDeletes int64   `json:"position_deletes"`
-		Scan            float64 `json:"scan_s"`
-		Copy            float64 `json:"copy_scan_s"`
-		Ratio           float64 `json:"ratio"`
-	}
+	var r pyScan
 	if err := json.Unmarshal(outb, &r); err != nil {
-		b.Fatalf("pyiceberg scan of the branch at commit %d: %v: %s", commit, err, outb)
+		b.Fatalf("pyiceberg scan %v at commit %d: %v: %s", extra, commit, err, outb)
 	}
-	return fmt.Sprintf("| %d | %.1fs | %.3fs | %.3fs | %.2f | %d | %d | – |", commit, r.Age, r.Scan, r.Copy, r.Ratio, r.DeleteFiles, r.PositionDeletes)
+	return r
 }

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
@@ -14,26 +13,24 @@ import (
 // eqDeletesAt counts the live equality-delete files of snap.
 func eqDeletesAt(t *testing.T, tbl *table.Table, snap *table.Snapshot) int {
 	t.Helper()
-	fs, err := tbl.FS(context.Background())
+	n, err := maintenance.CountDeletesIn(context.Background(), tbl, snap)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mans, err := snap.Manifests(fs)
+	return n.Equality
+}
+
+// leasedRun takes the table's lease for mt and runs steps once.
+func leasedRun(t *testing.T, h *harness, mt *maintenance.Maintainer, steps maintenance.Steps) maintenance.Report {
+	t.Helper()
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	rep, err := mt.Maintain(context.Background(), steps)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, mf := range mans {
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			if e.DataFile().ContentType() == iceberg.EntryContentEqDeletes {
-				n++
-			}
-		}
-	}
-	return n
+	return rep
 }
 
 // branchAt returns the positional branch's snapshot, failing the test when there is none.
@@ -77,14 +74,7 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 					h.flush()
 				}
 			})
-			ctx := context.Background()
-			if !mt.Lease(ctx, loadUsers(t, h.cat)) {
-				t.Fatal("no lease")
-			}
-			rep, err := mt.Maintain(ctx, maintenance.PositionOnly)
-			if err != nil {
-				t.Fatal(err)
-			}
+			rep := leasedRun(t, h, mt, maintenance.PositionOnly)
 			tbl := loadUsers(t, h.cat)
 			if !rep.Converted || !rep.BranchMoved || eqDeletesAt(t, tbl, tbl.CurrentSnapshot()) != 1 {
 				t.Fatalf("report %+v, %d equality deletes on main: want a conversion overtaken by one commit",
@@ -104,9 +94,7 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			}
 
 			mt.BeforeCommit(nil)
-			if rep, err = mt.Maintain(ctx, maintenance.PositionOnly); err != nil {
-				t.Fatal(err)
-			}
+			rep = leasedRun(t, h, mt, maintenance.PositionOnly)
 			rows, tbl := scanRows(t, h.cat)
 			eq(t, rows, m.want()...)
 			at = branchAt(t, tbl)
@@ -120,9 +108,7 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			}
 
 			// A compaction moves main; the branch follows it (main holds no equality delete).
-			if rep, err = mt.Maintain(ctx, maintenance.CompactOnly); err != nil {
-				t.Fatal(err)
-			}
+			rep = leasedRun(t, h, mt, maintenance.CompactOnly)
 			tbl = loadUsers(t, h.cat)
 			if at = branchAt(t, tbl); !rep.Compacted || at.SnapshotID != tbl.CurrentSnapshot().SnapshotID {
 				t.Fatalf("report %+v: after a compaction the branch is at %d, main at %d", rep, at.SnapshotID, tbl.CurrentSnapshot().SnapshotID)
@@ -139,15 +125,7 @@ func TestPositionalBranchOff(t *testing.T) {
 	h, m := seeded(t, dir, 100, 2)
 	cfg := positionConfig()
 	cfg.PositionalBranch = ""
-	mt := testMaintainer(t, h.cat, cfg)
-	ctx := context.Background()
-	if !mt.Lease(ctx, loadUsers(t, h.cat)) {
-		t.Fatal("no lease")
-	}
-	rep, err := mt.Maintain(ctx, maintenance.PositionOnly)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rep := leasedRun(t, h, testMaintainer(t, h.cat, cfg), maintenance.PositionOnly)
 	rows, tbl := scanRows(t, h.cat)
 	eq(t, rows, m.want()...)
 	if !rep.Converted || rep.BranchMoved || tbl.Metadata().SnapshotByName("positional") != nil {

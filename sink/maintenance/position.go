@@ -237,8 +237,12 @@ type DeleteCounts struct{ Equality, Position, DVs int }
 // CountDeletes counts the delete files live in tbl's current snapshot (all zero without one):
 // what a reader must apply, and in delete_mode position or dv what is left to convert.
 func CountDeletes(ctx context.Context, tbl *table.Table) (DeleteCounts, error) {
+	return CountDeletesIn(ctx, tbl, tbl.CurrentSnapshot())
+}
+
+// CountDeletesIn is CountDeletes for snapshot snap of tbl (a branch's, an older one).
+func CountDeletesIn(ctx context.Context, tbl *table.Table, snap *table.Snapshot) (DeleteCounts, error) {
 	var n DeleteCounts
-	snap := tbl.CurrentSnapshot()
 	if snap == nil {
 		return n, nil
 	}
