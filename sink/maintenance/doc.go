@@ -1,5 +1,6 @@
 // Package maintenance owns the maintenance of the Iceberg tables the sink writes: the conversion
-// of equality deletes into position deletes (delete modes position and dv), compaction (delete files
+// of equality deletes into position deletes (delete modes position and dv) and the positional
+// branch kept free of them, compaction (delete files
 // applied and dropped, small files merged), snapshot expiry, manifest rewrite and
 // orphan cleanup, when each is due, and the per-table lease that lets one worker of many
 // maintain a table (design.md, "Maintenance"). It does not import the sink: the sink constructs
@@ -13,6 +14,7 @@
 //   - lease.go: the lease in two table properties: acquire, validate, renew, release;
 //   - handoff.go: the commit of every step, through commit.Run, as jobs the writer may run;
 //   - position.go: the conversion of equality deletes into position deletes (plan, two commits);
+//   - branch.go: the positional branch each conversion moves to its converted snapshot;
 //   - probe.go: the deleted keys of a scope and the readers of key and position columns;
 //   - keycache.go: the process-wide, byte-bounded cache of data files' integer key columns;
 //   - manifestcache.go: a maintainer's cache of the live entries of the manifests it listed;
@@ -30,7 +32,8 @@
 // it before the run returns. The table's writer calls AfterCommit on its own goroutine after
 // each commit: it never blocks there except to run the one maintenance commit that is waiting
 // for it (the hand-off slot), which it stages on the table it just committed, so the two never
-// conflict, and, after a conversion's first commit, to wait at most followUpWait for its second; the maintenance goroutine waits for that job's result at most HandoffWait and then
+// conflict, and, after a conversion's first commit (and its second, with the positional
+// branch), to wait at most followUpWait for the next; the maintenance goroutine waits for that job's result at most HandoffWait and then
 // commits on its own (a commit that loses a race is restaged on the newest table and yields to
 // the writers between attempts). The state the two goroutines share is atomic: the slot, the
 // newest committed table, the time of the writer's last commit and the lease's end; the key cache
