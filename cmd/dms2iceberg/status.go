@@ -24,6 +24,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -99,7 +100,8 @@ func catalogSources(ctx context.Context, cfg Config, namespaces []string) (statu
 	if err != nil {
 		return statusSources{}, nil, err
 	}
-	src := statusSources{stream: cfg.Stream, catalog: cat, namespaces: namespaces, targets: configuredTargets(cfg.Sink)}
+	src := statusSources{stream: cfg.Stream, catalog: cat, namespaces: namespaces, targets: configuredTargets(cfg.Sink),
+		branch: cfg.Sink.Maintenance.PositionalBranch}
 	if len(src.namespaces) == 0 {
 		src.namespaces = impliedNamespaces(cfg.Sink)
 	}
@@ -174,7 +176,19 @@ type tableStatus struct {
 	CompleteThrough *time.Time `json:"complete_through,omitempty"`
 	// Reload is a DMS reload of the table in progress (design.md §12 "Reload"); absent: none.
 	Reload *reloadStatus `json:"reload,omitempty"`
-	Error  string        `json:"error,omitempty"`
+	// PositionalBranch is the branch without equality deletes (delete_mode position and dv,
+	// design.md §11.1); absent: none.
+	PositionalBranch *branchStatus `json:"positional_branch,omitempty"`
+	Error            string        `json:"error,omitempty"`
+}
+
+// branchStatus is a table's positional branch: its snapshot, the main snapshot it shows and how
+// far behind main that is (maintenance.BranchBehind).
+type branchStatus struct {
+	Name          string  `json:"name"`
+	SnapshotID    int64   `json:"snapshot_id,string"`
+	Shows         int64   `json:"shows_snapshot_id,string"`
+	BehindSeconds float64 `json:"behind_seconds"`
 }
 
 // reloadStatus is a reload in progress, from the table's properties (tableprop.ReloadBefore,
@@ -208,7 +222,9 @@ type statusSources struct {
 	namespaces []string
 	// targets are "ns.table" names the configuration names; listed even without watermarks.
 	targets map[string]bool
-	now     func() time.Time
+	// branch is sink.maintenance.positional_branch ("": the default's name).
+	branch string
+	now    func() time.Time
 }
 
 // collect gathers the report. Failures of one source are recorded in Errors; the others are
@@ -240,7 +256,7 @@ func (s statusSources) collect(ctx context.Context) statusReport {
 	if err := s.readLeases(ctx, shard); err != nil {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("read lease table %s: %v", s.leaseTable, err))
 	}
-	tables, err := s.readTables(ctx)
+	tables, err := s.readTables(ctx, rep.At)
 	if err != nil {
 		rep.Errors = append(rep.Errors, fmt.Sprintf("list tables: %v", err))
 	}
@@ -393,7 +409,7 @@ func isSeq(s string) bool {
 
 // readTables loads every table of the namespaces that holds watermarks of this stream or that
 // the configuration names.
-func (s statusSources) readTables(ctx context.Context) ([]tableStatus, error) {
+func (s statusSources) readTables(ctx context.Context, at time.Time) ([]tableStatus, error) {
 	tables, err := s.loadTables(ctx)
 	out := make([]tableStatus, 0, len(tables))
 	for _, t := range tables {
@@ -401,7 +417,7 @@ func (s statusSources) readTables(ctx context.Context) ([]tableStatus, error) {
 			out = append(out, tableStatus{Table: t.name, Error: t.err.Error()})
 			continue
 		}
-		out = append(out, tableStatusOf(t.name, t.tbl, s.stream))
+		out = append(out, tableStatusOf(t.name, t.tbl, s.stream, s.branch, at))
 	}
 	return out, err
 }
@@ -455,9 +471,18 @@ func (s statusSources) loadTables(ctx context.Context) ([]loadedTable, error) {
 	return out, errors.Join(errs...)
 }
 
-// tableStatusOf reads a table's current snapshot summary and its watermarks.
-func tableStatusOf(name string, tbl *table.Table, stream string) tableStatus {
+// tableStatusOf reads a table's current snapshot summary and its watermarks, and its positional
+// branch (named branch; "": the default name) as of at.
+func tableStatusOf(name string, tbl *table.Table, stream, branch string, at time.Time) tableStatus {
 	ts := tableStatus{Table: name, Watermarks: tableprop.Watermarks(tbl.Properties(), stream)}
+	if branch == "" {
+		branch = maintenance.DefaultConfig().PositionalBranch
+	}
+	if snap := tbl.Metadata().SnapshotByName(branch); snap != nil {
+		behind, _ := maintenance.BranchBehind(tbl.Metadata(), branch, at)
+		ts.PositionalBranch = &branchStatus{Name: branch, SnapshotID: snap.SnapshotID,
+			Shows: maintenance.BranchSource(snap), BehindSeconds: behind.Seconds()}
+	}
 	if ct, ok := tableprop.ParseCompleteThrough(tbl.Properties()[tableprop.CompleteThrough]); ok {
 		ts.CompleteThrough = &ct
 	}
@@ -471,8 +496,8 @@ func tableStatusOf(name string, tbl *table.Table, stream string) tableStatus {
 		return ts
 	}
 	ts.SnapshotID = snap.SnapshotID
-	at := time.UnixMilli(snap.TimestampMs).UTC()
-	ts.LastCommit = &at
+	last := time.UnixMilli(snap.TimestampMs).UTC()
+	ts.LastCommit = &last
 	if snap.Summary != nil {
 		n := func(k string) int64 {
 			v, _ := strconv.ParseInt(snap.Summary.Properties[k], 10, 64)
@@ -581,6 +606,12 @@ func (r statusReport) render(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\n", t.Table, last, age, through, t.Rows, t.DataFiles, t.DeleteFiles, t.EqualityDeletes, t.SnapshotID)
 	}
 	_ = tw.Flush()
+	for _, t := range r.Tables {
+		if b := t.PositionalBranch; b != nil {
+			fmt.Fprintf(w, "\n%s: branch %q (for readers that refuse equality deletes) shows snapshot %d, %s behind main\n",
+				t.Table, b.Name, b.Shows, fmtSeconds(b.BehindSeconds))
+		}
+	}
 	for _, t := range r.Tables {
 		if rl := t.Reload; rl != nil {
 			fmt.Fprintf(w, "\nreload of %s in progress since %s: %d load rows staged; its end (the table's first CDC change, or sink.reload_quiet_period without one) replaces the table's content in one snapshot\n",

@@ -390,3 +390,51 @@ func TestStatusLagSkipsHeartbeats(t *testing.T) {
 		}
 	}
 }
+
+// A table with a positional branch (delete_mode position and dv) shows which main snapshot the
+// branch shows and how far behind main that is: the age of main's first snapshot after it.
+func TestStatusShowsPositionalBranch(t *testing.T) {
+	ctx := t.Context()
+	cat := statusCatalog(t, t.TempDir())
+	ident := table.Identifier{"shop", "orders"}
+	tbl, err := cat.LoadTable(ctx, ident)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := tbl.Metadata().Snapshots()
+	if len(snaps) < 2 {
+		t.Fatalf("%d snapshots, want 2 appends", len(snaps))
+	}
+	first, second := snaps[0], snaps[1]
+	head := tbl.CurrentSnapshot().SnapshotID
+	if ts := tableStatusOf("shop.orders", tbl, "s", "", time.Now()); ts.PositionalBranch != nil {
+		t.Fatalf("a table without the branch shows one: %+v", ts.PositionalBranch)
+	}
+	if _, _, err := cat.CommitTable(ctx, ident,
+		[]table.Requirement{table.AssertRefSnapshotID("positional", nil)},
+		[]table.Update{table.NewSetSnapshotRefUpdate("positional", first.SnapshotID, table.BranchRef, 0, 0, 0)}); err != nil {
+		t.Fatal(err)
+	}
+	if tbl, err = cat.LoadTable(ctx, ident); err != nil {
+		t.Fatal(err)
+	}
+	at := time.UnixMilli(second.TimestampMs).Add(90 * time.Second)
+	ts := tableStatusOf("shop.orders", tbl, "s", "positional", at)
+	b := ts.PositionalBranch
+	if b == nil || b.SnapshotID != first.SnapshotID || b.Shows != first.SnapshotID || b.BehindSeconds != 90 || head == first.SnapshotID {
+		t.Fatalf("positional branch %+v: want snapshot %d, 90 s behind main (its next snapshot %d)", b, first.SnapshotID, second.SnapshotID)
+	}
+	rep := statusReport{Stream: "s", Tables: []tableStatus{ts}}
+	var out bytes.Buffer
+	rep.render(&out)
+	if want := fmt.Sprintf(`shop.orders: branch "positional" (for readers that refuse equality deletes) shows snapshot %d, 1m30s behind main`, first.SnapshotID); !strings.Contains(out.String(), want) {
+		t.Errorf("rendered status lacks %q:\n%s", want, out.String())
+	}
+	js, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf(`"positional_branch":{"name":"positional","snapshot_id":"%d","shows_snapshot_id":"%d","behind_seconds":90}`, first.SnapshotID, first.SnapshotID); !strings.Contains(string(js), want) {
+		t.Errorf("JSON lacks %s:\n%s", want, js)
+	}
+}
