@@ -246,9 +246,7 @@ func TestReadersByDeleteMode(t *testing.T) {
 				name := et.Namespace + "." + et.Name
 				st, ok := got[name]
 				switch {
-				case !ok:
-					t.Errorf("pyiceberg: no result for %s", name)
-				case mode == "equality" && eq[name] > 0:
+				case ok && mode == "equality" && eq[name] > 0:
 					// The table has equality deletes outstanding: PyIceberg must not read it right.
 					if st.Error == "" && len(compareSpark(et, st, 1)) == 0 {
 						t.Errorf("pyiceberg read %s (%d equality delete files) equal to the expected state: the README says it cannot", name, eq[name])
@@ -256,12 +254,8 @@ func TestReadersByDeleteMode(t *testing.T) {
 						unreadable++
 						t.Logf("pyiceberg: %s with %d equality delete files: %s", name, eq[name], st.Error)
 					}
-				case st.Error != "":
-					t.Errorf("pyiceberg: %s: %s", name, st.Error)
 				default:
-					if diffs := compareSpark(et, st, 10); len(diffs) > 0 {
-						t.Errorf("pyiceberg: %s differs from the expected state (%d rows read, %d expected):\n  %s", name, len(st.Rows), len(et.Rows), strings.Join(diffs, "\n  "))
-					} else {
+					if readAsExpected(t, "pyiceberg", name, et, st, ok) {
 						t.Logf("pyiceberg: %s: %d rows equal the expected state (%d position delete files, %d deletion vectors)", name, len(st.Rows), pos[name], dvs[name])
 					}
 				}
@@ -272,16 +266,7 @@ func TestReadersByDeleteMode(t *testing.T) {
 				for _, et := range exp.Tables {
 					name := et.Namespace + "." + et.Name
 					st, ok := gotBranch[name]
-					switch {
-					case !ok:
-						t.Errorf("pyiceberg: no result for the positional branch of %s", name)
-					case st.Error != "":
-						t.Errorf("pyiceberg: the positional branch of %s: %s", name, st.Error)
-					default:
-						if diffs := compareSpark(et, st, 10); len(diffs) > 0 {
-							t.Errorf("pyiceberg: the positional branch of %s differs from the expected state:\n  %s", name, strings.Join(diffs, "\n  "))
-						}
-					}
+					readAsExpected(t, "pyiceberg", "the positional branch of "+name, et, st, ok)
 				}
 			}
 			if mode == "equality" && unreadable == 0 {
@@ -319,14 +304,31 @@ func TestReadersByDeleteMode(t *testing.T) {
 					break
 				}
 				name := et.Namespace + "." + et.Name + "@" + maintenance.DefaultConfig().PositionalBranch
-				if st := read[name]; st.Error != "" {
-					t.Errorf("spark: %s: %s", name, st.Error)
-				} else if diffs := compareSpark(et, st, 10); len(diffs) > 0 {
-					t.Errorf("spark: %s differs from the expected state:\n  %s", name, strings.Join(diffs, "\n  "))
-				}
+				st, ok := read[name]
+				readAsExpected(t, "spark", name, et, st, ok)
 			}
 		})
 	}
+}
+
+// readAsExpected reports whether a reader's result st for a table (ok: there is one) equals
+// the expected state et, and fails the test when it is missing, an error, or different; who
+// names the reader and what the read in messages.
+func readAsExpected(t *testing.T, who, what string, et workload.ExpectedTable, st sparkTable, ok bool) bool {
+	t.Helper()
+	switch {
+	case !ok:
+		t.Errorf("%s: no result for %s", who, what)
+	case st.Error != "":
+		t.Errorf("%s: %s: %s", who, what, st.Error)
+	default:
+		diffs := compareSpark(et, st, 10)
+		if len(diffs) == 0 {
+			return true
+		}
+		t.Errorf("%s: %s differs from the expected state (%d rows read, %d expected):\n  %s", who, what, len(st.Rows), len(et.Rows), strings.Join(diffs, "\n  "))
+	}
+	return false
 }
 
 // branchWithEqualityDeletes reports whether a table of exp has a positional branch while main

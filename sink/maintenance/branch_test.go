@@ -69,8 +69,10 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			mt.BeforeCommit(func(step string, attempt int) {
 				if step == "position" && !overtaken {
 					overtaken = true
-					m.del("s0", 7)
-					m.upsert("s0", 8, "overtaking")
+					// From other shards, as DMS spreads a table's keys: a delete and
+					// an update of keys the load put on s0.
+					m.del("s1", 7)
+					m.upsert("s2", 8, "overtaking")
 					h.flush()
 				}
 			})

@@ -117,12 +117,12 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 	if err := tableprop.CheckStateVersion(m.name, head.Properties()); err != nil {
 		return jobResult{head: head, err: err} // not sent: permanent
 	}
+	props := maps.Clone(job.props)
+	if props == nil {
+		props = iceberg.Properties{}
+	}
+	tableprop.Stamp(props, head.Properties())
 	if job.direct != nil {
-		props := maps.Clone(job.props)
-		if props == nil {
-			props = iceberg.Properties{}
-		}
-		tableprop.Stamp(props, head.Properties())
 		if m.beforeCommit != nil {
 			m.beforeCommit(job.step, job.attempt)
 		}
@@ -136,11 +136,7 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 	if err := job.stage(ctx, txn, head, job.attempt); err != nil {
 		return jobResult{head: head, err: err}
 	}
-	props := maps.Clone(job.props)
-	if props == nil {
-		props = iceberg.Properties{}
-	}
-	if tableprop.Stamp(props, head.Properties()); len(props) > 0 {
+	if len(props) > 0 {
 		if err := txn.SetProperties(props); err != nil {
 			return jobResult{head: head, err: fmt.Errorf("stage properties: %w", err)}
 		}

@@ -158,9 +158,11 @@ func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Tim
 	st.lastCompaction = parseTime(props[tableprop.LastCompaction])
 	st.lastOrphans = parseTime(props[tableprop.LastOrphanCleanup])
 	if b := m.cfg.PositionalBranch; b != "" && m.cfg.positionMode() {
-		head, at := tbl.CurrentSnapshot(), meta.SnapshotByName(b)
-		st.branchBehind = head != nil && (at == nil || at.SnapshotID != head.SnapshotID)
 		st.behind, st.hasBranch = BranchBehind(meta, b, now)
+		if head := tbl.CurrentSnapshot(); head != nil {
+			at := meta.SnapshotByName(b)
+			st.branchBehind = at == nil || at.SnapshotID != head.SnapshotID
+		}
 	}
 	if full {
 		m.lastFull = now
