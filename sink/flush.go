@@ -18,6 +18,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -51,6 +52,9 @@ type flushing struct {
 	// token marks the batch's snapshot (tableprop.SummaryCommit), to tell after an unknown
 	// outcome whether this commit landed or another worker's.
 	token string
+	// vectors: the last attempt committed the batch's deletes as deletion vectors (the
+	// maintainer's WriterVectors), so its equality-delete files are referenced by nothing.
+	vectors bool
 }
 
 // flush commits what may commit now. Guarded (ordering arrival with a commit bound), that is per
@@ -176,7 +180,7 @@ func (w *writer) commitRows(ctx context.Context) error {
 	if res.Landed {
 		w.log.Info("the table already holds this batch after a failed attempt (the attempt landed, or another worker committed it)")
 	}
-	w.committed(ctx, f, res.Attempts, time.Since(start))
+	w.committed(ctx, f, res.Attempts, res.Landed, time.Since(start))
 	return nil
 }
 
@@ -215,9 +219,34 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		fault.Hit(fault.AfterDataFiles)
 	}
 	f.reload = w.reloadFor(&f.b) // on the table this attempt commits on
-	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, f.lim.completeThrough(), f.reload, f.token)
+	vec, err := w.vectors(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	defer vec.Release()
+	f.vectors = vec != nil
+	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, vec, f.lim.completeThrough(), f.reload, f.token)
 	f.removed = removed
 	return tbl, err
+}
+
+// vectors asks the table's maintainer for the batch's deletes as deletion vectors on the table
+// this attempt commits on (maintenance.Maintainer.Vectors): nil to commit the equality deletes.
+// Never while a reload is in progress (the batch then commits on the reload branch).
+func (w *writer) vectors(ctx context.Context, f *flushing) (*maintenance.WriterVectors, error) {
+	if w.maint == nil || len(f.files.deletes) == 0 || f.reload != nil {
+		return nil, nil
+	}
+	if _, ok := w.reloading(); ok {
+		return nil, nil
+	}
+	vec, err := w.maint.Vectors(ctx, w.st.tbl, f.files.deletes)
+	if err != nil {
+		// The equality deletes are as right, and the maintainer converts them.
+		w.log.Warn("planning deletion vectors failed; committing equality deletes", zap.Error(err))
+		return nil, nil
+	}
+	return vec, nil
 }
 
 // reloaded adopts a table reloaded after a failed attempt and tells whether it already holds the
@@ -249,7 +278,7 @@ func (f *flushing) failed(attempt int, err, reloadErr error) {
 
 // committed reports a commit that ended, acknowledges the rows it took and runs the maintenance
 // commit handed to the writer.
-func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took time.Duration) {
+func (w *writer) committed(ctx context.Context, f *flushing, attempts int, landed bool, took time.Duration) {
 	b := &f.b
 	if !b.empty() {
 		info := CommitInfo{Table: w.name, Source: w.src, SnapshotID: snapshotID(w.st.tbl),
@@ -282,12 +311,28 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, took 
 			w.reloadLoaded = time.Now()
 		}
 	}
+	if f.vectors && !landed {
+		w.removeUnreferenced(ctx, f.files.deletes)
+	}
 	fault.Hit(fault.AfterCommit)
 	w.buf.release(b)
 	// Maintenance handed to the writer runs after the acknowledgements, so it never delays a
 	// checkpoint, and not at all in the final flush of a graceful stop.
 	if !b.empty() && !w.closing && w.maint != nil {
 		w.maint.AfterCommit(ctx, w.st.tbl, w.use)
+	}
+}
+
+// removeUnreferenced deletes the equality-delete files of a batch committed as deletion vectors.
+// It is not retried: orphan cleanup removes what it leaves (and what an attempt that lost a race
+// left, or one whose outcome was unknown).
+func (w *writer) removeUnreferenced(ctx context.Context, files []iceberg.DataFile) {
+	fs, err := w.st.tbl.FS(ctx)
+	if err != nil {
+		return
+	}
+	for _, df := range files {
+		_ = fs.Remove(df.FilePath())
 	}
 }
 
@@ -373,7 +418,7 @@ func reserveText(rb *array.RecordBuilder, rows *rowList, idx []int) {
 
 // commitBatch stages the files, the advanced watermarks and what the batch is complete through
 // in one transaction on the current table, commits it and adopts the committed table.
-func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through time.Time, rs *reloadStage, token string) (*table.Table, int, error) {
+func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, vec *maintenance.WriterVectors, through time.Time, rs *reloadStage, token string) (*table.Table, int, error) {
 	props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
 	summary := iceberg.Properties{tableprop.SummaryRows: strconv.Itoa(len(b.upserts)), tableprop.SummaryDeletes: strconv.Itoa(len(b.deletes)),
 		tableprop.SummaryCommit: token}
@@ -392,10 +437,18 @@ func (w *writer) commitBatch(ctx context.Context, b *batch, f *staged, through t
 	if b.superseded > 0 {
 		summary[tableprop.SummarySuperseded] = strconv.Itoa(b.superseded)
 	}
-	if len(f.data)+len(f.deletes) > 0 {
+	deletes := f.deletes
+	if vec != nil {
+		deletes = vec.Add
+		summary[tableprop.SummaryVectors] = strconv.FormatInt(vec.Positions, 10)
+	}
+	if len(f.data)+len(deletes) > 0 {
 		rd := txn.NewRowDelta(summary)
 		rd.AddRows(f.data...)
-		rd.AddDeletes(f.deletes...)
+		rd.AddDeletes(deletes...)
+		if vec != nil && len(vec.Remove) > 0 {
+			rd.RemoveDeletes(vec.Remove...)
+		}
 		if err := rd.Commit(ctx); err != nil {
 			return nil, 0, fmt.Errorf("stage row delta: %w", err)
 		}

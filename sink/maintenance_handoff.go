@@ -3,7 +3,10 @@ package sink
 import (
 	"context"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // maintainer is all a table writer knows of its table's maintenance (maintenance.Maintainer):
@@ -11,6 +14,10 @@ import (
 // waiting maintenance commit on that table (two for an equality-delete conversion, whose second
 // commit it waits for briefly) and pass each result to adopt (the writer's use), on the writer's
 // goroutine.
+//
+// In dv mode the writer also asks it, for each commit attempt, for the batch's deletes as
+// deletion vectors on the table it commits on (Vectors; nil: commit the equality deletes).
 type maintainer interface {
 	AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error)
+	Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*maintenance.WriterVectors, error)
 }

@@ -3,6 +3,8 @@ package sink
 import (
 	"context"
 	"fmt"
+	iofs "io/fs"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -379,5 +381,92 @@ func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
 	}
 	rows, _ := scanRows(t, h.cat, "users")
 	eq(t, rows, m.want()...)
+	h.close()
+}
+
+// With writer_vectors on, a dv table's writer commits its deletes as deletion vectors once its
+// maintainer holds the lease: with conversions held off (position_delay of an hour), the table
+// holds no equality delete after the first commits, every later batch commit says it wrote
+// vectors, the rows are the model's, and the equality-delete files the writer wrote and did not
+// commit are gone (every file under the table's data directory is referenced).
+func TestWriterVectorsInTheSink(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarness(t, dir,
+		withMaintenance(func(c *maintenance.Config) {
+			c.Enabled = true
+			c.Owner = "vectors"
+			c.CheckInterval = 20 * time.Millisecond
+			c.PositionDelay = time.Hour
+			c.WriterVectors = true
+		}),
+		withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV }),
+		withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
+	h.ctl("c", 1, "users", "create-table", "id*:INT4 name:WSTRING amount:NUMERIC")
+	h.flush()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, tbl := scanRows(t, h.cat, "users")
+		if owner, until := maintenance.ReadLease(tbl.Properties()); strings.HasPrefix(owner, "vectors") && until.After(time.Now()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the maintainer took no lease within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	m := newModel(h)
+	for id := 1; id <= 200; id++ {
+		m.upsert(fmt.Sprintf("s%d", id%4), id, "v0")
+	}
+	h.flush()
+	for b := 1; b <= 4; b++ {
+		// Keys spread over the shards, as DMS writes them.
+		m.batchOn(fmt.Sprintf("s%d", b%4), b, 200)
+		rows, tbl := scanRows(t, h.cat, "users")
+		eq(t, rows, m.want()...)
+		if _, ok := tbl.CurrentSnapshot().Summary.Properties[tableprop.SummaryVectors]; !ok {
+			t.Fatalf("batch %d committed without deletion vectors: summary %v", b, tbl.CurrentSnapshot().Summary.Properties)
+		}
+		n, err := maintenance.CountDeletes(t.Context(), tbl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Equality != 0 || n.DVs == 0 || n.Position != n.DVs {
+			t.Fatalf("batch %d: %+v, want deletion vectors only", b, n)
+		}
+	}
+	_, tbl := scanRows(t, h.cat, "users")
+	referenced := map[string]bool{}
+	fs, err := tbl.FS(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range tbl.Metadata().Snapshots() {
+		mans, err := s.Manifests(fs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mans {
+			for e, err := range mf.Entries(fs, false) {
+				if err != nil {
+					t.Fatal(err)
+				}
+				referenced[strings.TrimPrefix(e.DataFile().FilePath(), "file://")] = true
+			}
+		}
+	}
+	dataDir := strings.TrimPrefix(strings.TrimSuffix(tbl.Location(), "/"), "file://") + "/data"
+	err = filepath.WalkDir(dataDir, func(path string, d iofs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if !referenced[path] {
+			t.Errorf("%s is referenced by no snapshot", path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.close()
 }

@@ -50,6 +50,10 @@ func (p *compactionPlan) empty() bool { return len(p.groups) == 0 && len(p.dead)
 // compact runs one compaction and adds what it did to rep.
 func (m *Maintainer) compact(ctx context.Context, rep *Report, trigger string) error {
 	start := time.Now()
+	// The writer's deletion vectors wait until the compaction has committed (vectors.go): its
+	// plan's snapshot then holds every vector a writer planned before.
+	m.vectorGate.Lock()
+	defer m.vectorGate.Unlock()
 	src, err := m.cat.LoadTable(ctx, m.ident)
 	if err != nil {
 		return err
@@ -195,6 +199,11 @@ func (m *Maintainer) commitRewrite(ctx context.Context, p *compactionPlan, resul
 		func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
 			if attempt > 0 && landed(head, id, p.snap.SequenceNumber) {
 				return errAlreadyCommitted
+			}
+			if moved, err := m.vectorsMoved(ctx, p, head); err != nil {
+				return err
+			} else if moved {
+				return errSuperseded
 			}
 			rw := txn.NewRewrite(summary)
 			for _, r := range results {

@@ -121,6 +121,12 @@ type Config struct {
 	// moves it to its planning snapshot with that snapshot's equality deletes converted, and it
 	// follows main whenever main holds none. Default "positional"; "" keeps no such branch.
 	PositionalBranch string `yaml:"positional_branch"`
+	// WriterVectors: in dv mode, the writer commits its deletes as deletion vectors it plans
+	// with the maintainer's key cache, instead of equality deletes for the maintainer to convert
+	// (vectors.go, design.md §11.1), while this process holds the table's maintenance lease and
+	// no compaction is under way. Tables whose key is not one integer column keep equality
+	// deletes.
+	WriterVectors bool `yaml:"writer_vectors"`
 }
 
 // The delete modes of a table (Config.DeleteMode, sink.tables.<t>.delete_mode).

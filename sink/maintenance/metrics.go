@@ -91,6 +91,9 @@ type Report struct {
 	DataFilesProbed            int
 	ConversionTook             time.Duration
 	ConversionAttempts         int
+	// VectorsRemerged counts commit attempts of a conversion that found some probed files'
+	// deletion vectors replaced by a writer's since the plan, and merged the newer ones.
+	VectorsRemerged int
 	// BranchMoved: the positional branch (Config.PositionalBranch) moved to a state without
 	// equality deletes, BranchSource: the snapshot of main it shows. A run that only moved the
 	// branch is not Changed (the gauge positional_branch_behind_seconds shows the branch).

@@ -56,8 +56,12 @@ type conversionPlan struct {
 	// every probed data file the plan saw ("" for none), which check compares with the head.
 	dvs         bool
 	replacedDVs []iceberg.DataFile
+	replacedOf  map[string]iceberg.DataFile // replacedDVs by the data file they reference
 	dvOf        map[string]string
-	manifests   *manifestCache // the maintainer's, for check
+	// remerged are the deletion vectors commit 1 wrote instead of posDels, on a head where a
+	// writer had replaced some of the probed files' vectors since the plan (remerge).
+	remerged  []iceberg.DataFile
+	manifests *manifestCache // the maintainer's, for check
 }
 
 // dvKey names one live deletion vector: its Puffin file and the offset of its blob.
@@ -108,18 +112,26 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 	attempts := 0
 	if len(p.posDels) > 0 {
 		c, err := m.commitThenMore(ctx, "position", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
-			live, err := p.check(ctx, head)
+			live, changed, err := p.check(ctx, head)
 			if err != nil {
 				return err
 			}
-			if attempt > 0 && live[p.posDels[0].FilePath()] {
+			if attempt > 0 && p.landedIn(live) {
 				return errAlreadyCommitted // an attempt whose outcome was unknown landed
+			}
+			add, remove := p.posDels, p.replacedDVs
+			if len(changed) > 0 {
+				if add, remove, err = p.remerge(ctx, head.Metadata(), changed); err != nil {
+					return err
+				}
+				p.remerged = append(add, p.remerged...) // the newest first, for ours
+				rep.VectorsRemerged++
 			}
 			rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
 				tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)})
-			rd.AddDeletes(p.posDels...)
-			if len(p.replacedDVs) > 0 {
-				rd.RemoveDeletes(p.replacedDVs...)
+			rd.AddDeletes(add...)
+			if len(remove) > 0 {
+				rd.RemoveDeletes(remove...)
 			}
 			return rd.Commit(ctx)
 		})
@@ -130,6 +142,7 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 		if err != nil {
 			if c.sent == 0 || errors.Is(err, errSuperseded) {
 				removeFiles(p.fs, p.posDels) // never committed: the files are ours alone
+				removeFiles(p.fs, p.remerged)
 			}
 			if errors.Is(err, errSuperseded) {
 				m.log.Info("conversion superseded: the files it probed were rewritten; the next one replans")
@@ -145,7 +158,8 @@ func (m *Maintainer) convert(ctx context.Context, rep *Report) error {
 		drop = m.commitThenMore
 	}
 	c, err := drop(ctx, "position-drop", nil, func(ctx context.Context, txn *table.Transaction, head *table.Table, _ int) error {
-		if _, err := p.check(ctx, head); err != nil {
+		// A vector replaced since commit 1 (a writer's) holds commit 1's positions too.
+		if _, _, err := p.check(ctx, head); err != nil {
 			return err
 		}
 		rw := txn.NewRewrite(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
@@ -295,6 +309,15 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 	if len(eqDels) == 0 {
 		return nil, nil
 	}
+	return m.planPositions(ctx, src, snap, fs, data, eqDels, posDels)
+}
+
+// planPositions probes data, the live data files of src's snapshot snap, for the keys of
+// eqDels and writes the position deletes (or deletion vectors) they make, merged with the live
+// ones of posDels (nothing is committed). eqDels are the snapshot's own equality deletes for a
+// conversion, or a writer's not yet committed ones (vectors.go).
+func (m *Maintainer) planPositions(ctx context.Context, src *table.Table, snap *table.Snapshot, fs icebergio.IO,
+	data, eqDels, posDels []liveFile) (*conversionPlan, error) {
 	ownPos := fileScoped(posDels)
 	sort.Slice(eqDels, func(i, j int) bool { return eqDels[i].seq < eqDels[j].seq })
 	p := &conversionPlan{snap: snap, fs: fs, eqDels: eqDels, seen: map[string]bool{}, probed: map[string]bool{}, manifests: &m.liveCache}
@@ -309,7 +332,7 @@ func (m *Maintainer) planConversion(ctx context.Context, src *table.Table) (*con
 		}
 		dvw = dv.NewDVWriter(wfs, func(id int32) *iceberg.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
 		dvOf = liveDVs(posDels)
-		p.dvs, p.dvOf = true, map[string]string{}
+		p.dvs, p.dvOf, p.replacedOf = true, map[string]string{}, map[string]iceberg.DataFile{}
 	}
 	schema := src.Schema()
 	keyIDs := eqDels[0].df.EqualityFieldIDs()
@@ -461,6 +484,7 @@ func (p *conversionPlan) addDV(ctx context.Context, dvw *dv.DVWriter, d liveFile
 		}
 		dvw.Load(path, bm, d.df.SpecID(), d.df.Partition())
 		p.replacedDVs = append(p.replacedDVs, old.df)
+		p.replacedOf[path] = old.df
 		p.dvOf[path] = dvKey(old.df)
 	}
 	for _, pd := range posDels {
@@ -522,11 +546,13 @@ func readPositions(ctx context.Context, fs icebergio.IO, path, dataPath string, 
 }
 
 // deleteLocation is the directory the position-delete files go to: the table's data directory.
-func deleteLocation(tbl *table.Table) (string, error) {
-	if p := tbl.Properties()["write.data.path"]; p != "" {
+func deleteLocation(tbl *table.Table) (string, error) { return deleteLocationOf(tbl.Metadata()) }
+
+func deleteLocationOf(meta table.Metadata) (string, error) {
+	if p := meta.Properties()["write.data.path"]; p != "" {
 		return strings.TrimSuffix(p, "/"), nil
 	}
-	return strings.TrimSuffix(tbl.Location(), "/") + "/data", nil
+	return strings.TrimSuffix(meta.Location(), "/") + "/data", nil
 }
 
 var posDeleteArrow = arrow.NewSchema([]arrow.Field{
@@ -628,24 +654,24 @@ func putInt64(b []byte, v int64) {
 // and every probed data file still live, and no live data file the plan did not see below the
 // plan's highest equality-delete sequence number (a concurrent compaction's rewrite). It returns
 // errSuperseded otherwise. It returns the paths of head's live files.
-func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[string]bool, error) {
+func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[string]bool, map[string]liveFile, error) {
 	snap := head.CurrentSnapshot()
 	if snap == nil {
-		return nil, errSuperseded
+		return nil, nil, errSuperseded
 	}
 	fs, err := head.FS(ctx)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data, eqDels, posDels, err := p.manifests.liveFiles(fs, snap)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	live := make(map[string]bool, len(data)+len(eqDels))
 	for _, d := range data {
 		live[d.df.FilePath()] = true
 		if d.seq < p.maxSeq && !p.seen[d.df.FilePath()] {
-			return nil, errSuperseded
+			return nil, nil, errSuperseded
 		}
 	}
 	for _, e := range append(eqDels, posDels...) {
@@ -653,38 +679,104 @@ func (p *conversionPlan) check(ctx context.Context, head *table.Table) (map[stri
 	}
 	for path := range p.probed {
 		if !live[path] {
-			return nil, errSuperseded
+			return nil, nil, errSuperseded
 		}
 	}
 	for _, e := range p.eqDels {
 		if !live[e.df.FilePath()] {
-			return nil, errSuperseded
+			return nil, nil, errSuperseded
 		}
 	}
 	for _, df := range p.replaced {
 		if !live[df.FilePath()] {
-			return nil, errSuperseded
+			return nil, nil, errSuperseded
 		}
 	}
+	var changed map[string]liveFile
 	if p.dvs {
-		// Each probed data file must still have the deletion vector the plan merged (or none):
-		// another writer's new one would be dropped by the replacement, or left beside it.
+		// A probed data file whose deletion vector is not the one the plan merged (a writer's
+		// vectors, vectors.go, replaced it since): commit 1 merges the newer one instead, since
+		// replacing it with the plan's would bring its positions back.
 		now := liveDVs(posDels)
 		for path, want := range p.dvOf {
 			got := ""
-			if e, ok := now[path]; ok {
+			e, ok := now[path]
+			if ok {
 				got = dvKey(e.df)
 			}
-			if got == want || got != "" && p.ours(now[path].df) { // unchanged, or commit 1 landed
+			if got == want || got != "" && p.ours(e.df) { // unchanged, or commit 1 landed
 				continue
 			}
-			return nil, errSuperseded
+			if !ok {
+				return nil, nil, errSuperseded // a vector cannot disappear but by a rewrite of its file
+			}
+			if changed == nil {
+				changed = map[string]liveFile{}
+			}
+			changed[path] = e
 		}
 	}
-	return live, nil
+	return live, changed, nil
 }
 
 // ours reports whether df is one of the deletion vectors the plan writes (commit 1 landed).
 func (p *conversionPlan) ours(df iceberg.DataFile) bool {
-	return len(p.posDels) > 0 && df.FilePath() == p.posDels[0].FilePath()
+	return p.landedIn(map[string]bool{df.FilePath(): true})
+}
+
+// landedIn reports whether live (paths) holds the deletion vectors or position deletes of one
+// of commit 1's attempts.
+func (p *conversionPlan) landedIn(live map[string]bool) bool {
+	if len(p.posDels) > 0 && live[p.posDels[0].FilePath()] {
+		return true
+	}
+	for _, df := range p.remerged {
+		if live[df.FilePath()] {
+			return true
+		}
+	}
+	return false
+}
+
+// remerge rewrites the plan's deletion vectors for commit 1 on a head where some probed data
+// files' vectors changed since the plan (changed, by data file): each of those holds the union
+// of the plan's positions and the head's vector, and replaces the head's. It returns the files
+// to add and the vectors to remove; the plan's own files stay as they are, for the positional
+// branch, which shows the plan's snapshot.
+func (p *conversionPlan) remerge(ctx context.Context, meta table.Metadata, changed map[string]liveFile) (add, remove []iceberg.DataFile, err error) {
+	wfs, ok := p.fs.(icebergio.WriteFileIO)
+	if !ok {
+		return nil, nil, errors.New("the table's file IO cannot write")
+	}
+	location, err := deleteLocationOf(meta)
+	if err != nil {
+		return nil, nil, err
+	}
+	dvw := dv.NewDVWriter(wfs, func(id int32) *iceberg.PartitionSpec { return meta.PartitionSpecByID(int(id)) })
+	for _, df := range p.posDels {
+		ref := df.ReferencedDataFile()
+		if ref == nil {
+			return nil, nil, fmt.Errorf("deletion vector %s names no data file", df.FilePath())
+		}
+		bm, err := dv.ReadDV(p.fs, df)
+		if err != nil {
+			return nil, nil, fmt.Errorf("read deletion vector of %s: %w", *ref, err)
+		}
+		if e, ok := changed[*ref]; ok {
+			now, err := dv.ReadDV(p.fs, e.df)
+			if err != nil {
+				return nil, nil, fmt.Errorf("read deletion vector of %s: %w", *ref, err)
+			}
+			bm.Or(now)
+			remove = append(remove, e.df)
+		} else if old, ok := p.replacedOf[*ref]; ok {
+			remove = append(remove, old)
+		}
+		dvw.Load(*ref, bm, df.SpecID(), df.Partition())
+	}
+	add, err = dvw.Flush(ctx, fmt.Sprintf("%s/%s-dv.puffin", location, uuid.NewString()))
+	if err != nil {
+		return nil, nil, fmt.Errorf("write deletion vectors: %w", err)
+	}
+	return add, remove, nil
 }

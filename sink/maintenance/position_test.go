@@ -521,9 +521,10 @@ func replaceDV(t *testing.T, tbl *table.Table, path string) {
 
 // A conversion on a v3 table replaces the deletion vectors of the data files it probes. When
 // another writer replaced one of them after the plan (here with the same positions, as a
-// rewrite of the vector would), the conversion is superseded — its replacement would remove a
-// vector that is no longer live — and the next one replans on the new vector.
-func TestDVConversionSupersededByAnotherVector(t *testing.T) {
+// rewrite of the vector would), the conversion merges the newer vector when it commits, in
+// place of the one it planned on, which is no longer live (vectors_test.go has a writer's
+// vector with new positions).
+func TestDVConversionMergesAnotherEnginesVector(t *testing.T) {
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -546,14 +547,14 @@ func TestDVConversionSupersededByAnotherVector(t *testing.T) {
 	m.batch(2, 200)
 	a.AfterRewrite(func() { replaceDV(t, loadUsers(t, h.cat), loadFile) })
 	rep, err := a.Maintain(ctx, maintenance.PositionOnly)
-	if err != nil || rep.Converted {
-		t.Fatalf("conversion beside another vector: %v, report %+v: want superseded without error", err, rep)
+	if err != nil || !rep.Converted || rep.VectorsRemerged != 1 {
+		t.Fatalf("conversion beside another vector: %v, report %+v: want converted, the newer vector merged", err, rep)
 	}
 	rows, _ := scanRows(t, h.cat)
 	eq(t, rows, m.want()...)
 	a.AfterRewrite(nil)
-	if rep, err := a.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
-		t.Fatalf("the next conversion: %v %+v", err, rep)
+	if rep, err := a.Maintain(ctx, maintenance.PositionOnly); err != nil || rep.Converted {
+		t.Fatalf("the next conversion: %v %+v: want nothing left to convert", err, rep)
 	}
 	rows, tbl := scanRows(t, h.cat)
 	eq(t, rows, m.want()...)

@@ -138,6 +138,10 @@ const (
 	// every attempt of the batch: after an attempt whose outcome was unknown, a reloaded table
 	// holding the batch shows whether this commit landed or another writer's (commit.CommittedBy).
 	SummaryCommit = "dms2iceberg.commit"
+	// SummaryVectors: the table batch committed its deletes as deletion vectors (the writer's,
+	// maintenance.Maintainer.Vectors) instead of equality deletes; the value counts the positions
+	// the vectors it added hold.
+	SummaryVectors = "dms2iceberg.vector-positions"
 	// SummaryDeadLetters counts the records of a dead-letter table commit.
 	SummaryDeadLetters = "dms2iceberg.dead-letters"
 	// SummaryMaintenanceRun is a unique id of a compaction run (to recognise a commit whose

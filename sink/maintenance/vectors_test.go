@@ -1,0 +1,278 @@
+package maintenance_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+)
+
+// vectorMaintainer is a dv-mode maintainer with writer vectors on, a key cache and the lease.
+func vectorMaintainer(t *testing.T, h *harness) *maintenance.Maintainer {
+	t.Helper()
+	cfg := testConfig()
+	cfg.DeleteMode = maintenance.DeleteModeDV
+	cfg.WriterVectors = true
+	mt := testMaintainer(t, h.cat, cfg)
+	mt.UseKeyCache(maintenance.NewKeyCache(64 << 20))
+	if !mt.Lease(context.Background(), loadUsers(t, h.cat)) {
+		t.Fatal("no lease")
+	}
+	return mt
+}
+
+// writeKeyDeletes writes, as the table's writer does for a batch, an equality-delete file of
+// ids on tbl (nothing is committed).
+func writeKeyDeletes(t *testing.T, tbl *table.Table, ids []int) []iceberg.DataFile {
+	t.Helper()
+	f, ok := tbl.Schema().FindFieldByName("id")
+	if !ok {
+		t.Fatal("no id column")
+	}
+	sc := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int32,
+		Metadata: arrow.NewMetadata([]string{table.ArrowParquetFieldIDKey}, []string{strconv.Itoa(f.ID)})}}, nil)
+	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	defer b.Release()
+	for _, id := range ids {
+		b.Field(0).(*array.Int32Builder).Append(int32(id))
+	}
+	rec := b.NewRecordBatch()
+	defer rec.Release()
+	files, err := tbl.NewTransaction().WriteEqualityDeletes(context.Background(), []int{f.ID},
+		func(yield func(arrow.RecordBatch, error) bool) { yield(rec, nil) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return files
+}
+
+// commitVectors deletes ids as a writer with vectors does: it plans the vectors on the newest
+// table and commits them in place of the equality deletes, which it then removes. It fails the
+// test when the maintainer declines.
+func commitVectors(t *testing.T, h *harness, mt *maintenance.Maintainer, m *model, ids []int) *maintenance.WriterVectors {
+	t.Helper()
+	ctx := context.Background()
+	tbl := loadUsers(t, h.cat)
+	eqDels := writeKeyDeletes(t, tbl, ids)
+	v, err := mt.Vectors(ctx, tbl, eqDels)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v == nil {
+		t.Fatal("the maintainer declined to plan vectors")
+	}
+	defer v.Release()
+	txn := tbl.NewTransaction()
+	rd := txn.NewRowDelta(nil).AddDeletes(v.Add...)
+	if len(v.Remove) > 0 {
+		rd.RemoveDeletes(v.Remove...)
+	}
+	if err := rd.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		delete(m.rows, id)
+	}
+	return v
+}
+
+// A writer's deletion vectors delete a key in every data file that holds it (the load's and a
+// later batch's), keep one vector per data file (merged with the live one, which they replace),
+// and leave no equality delete: the table reads the model's rows.
+func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(300)
+	m.batch(1, 300) // updates keys of the load: their old images stay in the load's file
+	mt := vectorMaintainer(t, h)
+	if rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("conversion: %v %+v", err, rep)
+	}
+	updated := []int{}
+	for id := 1; id <= 300; id += 7 {
+		if _, ok := m.rows[id]; ok {
+			updated = append(updated, id) // 1, 8, ...: updated by batch 1, in two files
+		}
+	}
+	v := commitVectors(t, h, mt, m, updated[:10])
+	if v.Probed < 2 || len(v.Remove) == 0 {
+		t.Fatalf("plan %+v: want at least the load's and batch 1's files probed and the load's vector replaced", v)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	commitVectors(t, h, mt, m, []int{2, 3, 5, 299, 300, 1000}) // 1000: no such key
+	rows, tbl = scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality-delete files: the writer's vectors replace them", eqFiles)
+	}
+	for path, n := range posDeletesPerDataFile(t, tbl) {
+		if n != 1 {
+			t.Fatalf("data file %s has %d deletion vectors, want 1", path, n)
+		}
+	}
+	h.close()
+}
+
+// Vectors declines (the writer then commits its equality deletes) outside dv mode with writer
+// vectors on, without the lease, and while a compaction of the same maintainer is between its
+// plan and its commit.
+func TestWriterVectorsDecline(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(100)
+	m.batch(1, 100)
+	ctx := context.Background()
+	tbl := loadUsers(t, h.cat)
+	eqDels := writeKeyDeletes(t, tbl, []int{1})
+
+	off := testConfig()
+	off.DeleteMode = maintenance.DeleteModeDV
+	a := testMaintainer(t, h.cat, off)
+	a.UseKeyCache(maintenance.NewKeyCache(1 << 20))
+	a.IgnoreLease()
+	if v, err := a.Vectors(ctx, tbl, eqDels); v != nil || err != nil {
+		t.Fatalf("writer_vectors off: %+v %v, want nil", v, err)
+	}
+	noLease := testConfig()
+	noLease.DeleteMode, noLease.WriterVectors = maintenance.DeleteModeDV, true
+	b := testMaintainer(t, h.cat, noLease)
+	b.UseKeyCache(maintenance.NewKeyCache(1 << 20))
+	if v, err := b.Vectors(ctx, tbl, eqDels); v != nil || err != nil {
+		t.Fatalf("without the lease: %+v %v, want nil", v, err)
+	}
+	mt := vectorMaintainer(t, h)
+	if v, err := mt.Vectors(ctx, tbl, eqDels); v == nil || err != nil {
+		t.Fatalf("with the lease: %+v %v, want vectors", v, err)
+	} else {
+		v.Release()
+	}
+	var during *maintenance.WriterVectors
+	mt.AfterRewrite(func() {
+		var err error
+		if during, err = mt.Vectors(ctx, loadUsers(t, h.cat), eqDels); err != nil {
+			t.Error(err)
+		}
+	})
+	if rep, err := mt.Maintain(ctx, maintenance.CompactOnly); err != nil || !rep.Compacted {
+		t.Fatalf("compaction: %v %+v", err, rep)
+	}
+	if during != nil {
+		t.Fatalf("vectors planned during a compaction: %+v", during)
+	}
+	if mt.VectorsYielded() == 0 {
+		t.Fatal("the decline during the compaction was not counted")
+	}
+	mt.AfterRewrite(nil)
+	if v, err := mt.Vectors(ctx, loadUsers(t, h.cat), eqDels); v == nil || err != nil {
+		t.Fatalf("after the compaction: %+v %v, want vectors", v, err)
+	} else {
+		v.Release()
+	}
+	removeFiles(t, tbl, eqDels)
+	h.close()
+}
+
+func removeFiles(t *testing.T, tbl *table.Table, files []iceberg.DataFile) {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, df := range files {
+		_ = fs.Remove(df.FilePath())
+	}
+}
+
+// A compaction whose rewritten files got another deletion vector after its plan (a writer of a
+// worker that still believed it held the lease) is superseded: committing it would bring the
+// newer vector's rows back. The next compaction rewrites them with it.
+func TestCompactionSupersededByANewerVector(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(200)
+	m.batch(1, 200)
+	ctx := context.Background()
+	mt := vectorMaintainer(t, h)
+	if rep, err := mt.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("conversion: %v %+v", err, rep)
+	}
+	// Another maintainer's writer: it plans outside this maintainer's gate.
+	other := testConfig()
+	other.DeleteMode, other.WriterVectors = maintenance.DeleteModeDV, true
+	o := testMaintainer(t, h.cat, other)
+	o.UseKeyCache(maintenance.NewKeyCache(1 << 20))
+	o.IgnoreLease()
+	victims := []int{}
+	for id := 3; id <= 200 && len(victims) < 5; id += 2 {
+		if _, ok := m.rows[id]; ok {
+			victims = append(victims, id)
+		}
+	}
+	mt.AfterRewrite(func() { commitVectors(t, h, o, m, victims) })
+	rep, err := mt.Maintain(ctx, maintenance.CompactOnly)
+	if err != nil || rep.Compacted {
+		t.Fatalf("compaction beside a newer vector: %v, report %+v: want superseded without error", err, rep)
+	}
+	rows, _ := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	mt.AfterRewrite(nil)
+	if rep, err := mt.Maintain(ctx, maintenance.CompactOnly); err != nil || !rep.Compacted {
+		t.Fatalf("the next compaction: %v %+v", err, rep)
+	}
+	rows, _ = scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	h.close()
+}
+
+// A conversion planned before a writer replaced some of the probed files' deletion vectors
+// merges the newer vectors when it commits: the table keeps both the conversion's positions
+// and the writer's, one vector per data file.
+func TestConversionMergesVectorsAWriterReplaced(t *testing.T) {
+	dir := t.TempDir()
+	h := newHarnessFor(t, dir, dvDef())
+	m := newModel(h)
+	m.load(200)
+	m.batch(1, 200)
+	ctx := context.Background()
+	mt := vectorMaintainer(t, h)
+	if rep, err := mt.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("first conversion: %v %+v", err, rep)
+	}
+	m.batch(2, 200) // equality deletes for the next conversion
+	victims := []int{}
+	for id := 4; id <= 200 && len(victims) < 6; id += 3 {
+		if _, ok := m.rows[id]; ok {
+			victims = append(victims, id)
+		}
+	}
+	mt.AfterRewrite(func() { commitVectors(t, h, mt, m, victims) }) // after the plan, before commit 1
+	rep, err := mt.Maintain(ctx, maintenance.PositionOnly)
+	if err != nil || !rep.Converted || rep.VectorsRemerged == 0 {
+		t.Fatalf("conversion beside a writer's vectors: %v, report %+v: want converted with the newer vectors merged", err, rep)
+	}
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality-delete files left", eqFiles)
+	}
+	for path, n := range posDeletesPerDataFile(t, tbl) {
+		if n != 1 {
+			t.Fatalf("data file %s has %d deletion vectors, want 1", path, n)
+		}
+	}
+	h.close()
+}
