@@ -223,7 +223,6 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 	if err != nil {
 		return nil, err
 	}
-	defer vec.Release()
 	f.vectors = vec != nil
 	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, vec, f.lim.completeThrough(), f.reload, f.token)
 	f.removed = removed

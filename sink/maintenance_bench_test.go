@@ -25,6 +25,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // BenchmarkMaintenanceCDC drives the sink in process (SQLite catalog, local warehouse in a temp
@@ -206,6 +207,12 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	mc.PositionDelay = p.posDelay
 	mc.RewriteDeletedFraction = p.rewriteFraction
 	mc.PositionalBranch = p.branch
+	switch os.Getenv("BENCH_WRITER_VECTORS") {
+	case "on":
+		mc.WriterVectors = true
+	case "off":
+		mc.WriterVectors = false
+	}
 	withBranch := p.branch != "" && maintenance.Converting(p.mode)
 	if v := os.Getenv("BENCH_KEY_CACHE_BYTES"); v != "" { // 0: off, as before 2026-12-06 (session 19)
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -313,6 +320,9 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	var branchRatios []float64
 	var branchLags []time.Duration // per commit: how far behind main the positional branch shows
 	var cycles []time.Duration
+	// Commits that wrote deletion vectors (writer_vectors), and after which main's newest
+	// snapshot held equality deletes.
+	var vectorCommits, eqAfter int
 	cdc0 := cpuNow()
 	for i := 1; i <= p.commits; i++ {
 		<-tick.C
@@ -363,6 +373,14 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		}
 		if withBranch {
 			branchLags = append(branchLags, branchLag(tbl, p.branch, now))
+		}
+		if snap := tbl.CurrentSnapshot(); snap != nil && snap.Summary != nil {
+			if _, ok := snap.Summary.Properties[tableprop.SummaryVectors]; ok {
+				vectorCommits++
+			}
+			if n := snap.Summary.Properties["total-equality-deletes"]; n != "" && n != "0" {
+				eqAfter++
+			}
 		}
 		if i%p.scanEvery == 0 || i == p.commits {
 			sc0 := cpuNow()
@@ -529,6 +547,10 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		fmt.Fprintf(out, "- key cache (bound %s): %s held at the end, probes %d from the cache, %d read the file\n",
 			kib(kc.Limit), kib(kc.Held), kc.Hits, kc.Reads)
 	}
+	fmt.Fprintf(out, "- writer_vectors %v: %d of %d commits wrote deletion vectors; main held equality deletes after **%d of %d commits**\n",
+		mc.WriterVectors, vectorCommits, len(samples), eqAfter, len(samples))
+	fmt.Fprintf(out, "- all CPU of the CDC phase (ingestion, vector planning and maintenance; scans excluded): **%s per 1,000 changes**\n",
+		(cdcCPU * 1000 / time.Duration(p.commits*p.keys)).Round(time.Millisecond))
 	fmt.Fprintf(out, "- CPU over the CDC phase (scans excluded): %s for %d changes; ingestion cycle median %s (%d cycles without maintenance); maintenance **%s per 1,000 changes** (%s in all)\n",
 		cdcCPU.Round(time.Millisecond), p.commits*p.keys, cycleCPU.Round(time.Microsecond), len(cycles), res.maintCPUPer1k.Round(time.Millisecond), maintCPU.Round(time.Millisecond))
 	var ru syscall.Rusage

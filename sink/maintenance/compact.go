@@ -50,10 +50,6 @@ func (p *compactionPlan) empty() bool { return len(p.groups) == 0 && len(p.dead)
 // compact runs one compaction and adds what it did to rep.
 func (m *Maintainer) compact(ctx context.Context, rep *Report, trigger string) error {
 	start := time.Now()
-	// The writer's deletion vectors wait until the compaction has committed (vectors.go): its
-	// plan's snapshot then holds every vector a writer planned before.
-	m.vectorGate.Lock()
-	defer m.vectorGate.Unlock()
 	src, err := m.cat.LoadTable(ctx, m.ident)
 	if err != nil {
 		return err
@@ -195,19 +191,29 @@ func (m *Maintainer) commitRewrite(ctx context.Context, p *compactionPlan, resul
 	id := hex.EncodeToString(tok[:])
 	summary := iceberg.Properties{tableprop.SummaryMaintenanceRun: id, tableprop.SummaryMaintenanceTrigger: trigger,
 		tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)}
-	c, err := m.commit(ctx, "compact", iceberg.Properties{tableprop.LastCompaction: formatTime(time.Now())},
+	props := iceberg.Properties{tableprop.LastCompaction: formatTime(time.Now())}
+	c, err := m.commit(ctx, "compact", props,
 		func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
 			if attempt > 0 && landed(head, id, p.snap.SequenceNumber) {
 				return errAlreadyCommitted
 			}
-			if moved, err := m.vectorsMoved(ctx, p, head); err != nil {
+			// Deletion vectors committed since the plan on the files it rewrites (a writer's):
+			// carried over to the new files, and the vectors removed are the head's.
+			moved, err := m.carryVectors(ctx, p, results, head)
+			if err != nil {
 				return err
-			} else if moved {
-				return errSuperseded
 			}
 			rw := txn.NewRewrite(summary)
-			for _, r := range results {
+			for _, r := range moved.results {
 				rw.ApplyResult(r)
+			}
+			for _, df := range moved.add {
+				// It takes the highest sequence number of the vectors removed: one of those
+				// was committed after the plan, so it is above the new files' (the plan's).
+				rw.AddDeleteFile(df)
+			}
+			for _, df := range moved.remove {
+				rw.DeleteFile(df)
 			}
 			for _, df := range p.dead {
 				rw.DeleteFile(df)
@@ -215,7 +221,7 @@ func (m *Maintainer) commitRewrite(ctx context.Context, p *compactionPlan, resul
 			if len(results) > 0 {
 				rw.DataSequenceNumber(p.snap.SequenceNumber)
 			}
-			err := rw.Commit(ctx)
+			err = rw.Commit(ctx)
 			if err != nil && inputsGone(ctx, head, p.rewritten, p.dead) {
 				return errSuperseded
 			}

@@ -179,6 +179,31 @@ func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, 
 	return nil
 }
 
+// keysAt calls fn with the key at each of the given positions of a data file's key column
+// (null keys are skipped): from the cached column when there is one, else read from the file
+// (and not cached: the file is being rewritten). c may be nil.
+func (c *KeyCache) keysAt(ctx context.Context, fs icebergio.IO, path string, keyID int, at func(pos int64) bool, fn func(key int64)) error {
+	if c != nil {
+		if col := c.get(keyColumnID{path, keyID}); col != nil {
+			for i, k := range col.keys {
+				p := int64(i)
+				if col.pos != nil {
+					p = int64(col.pos[i])
+				}
+				if at(p) {
+					fn(k)
+				}
+			}
+			return nil
+		}
+	}
+	return probeInts(ctx, fs, path, keyID, func(key, pos int64) {
+		if at(pos) {
+			fn(key)
+		}
+	})
+}
+
 // forget drops the cached columns of data files a committed compaction removed from their table:
 // no probe reads them again, and the bound is better spent on live files. c may be nil.
 func (c *KeyCache) forget(paths map[string]struct{}) {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,10 +78,6 @@ type Maintainer struct {
 	runSlots    *Slots        // shared with the process's other maintainers (nil: unbounded)
 	keys        *KeyCache     // key columns of data files, shared likewise (nil: none)
 	liveCache   manifestCache // live entries of the manifests conversions read
-	// vectorGate: the writer's vector plans (Vectors) hold it shared until their commit attempt
-	// ends; a compaction holds it from before its plan to after its commit (vectors.go).
-	vectorGate     sync.RWMutex
-	vectorsYielded atomic.Int64
 	// Lists of files to delete later (deferred.go), and when storage was last listed for them.
 	deferred       []deferredList
 	deferredListed time.Time

@@ -108,11 +108,6 @@ func (m *Maintainer) check(ctx context.Context) {
 	}
 	s := m.due(st, now)
 	if !s.any() {
-		if m.writesVectors() {
-			// The writer writes deletion vectors only while this process holds the lease
-			// (vectors.go): keep it, renewed at half its term, while nothing else is due.
-			m.lease(ctx, tbl)
-		}
 		return
 	}
 	release, err := m.runSlots.acquire(ctx)

@@ -68,7 +68,6 @@ func commitVectors(t *testing.T, h *harness, mt *maintenance.Maintainer, m *mode
 	if v == nil {
 		t.Fatal("the maintainer declined to plan vectors")
 	}
-	defer v.Release()
 	txn := tbl.NewTransaction()
 	rd := txn.NewRowDelta(nil).AddDeletes(v.Add...)
 	if len(v.Remove) > 0 {
@@ -126,8 +125,7 @@ func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
 }
 
 // Vectors declines (the writer then commits its equality deletes) outside dv mode with writer
-// vectors on, without the lease, and while a compaction of the same maintainer is between its
-// plan and its commit.
+// vectors on and without a key cache; the lease does not matter.
 func TestWriterVectorsDecline(t *testing.T) {
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
@@ -146,40 +144,17 @@ func TestWriterVectorsDecline(t *testing.T) {
 	if v, err := a.Vectors(ctx, tbl, eqDels); v != nil || err != nil {
 		t.Fatalf("writer_vectors off: %+v %v, want nil", v, err)
 	}
+	// Any worker's writer may write vectors, whoever holds the maintenance lease.
 	noLease := testConfig()
 	noLease.DeleteMode, noLease.WriterVectors = maintenance.DeleteModeDV, true
 	b := testMaintainer(t, h.cat, noLease)
 	b.UseKeyCache(maintenance.NewKeyCache(1 << 20))
-	if v, err := b.Vectors(ctx, tbl, eqDels); v != nil || err != nil {
-		t.Fatalf("without the lease: %+v %v, want nil", v, err)
+	if v, err := b.Vectors(ctx, tbl, eqDels); v == nil || err != nil {
+		t.Fatalf("without the lease: %+v %v, want vectors", v, err)
 	}
-	mt := vectorMaintainer(t, h)
-	if v, err := mt.Vectors(ctx, tbl, eqDels); v == nil || err != nil {
-		t.Fatalf("with the lease: %+v %v, want vectors", v, err)
-	} else {
-		v.Release()
-	}
-	var during *maintenance.WriterVectors
-	mt.AfterRewrite(func() {
-		var err error
-		if during, err = mt.Vectors(ctx, loadUsers(t, h.cat), eqDels); err != nil {
-			t.Error(err)
-		}
-	})
-	if rep, err := mt.Maintain(ctx, maintenance.CompactOnly); err != nil || !rep.Compacted {
-		t.Fatalf("compaction: %v %+v", err, rep)
-	}
-	if during != nil {
-		t.Fatalf("vectors planned during a compaction: %+v", during)
-	}
-	if mt.VectorsYielded() == 0 {
-		t.Fatal("the decline during the compaction was not counted")
-	}
-	mt.AfterRewrite(nil)
-	if v, err := mt.Vectors(ctx, loadUsers(t, h.cat), eqDels); v == nil || err != nil {
-		t.Fatalf("after the compaction: %+v %v, want vectors", v, err)
-	} else {
-		v.Release()
+	noCache := testMaintainer(t, h.cat, noLease)
+	if v, err := noCache.Vectors(ctx, tbl, eqDels); v != nil || err != nil {
+		t.Fatalf("without a key cache: %+v %v, want nil", v, err)
 	}
 	removeFiles(t, tbl, eqDels)
 	h.close()
@@ -196,10 +171,11 @@ func removeFiles(t *testing.T, tbl *table.Table, files []iceberg.DataFile) {
 	}
 }
 
-// A compaction whose rewritten files got another deletion vector after its plan (a writer of a
-// worker that still believed it held the lease) is superseded: committing it would bring the
-// newer vector's rows back. The next compaction rewrites them with it.
-func TestCompactionSupersededByANewerVector(t *testing.T) {
+// A writer's deletion vectors committed while a compaction rewrites the files they apply to are
+// carried over to the compaction's new files in its commit: the rows they delete stay deleted,
+// no vector is left on a removed file, and the new files' vectors hold exactly those rows. A
+// compaction that gave up instead would never commit beside a writer with random keys.
+func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -210,31 +186,43 @@ func TestCompactionSupersededByANewerVector(t *testing.T) {
 	if rep, err := mt.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
 		t.Fatalf("conversion: %v %+v", err, rep)
 	}
-	// Another maintainer's writer: it plans outside this maintainer's gate.
+	// Another worker's writer, while the compaction rewrites: keys of the load (whose file
+	// already has a vector) and of batch 1's file (which has none yet).
 	other := testConfig()
 	other.DeleteMode, other.WriterVectors = maintenance.DeleteModeDV, true
 	o := testMaintainer(t, h.cat, other)
 	o.UseKeyCache(maintenance.NewKeyCache(1 << 20))
-	o.IgnoreLease()
-	victims := []int{}
-	for id := 3; id <= 200 && len(victims) < 5; id += 2 {
+	var victims []int
+	for id := 1; id <= 200 && len(victims) < 8; id += 3 {
 		if _, ok := m.rows[id]; ok {
 			victims = append(victims, id)
 		}
 	}
 	mt.AfterRewrite(func() { commitVectors(t, h, o, m, victims) })
 	rep, err := mt.Maintain(ctx, maintenance.CompactOnly)
-	if err != nil || rep.Compacted {
-		t.Fatalf("compaction beside a newer vector: %v, report %+v: want superseded without error", err, rep)
+	if err != nil || !rep.Compacted {
+		t.Fatalf("compaction beside a writer's vectors: %v, report %+v: want compacted", err, rep)
 	}
-	rows, _ := scanRows(t, h.cat)
+	rows, tbl := scanRows(t, h.cat)
 	eq(t, rows, m.want()...)
-	mt.AfterRewrite(nil)
-	if rep, err := mt.Maintain(ctx, maintenance.CompactOnly); err != nil || !rep.Compacted {
-		t.Fatalf("the next compaction: %v %+v", err, rep)
+	live := dataSeqs(t, tbl)
+	carried := int64(0)
+	for _, df := range liveEntries(t, tbl) {
+		ref := df.ReferencedDataFile()
+		if !table.IsDeletionVector(df) || ref == nil {
+			continue
+		}
+		if _, ok := live[*ref]; !ok {
+			t.Fatalf("a deletion vector references %s, which the compaction rewrote", *ref)
+		}
+		carried += df.Count()
 	}
-	rows, _ = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	if carried != int64(len(victims)) {
+		t.Fatalf("the new files' vectors hold %d positions, want the %d rows deleted during the compaction", carried, len(victims))
+	}
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality-delete files", eqFiles)
+	}
 	h.close()
 }
 
