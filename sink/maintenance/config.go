@@ -122,10 +122,9 @@ type Config struct {
 	// follows main whenever main holds none. Default "positional"; "" keeps no such branch.
 	PositionalBranch string `yaml:"positional_branch"`
 	// WriterVectors: in dv mode, the writer commits its deletes as deletion vectors it plans
-	// with the maintainer's key cache, instead of equality deletes for the maintainer to convert
-	// (vectors.go, design.md §11.1), while this process holds the table's maintenance lease and
-	// no compaction is under way. Tables whose key is not one integer column keep equality
-	// deletes.
+	// with the process's key cache, instead of equality deletes for the maintainer to convert
+	// (vectors.go, design.md §11.1), so that main holds no equality delete. Tables whose key is
+	// not one integer column, and commits during a reload, keep equality deletes. Default true.
 	WriterVectors bool `yaml:"writer_vectors"`
 }
 
@@ -173,6 +172,7 @@ func DefaultConfig() Config {
 
 		RewriteDeletedFraction: 0.1,
 		PositionalBranch:       "positional",
+		WriterVectors:          true,
 	}
 }
 
