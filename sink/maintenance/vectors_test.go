@@ -137,7 +137,7 @@ func TestWriterVectorsDecline(t *testing.T) {
 	eqDels := writeKeyDeletes(t, tbl, []int{1})
 
 	off := testConfig()
-	off.DeleteMode = maintenance.DeleteModeDV
+	off.DeleteMode, off.WriterVectors = maintenance.DeleteModeDV, false
 	a := testMaintainer(t, h.cat, off)
 	a.UseKeyCache(maintenance.NewKeyCache(1 << 20))
 	a.IgnoreLease()
