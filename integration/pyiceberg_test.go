@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go/catalog"
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.yaml.in/yaml/v3"
 
@@ -166,7 +167,10 @@ func sum(m map[string]int) int {
 // mode (deletes outstanding) Spark reads every table right, and PyIceberg cannot read the
 // tables that have equality deletes. In position and dv mode PyIceberg also reads each table's
 // positional branch while the stream flows and main holds equality deletes (readBranchLive), and
-// at rest, where the branch is main's head, equal to the expected state.
+// at rest, where the branch is main's head, equal to the expected state. In dv mode the writers
+// of the tables keyed by one integer column commit deletion vectors, so PyIceberg reads those
+// tables' main while the stream flows (readMainLive); the others (a two-column key, a keyless
+// table) keep equality deletes for the conversion, and the branch.
 func TestReadersByDeleteMode(t *testing.T) {
 	for _, mode := range []string{"position", "dv", "equality"} {
 		t.Run(mode, func(t *testing.T) {
@@ -192,6 +196,16 @@ func TestReadersByDeleteMode(t *testing.T) {
 				t.Logf("live: read the positional branch of %d tables, %d of them while main held equality deletes", branches, mainHadEq)
 				if mainHadEq == 0 {
 					t.Error("no table read at its positional branch while main held equality deletes: the live read showed nothing")
+				}
+				if mode == "dv" {
+					// The writers of tables keyed by one integer column commit deletion
+					// vectors (writer_vectors): main itself holds no equality delete, and
+					// PyIceberg reads it while the stream flows.
+					read := p.readMainLive(exp)
+					t.Logf("live: PyIceberg read main of %d tables with deletion vectors outstanding", read)
+					if read == 0 {
+						t.Error("no table with a one-integer key read at main with deletion vectors outstanding while the stream flowed")
+					}
 				}
 				if gen.Exited() {
 					t.Log("the generator had finished before the live read ended")
@@ -477,6 +491,61 @@ func renderedRows(t *testing.T, tbl *table.Table, id int64) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// readMainLive reads main, while the service takes CDC, of every table whose key is one integer
+// column (its writer commits deletion vectors, not equality deletes): main must hold no equality
+// delete, and PyIceberg reads as many rows as iceberg-go reads in the snapshot PyIceberg read. It
+// returns how many of them it read with deletion vectors outstanding.
+func (p *pipeline) readMainLive(exp workload.Expected) int {
+	t := p.t
+	t.Helper()
+	ctx := t.Context()
+	cat := p.serviceCatalog(ctx)
+	var specs []string
+	all := tableSpecs(exp)
+	withDVs := map[string]bool{}
+	for i, et := range exp.Tables {
+		name := et.Namespace + "." + et.Name
+		tbl, err := cat.LoadTable(ctx, table.Identifier{et.Namespace, et.Name})
+		if err != nil || tbl.CurrentSnapshot() == nil {
+			continue // not created yet
+		}
+		sc := tbl.Schema()
+		if ids := sc.IdentifierFieldIDs; len(ids) != 1 {
+			continue
+		} else if f, ok := sc.FindFieldByID(ids[0]); !ok || (f.Type != iceberg.PrimitiveTypes.Int32 && f.Type != iceberg.PrimitiveTypes.Int64) {
+			continue
+		}
+		eq, _, dvs := countDeletes(t, tbl)
+		if eq > 0 {
+			t.Errorf("%s: main holds %d equality-delete files: its writer should have committed deletion vectors", name, eq)
+			continue
+		}
+		specs = append(specs, all[i])
+		withDVs[name] = dvs > 0
+	}
+	if len(specs) == 0 {
+		return 0
+	}
+	read := 0
+	for name, st := range pyicebergRead(t, p.dataDir, "", specs) {
+		if st.Error != "" {
+			t.Errorf("pyiceberg: main of %s: %s", name, st.Error)
+			continue
+		}
+		ns, tn, _ := strings.Cut(name, ".")
+		tbl, err := cat.LoadTable(ctx, table.Identifier{ns, tn})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := len(renderedRows(t, tbl, st.SnapshotID)); n != len(st.Rows) {
+			t.Errorf("pyiceberg read %d rows of %s at main's snapshot %d, iceberg-go %d", len(st.Rows), name, st.SnapshotID, n)
+		} else if withDVs[name] {
+			read++
+		}
+	}
+	return read
 }
 
 // readBranchLive reads, while the service takes CDC, every table's positional branch: iceberg-go

@@ -53,8 +53,10 @@ type flushing struct {
 	// outcome whether this commit landed or another worker's.
 	token string
 	// vectors: the last attempt committed the batch's deletes as deletion vectors (the
-	// maintainer's WriterVectors), so its equality-delete files are referenced by nothing.
-	vectors bool
+	// maintainer's WriterVectors), so its equality-delete files are referenced by nothing;
+	// attemptVectors are the files of those vectors, removed if the attempt is refused.
+	vectors        bool
+	attemptVectors []iceberg.DataFile
 }
 
 // flush commits what may commit now. Guarded (ordering arrival with a commit bound), that is per
@@ -223,7 +225,10 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 	if err != nil {
 		return nil, err
 	}
-	f.vectors = vec != nil
+	f.vectors, f.attemptVectors = vec != nil, nil
+	if vec != nil {
+		f.attemptVectors = vec.Add
+	}
 	tbl, removed, err := w.commitBatch(ctx, &f.b, f.files, vec, f.lim.completeThrough(), f.reload, f.token)
 	f.removed = removed
 	return tbl, err
@@ -268,6 +273,12 @@ func (f *flushing) resolved(o commit.Outcome) {
 }
 
 func (f *flushing) failed(attempt int, err, reloadErr error) {
+	if len(f.attemptVectors) > 0 && !commit.UnknownOutcome(err) {
+		// Refused, or never sent: the attempt's vectors are referenced by nothing (the next
+		// attempt plans its own). After an unknown outcome orphan cleanup removes them.
+		f.w.removeUnreferenced(context.Background(), f.attemptVectors)
+	}
+	f.attemptVectors = nil
 	f.w.env.metrics.CommitFailed(f.w.name)
 	f.w.log.Warn("commit failed", zap.Int("attempt", attempt+1), zap.Error(err))
 	if reloadErr != nil {
@@ -281,7 +292,7 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, lande
 	b := &f.b
 	if !b.empty() {
 		info := CommitInfo{Table: w.name, Source: w.src, SnapshotID: snapshotID(w.st.tbl),
-			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts,
+			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts, Vectors: f.vectors,
 			Took: took, Oldest: w.buf.first, Watermarks: maps.Clone(w.st.lay.watermark),
 			CompleteThrough: f.lim.completeThrough(), SourceNewest: w.buf.newestSource(b)}
 		w.env.metrics.Committed(info)
@@ -322,9 +333,9 @@ func (w *writer) committed(ctx context.Context, f *flushing, attempts int, lande
 	}
 }
 
-// removeUnreferenced deletes the equality-delete files of a batch committed as deletion vectors.
-// It is not retried: orphan cleanup removes what it leaves (and what an attempt that lost a race
-// left, or one whose outcome was unknown).
+// removeUnreferenced deletes files no commit references: the equality-delete files of a batch
+// committed as deletion vectors, the vectors of a refused attempt. It is not retried: orphan
+// cleanup removes what it leaves (and the files of an attempt whose outcome was unknown).
 func (w *writer) removeUnreferenced(ctx context.Context, files []iceberg.DataFile) {
 	fs, err := w.st.tbl.FS(ctx)
 	if err != nil {

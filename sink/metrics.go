@@ -17,6 +17,9 @@ type CommitInfo struct {
 	Rows, Deletes, Trimmed int
 	// Attempts is how many commit attempts the batch took.
 	Attempts int
+	// Vectors: the batch's deletes were committed as deletion vectors (writer_vectors), not as
+	// equality deletes.
+	Vectors bool
 	// Took is the time from the start of the flush to the commit.
 	Took time.Duration
 	// Oldest is when the oldest change of the batch arrived at the writer (freshness); a commit

@@ -54,6 +54,7 @@ type promMetrics struct {
 
 	// Per table (sink).
 	tableCommits        *prometheus.CounterVec
+	tableVectorCommits  *prometheus.CounterVec
 	tableComplete       *prometheus.GaugeVec
 	tableOrderingRisk   *prometheus.CounterVec
 	tableRows           *prometheus.CounterVec
@@ -180,6 +181,7 @@ func newPromMetrics() *promMetrics {
 	m.shardProcessBatch = histogram("shard", "process_records_seconds", "Time the shard processor spends on one delivery (decode and hand over, including backpressure and the read spacing: at least 210 ms from the start of the read, so that the KCL keeps to 5 reads per second per shard).", callBuckets, shard)
 
 	m.tableCommits = counter("table", "commits_total", "Snapshots committed to the table.", table)
+	m.tableVectorCommits = counter("table", "vector_commits_total", "Table batches whose deletes were committed as deletion vectors (writer_vectors), not equality deletes.", table)
 	m.tableComplete = gauge("table", "complete_through_timestamp_seconds", "Unix time the table is complete through: its last commit holds every change that arrived in Kinesis before it (ordering: arrival).", table)
 	m.tableOrderingRisk = counter("table", "ordering_risks_total", "Layouts that ordering: shard cannot keep in order, seen once per table and kind (multi_shard_table, key_change).", []string{"table", "kind"})
 	m.tableRows = counter("table", "rows_total", "Row images written to the table (inserts, updates, loads after per-key dedupe).", table)
@@ -246,6 +248,9 @@ func newPromMetrics() *promMetrics {
 
 func (m *promMetrics) Committed(c sink.CommitInfo) {
 	m.tableCommits.WithLabelValues(c.Table).Inc()
+	if c.Vectors {
+		m.tableVectorCommits.WithLabelValues(c.Table).Inc()
+	}
 	m.tableRows.WithLabelValues(c.Table).Add(float64(c.Rows))
 	m.tableDeletes.WithLabelValues(c.Table).Add(float64(c.Deletes))
 	m.tableTrimmed.WithLabelValues(c.Table).Add(float64(c.Trimmed))

@@ -37,7 +37,7 @@ func TestMetricsScrape(t *testing.T) {
 	// Sink.
 	m.Committed(sink.CommitInfo{Table: "shop.orders", Source: "shop.orders", SnapshotID: 42, Rows: 10, Deletes: 4, Trimmed: 2,
 		Attempts: 2, Took: 250 * time.Millisecond, Oldest: now.Add(-3 * time.Second)})
-	m.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 5, Deletes: 1, Attempts: 1, Took: 50 * time.Millisecond})
+	m.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 5, Deletes: 1, Attempts: 1, Took: 50 * time.Millisecond, Vectors: true})
 	m.CommitFailed("shop.orders")
 	m.CommitUnknown("shop.orders", sink.UnknownLanded)
 	m.CommitUnknown("shop.orders", sink.UnknownNotLanded)
@@ -73,6 +73,7 @@ func TestMetricsScrape(t *testing.T) {
 	got := scrape(t, srv.URL+"/metrics")
 	want := map[string]float64{
 		`dms2iceberg_table_commits_total{table="shop.orders"}`:                                             2,
+		`dms2iceberg_table_vector_commits_total{table="shop.orders"}`:                                      1,
 		`dms2iceberg_table_rows_total{table="shop.orders"}`:                                                15,
 		`dms2iceberg_table_deletes_total{table="shop.orders"}`:                                             5,
 		`dms2iceberg_table_trimmed_total{table="shop.orders"}`:                                             2,

@@ -3,8 +3,9 @@
 // branch kept free of them, compaction (delete files
 // applied and dropped, small files merged), snapshot expiry, manifest rewrite and
 // orphan cleanup, when each is due, and the per-table lease that lets one worker of many
-// maintain a table (design.md, "Maintenance"). It does not import the sink: the sink constructs
-// a Maintainer per table and calls it through a one-method interface (AfterCommit).
+// maintain a table (design.md, "Maintenance"), and the deletion vectors a dv table's writer
+// commits instead of equality deletes. It does not import the sink: the sink constructs a
+// Maintainer per table and calls it through a two-method interface (AfterCommit, Vectors).
 //
 // Files, one concept each:
 //   - config.go: Config with DefaultConfig and Validate (YAML under sink.maintenance);
@@ -15,6 +16,8 @@
 //   - handoff.go: the commit of every step, through commit.Run, as jobs the writer may run;
 //   - position.go: the conversion of equality deletes into position deletes (plan, two commits);
 //   - branch.go: the positional branch each conversion moves to its converted snapshot;
+//   - vectors.go: the writer's deletion vectors (Vectors), and the compaction's carrying of
+//     those committed while it rewrote;
 //   - probe.go: the deleted keys of a scope and the readers of key and position columns;
 //   - keycache.go: the process-wide, byte-bounded cache of data files' integer key columns;
 //   - manifestcache.go: a maintainer's cache of the live entries of the manifests it listed;
@@ -37,6 +40,7 @@
 // commits on its own (a commit that loses a race is restaged on the newest table and yields to
 // the writers between attempts). The state the two goroutines share is atomic: the slot, the
 // newest committed table, the time of the writer's last commit and the lease's end; the key cache
-// is shared by every maintainer of the process and locked. RunTable runs
+// is shared by every maintainer of the process and locked. Vectors runs on the writer's
+// goroutine and reads only the key cache and the manifest cache, both locked. RunTable runs
 // the same steps on the calling goroutine, with no hand-off.
 package maintenance
