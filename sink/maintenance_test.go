@@ -423,6 +423,14 @@ func TestWriterVectorsInTheSink(t *testing.T) {
 		}
 	}
 	_, tbl := scanRows(t, h.cat, "users")
+	checkAllReferenced(t, tbl)
+	h.close()
+}
+
+// checkAllReferenced fails the test for every file under tbl's data directory that no snapshot
+// of tbl references.
+func checkAllReferenced(t *testing.T, tbl *table.Table) {
+	t.Helper()
 	referenced := map[string]bool{}
 	fs, err := tbl.FS(t.Context())
 	if err != nil {
@@ -455,5 +463,65 @@ func TestWriterVectorsInTheSink(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h.close()
+}
+
+// Two workers write deletion vectors to one table, as DMS spreads a table's keys over shards
+// read by different workers. Each stages on the table as its own last commit left it, so each
+// loses its first attempt to the other's commit (TestContendedWriterReloadsBeforeItStages) and
+// plans its vectors again on the newer table: the rows are the model's, no equality delete is
+// committed, and the refused attempts' vectors are removed.
+func TestWriterVectorsOfTwoWorkers(t *testing.T) {
+	dir := t.TempDir()
+	maint := withMaintenance(func(c *maintenance.Config) {
+		c.Enabled = true
+		c.CheckInterval = time.Hour
+		c.PositionDelay = time.Hour
+		c.WriterVectors = true
+	})
+	dv := withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV })
+	tables := withTables(map[string]TableConfig{"shop.users": usersDef})
+	ma := &attemptsMetrics{}
+	a := newHarness(t, dir, tables, maint, dv, withOptions(WithMetrics(ma)))
+	b := newHarness(t, dir, tables, maint, dv)
+	m := newModel(a)
+	for id := 1; id <= 100; id++ {
+		m.upsert("s0", id, "v0")
+	}
+	a.flush()
+	lost := 0
+	for round := 1; round <= 3; round++ {
+		for _, w := range []struct {
+			h     *harness
+			shard string
+		}{{a, "s0"}, {b, "s1"}} {
+			m.h = w.h
+			for id := round; id <= 100; id += 9 {
+				m.upsert(w.shard, id, fmt.Sprintf("r%d%s", round, w.shard))
+			}
+			for id := 2 + round; id <= 100; id += 17 {
+				if _, ok := m.rows[id]; ok {
+					m.del(w.shard, id)
+				}
+			}
+			w.h.flush()
+		}
+		if ma.last() > 1 {
+			lost++
+		}
+	}
+	if lost == 0 {
+		t.Fatalf("attempts %v: no commit of worker a lost a race, so no vectors were planned again", ma.got)
+	}
+	rows, tbl := scanRows(t, a.cat, "users")
+	eq(t, rows, m.want()...)
+	n, err := maintenance.CountDeletes(t.Context(), tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Equality != 0 || n.DVs == 0 {
+		t.Fatalf("%+v: want deletion vectors only", n)
+	}
+	checkAllReferenced(t, tbl)
+	a.close()
+	b.close()
 }
