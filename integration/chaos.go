@@ -211,6 +211,9 @@ type chaosStats struct {
 	rows         int // rows compared by verify
 	files        int // data and delete files checked for double references
 	branches     int // positional branches checked (delete_mode position and dv)
+	// vectorCommits are the retained snapshots, over every table, of table batches committed
+	// with the writer's deletion vectors (delete_mode dv, writer_vectors).
+	vectorCommits int
 
 	genStart, genEnd time.Time     // the generator's traffic
 	cyclesTook       time.Duration // from the first cycle to the end of the last (dwell included)

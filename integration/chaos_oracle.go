@@ -365,6 +365,7 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	vectorCommits := 0
 	branch := maintenance.DefaultConfig().PositionalBranch
 	if at := tbl.Metadata().SnapshotByName(branch); at != nil {
 		_, eq, err := c.checkSnapshotFiles(fs, src, "positional branch", at)
@@ -378,9 +379,19 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 		c.st.branches++
 		c.mu.Unlock()
 	}
+	defer func() {
+		c.mu.Lock()
+		c.st.vectorCommits += vectorCommits
+		c.mu.Unlock()
+	}()
 	addedBy := map[string][]int64{}
 	readManifests := map[string]bool{}
 	for _, snap := range tbl.Metadata().Snapshots() {
+		if snap.Summary != nil {
+			if _, ok := snap.Summary.Properties[tableprop.SummaryVectors]; ok {
+				vectorCommits++
+			}
+		}
 		if maintenance.BranchSource(&snap) != snap.SnapshotID {
 			continue // a positional branch's: it adds again what a conversion added on main
 		}

@@ -160,6 +160,11 @@ func (c *chaosRun) report() {
 		// Every conversion moves its table's positional branch: none checked means none kept.
 		c.problem("delete_mode %s: %d conversions, but no table has a positional branch", c.opt.DeleteMode, conversions)
 	}
+	c.t.Logf("CHAOS table batches committed with the writer's deletion vectors (retained snapshots): %d", st.vectorCommits)
+	if c.opt.DeleteMode == maintenance.DeleteModeDV && st.vectorCommits == 0 {
+		// The tables keyed by one integer column write vectors in dv mode (writer_vectors).
+		c.problem("delete_mode dv, but no retained snapshot was committed with the writer's deletion vectors")
+	}
 	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]

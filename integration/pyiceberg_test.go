@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.yaml.in/yaml/v3"
 
@@ -201,6 +201,9 @@ func TestReadersByDeleteMode(t *testing.T) {
 					// The writers of tables keyed by one integer column commit deletion
 					// vectors (writer_vectors): main itself holds no equality delete, and
 					// PyIceberg reads it while the stream flows.
+					WaitFor(t, 2*time.Minute, 500*time.Millisecond, func() (bool, error) {
+						return p.mainWithVectors(exp), nil
+					}, "a table keyed by one integer column with deletion vectors on main")
 					read := p.readMainLive(exp)
 					t.Logf("live: PyIceberg read main of %d tables with deletion vectors outstanding", read)
 					if read == 0 {
@@ -511,10 +514,7 @@ func (p *pipeline) readMainLive(exp workload.Expected) int {
 		if err != nil || tbl.CurrentSnapshot() == nil {
 			continue // not created yet
 		}
-		sc := tbl.Schema()
-		if ids := sc.IdentifierFieldIDs; len(ids) != 1 {
-			continue
-		} else if f, ok := sc.FindFieldByID(ids[0]); !ok || (f.Type != iceberg.PrimitiveTypes.Int32 && f.Type != iceberg.PrimitiveTypes.Int64) {
+		if !intKeyed(tbl) {
 			continue
 		}
 		eq, _, dvs := countDeletes(t, tbl)
@@ -529,7 +529,7 @@ func (p *pipeline) readMainLive(exp workload.Expected) int {
 		return 0
 	}
 	read := 0
-	for name, st := range pyicebergRead(t, p.dataDir, "", specs) {
+	for name, st := range pyicebergRead(t, p.dataDir, table.MainBranch, specs) {
 		if st.Error != "" {
 			t.Errorf("pyiceberg: main of %s: %s", name, st.Error)
 			continue
@@ -546,6 +546,35 @@ func (p *pipeline) readMainLive(exp workload.Expected) int {
 		}
 	}
 	return read
+}
+
+// intKeyed reports whether tbl's key is one int or long column: its writer commits deletion
+// vectors in dv mode (writer_vectors).
+func intKeyed(tbl *table.Table) bool {
+	sc := tbl.Schema()
+	ids := sc.IdentifierFieldIDs
+	if len(ids) != 1 {
+		return false
+	}
+	f, ok := sc.FindFieldByID(ids[0])
+	return ok && (f.Type == iceberg.PrimitiveTypes.Int32 || f.Type == iceberg.PrimitiveTypes.Int64)
+}
+
+// mainWithVectors reports whether some table of exp keyed by one integer column has deletion
+// vectors on main.
+func (p *pipeline) mainWithVectors(exp workload.Expected) bool {
+	t := p.t
+	cat := p.serviceCatalog(t.Context())
+	for _, et := range exp.Tables {
+		tbl, err := cat.LoadTable(t.Context(), table.Identifier{et.Namespace, et.Name})
+		if err != nil || tbl.CurrentSnapshot() == nil || !intKeyed(tbl) {
+			continue
+		}
+		if _, _, dvs := countDeletes(t, tbl); dvs > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // readBranchLive reads, while the service takes CDC, every table's positional branch: iceberg-go
