@@ -529,9 +529,26 @@ func (p *pipeline) readMainLive(exp workload.Expected) int {
 		return 0
 	}
 	read := 0
-	for name, st := range pyicebergRead(t, p.dataDir, table.MainBranch, specs) {
+	for _, name := range p.pyicebergReadsLikeIcebergGo(table.MainBranch, "main", specs) {
+		if withDVs[name] {
+			read++
+		}
+	}
+	return read
+}
+
+// pyicebergReadsLikeIcebergGo reads ref of the tables of specs with PyIceberg and checks that it
+// reads as many rows as iceberg-go does in the snapshot PyIceberg read; it returns the tables
+// that passed. what names ref in messages.
+func (p *pipeline) pyicebergReadsLikeIcebergGo(ref, what string, specs []string) []string {
+	t := p.t
+	t.Helper()
+	ctx := t.Context()
+	cat := p.serviceCatalog(ctx)
+	var ok []string
+	for name, st := range pyicebergRead(t, p.dataDir, ref, specs) {
 		if st.Error != "" {
-			t.Errorf("pyiceberg: main of %s: %s", name, st.Error)
+			t.Errorf("pyiceberg: %s of %s: %s", what, name, st.Error)
 			continue
 		}
 		ns, tn, _ := strings.Cut(name, ".")
@@ -540,12 +557,12 @@ func (p *pipeline) readMainLive(exp workload.Expected) int {
 			t.Fatal(err)
 		}
 		if n := len(renderedRows(t, tbl, st.SnapshotID)); n != len(st.Rows) {
-			t.Errorf("pyiceberg read %d rows of %s at main's snapshot %d, iceberg-go %d", len(st.Rows), name, st.SnapshotID, n)
-		} else if withDVs[name] {
-			read++
+			t.Errorf("pyiceberg read %d rows of %s at %s's snapshot %d, iceberg-go %d", len(st.Rows), name, what, st.SnapshotID, n)
+			continue
 		}
+		ok = append(ok, name)
 	}
-	return read
+	return ok
 }
 
 // intKeyed reports whether tbl's key is one int or long column: its writer commits deletion
@@ -619,20 +636,6 @@ func (p *pipeline) readBranchLive(exp workload.Expected) (mainHadEq, branches in
 	if len(specs) == 0 {
 		return 0, 0
 	}
-	read := pyicebergRead(t, p.dataDir, maintenance.DefaultConfig().PositionalBranch, specs)
-	for name, st := range read {
-		if st.Error != "" {
-			t.Errorf("pyiceberg: the positional branch of %s: %s", name, st.Error)
-			continue
-		}
-		ns, tn, _ := strings.Cut(name, ".")
-		tbl, err := cat.LoadTable(ctx, table.Identifier{ns, tn})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n := len(renderedRows(t, tbl, st.SnapshotID)); n != len(st.Rows) {
-			t.Errorf("pyiceberg read %d rows of %s at the positional branch's snapshot %d, iceberg-go %d", len(st.Rows), name, st.SnapshotID, n)
-		}
-	}
+	p.pyicebergReadsLikeIcebergGo(maintenance.DefaultConfig().PositionalBranch, "the positional branch", specs)
 	return mainHadEq, branches
 }

@@ -337,23 +337,11 @@ func TestMaintenanceConcurrencyBoundsRunsAcrossTables(t *testing.T) {
 // sink creates the table as format v3 from the table-def and its maintainer turns the writer's
 // equality deletes into deletion vectors, the content exact.
 func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
-	dir := t.TempDir()
-	h := newHarness(t, dir,
-		withMaintenance(func(c *maintenance.Config) {
-			c.Enabled = true
-			c.Owner = "dv"
-			c.MinInterval = 0
-			c.CheckInterval = 20 * time.Millisecond
-			c.PositionDelay = 0
-		}),
-		withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV }),
-		withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
-	h.ctl("c", 1, "users", "create-table", "id*:INT4 name:WSTRING amount:NUMERIC")
-	m := newModel(h)
-	for id := 1; id <= 200; id++ {
-		m.upsert(fmt.Sprintf("s%d", id%4), id, "v0")
-	}
-	h.flush()
+	h, m := dvSinkTable(t, func(c *maintenance.Config) {
+		c.Owner = "dv"
+		c.MinInterval = 0
+		c.PositionDelay = 0
+	})
 	for b := 1; b <= 4; b++ {
 		m.batchOn("s1", b, 200)
 	}
@@ -384,19 +372,15 @@ func TestSinkDeleteModeDVAppliesToTablesWithoutTheirOwn(t *testing.T) {
 	h.close()
 }
 
-// With writer_vectors on, a dv table's writer commits its deletes as deletion vectors: with
-// conversions held off (position_delay of an hour), the table holds no equality delete, every
-// batch commit says it wrote vectors, the rows are the model's, and the equality-delete files the writer wrote and did not
-// commit are gone (every file under the table's data directory is referenced).
-func TestWriterVectorsInTheSink(t *testing.T) {
-	dir := t.TempDir()
-	h := newHarness(t, dir,
+// dvSinkTable runs a sink with sink.delete_mode dv and maintenance on (checked every 20 ms, then
+// mod), creates shop.users through a create-table record and loads keys 1..200 over four shards.
+func dvSinkTable(t *testing.T, mod func(*maintenance.Config)) (*harness, *model) {
+	t.Helper()
+	h := newHarness(t, t.TempDir(),
 		withMaintenance(func(c *maintenance.Config) {
 			c.Enabled = true
-			c.Owner = "vectors"
 			c.CheckInterval = 20 * time.Millisecond
-			c.PositionDelay = time.Hour
-			c.WriterVectors = true
+			mod(c)
 		}),
 		withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV }),
 		withOptions(WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel)))))
@@ -406,6 +390,18 @@ func TestWriterVectorsInTheSink(t *testing.T) {
 		m.upsert(fmt.Sprintf("s%d", id%4), id, "v0")
 	}
 	h.flush()
+	return h, m
+}
+
+// With writer_vectors on, a dv table's writer commits its deletes as deletion vectors: with
+// conversions held off (position_delay of an hour), the table holds no equality delete, every
+// batch commit says it wrote vectors, the rows are the model's, and the equality-delete files the writer wrote and did not
+// commit are gone (every file under the table's data directory is referenced).
+func TestWriterVectorsInTheSink(t *testing.T) {
+	h, m := dvSinkTable(t, func(c *maintenance.Config) {
+		c.PositionDelay = time.Hour
+		c.WriterVectors = true
+	})
 	for b := 1; b <= 4; b++ {
 		// Keys spread over the shards, as DMS writes them.
 		m.batchOn(fmt.Sprintf("s%d", b%4), b, 200)

@@ -556,15 +556,6 @@ func TestDVConversionMergesAnotherEnginesVector(t *testing.T) {
 	if rep, err := a.Maintain(ctx, maintenance.PositionOnly); err != nil || rep.Converted {
 		t.Fatalf("the next conversion: %v %+v: want nothing left to convert", err, rep)
 	}
-	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
-	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
-		t.Fatalf("%d equality delete files left", eqFiles)
-	}
-	for path, n := range posDeletesPerDataFile(t, tbl) {
-		if n != 1 {
-			t.Fatalf("data file %s has %d deletion vectors", path, n)
-		}
-	}
+	vectorsOnly(t, h, m)
 	h.close()
 }

@@ -28,6 +28,38 @@ func vectorMaintainer(t *testing.T, h *harness) *maintenance.Maintainer {
 	return mt
 }
 
+// vectorsOnly checks that the table reads the model's rows with no equality-delete file and one
+// deletion vector per data file that has any, and returns it.
+func vectorsOnly(t *testing.T, h *harness, m *model) *table.Table {
+	t.Helper()
+	rows, tbl := scanRows(t, h.cat)
+	eq(t, rows, m.want()...)
+	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
+		t.Fatalf("%d equality-delete files", eqFiles)
+	}
+	for path, n := range posDeletesPerDataFile(t, tbl) {
+		if n != 1 {
+			t.Fatalf("data file %s has %d deletion vectors, want 1", path, n)
+		}
+	}
+	return tbl
+}
+
+// converted opens a dv table of keys 1..n, commits batch 1 and converts its equality deletes
+// with a vector maintainer (writer vectors on, key cache, lease), which it returns.
+func converted(t *testing.T, n int) (*harness, *model, *maintenance.Maintainer) {
+	t.Helper()
+	h := newHarnessFor(t, t.TempDir(), dvDef())
+	m := newModel(h)
+	m.load(n)
+	m.batch(1, n)
+	mt := vectorMaintainer(t, h)
+	if rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("conversion: %v %+v", err, rep)
+	}
+	return h, m, mt
+}
+
 // writeKeyDeletes writes, as the table's writer does for a batch, an equality-delete file of
 // ids on tbl (nothing is committed).
 func writeKeyDeletes(t *testing.T, tbl *table.Table, ids []int) []iceberg.DataFile {
@@ -89,15 +121,7 @@ func commitVectors(t *testing.T, h *harness, mt *maintenance.Maintainer, m *mode
 // later batch's), keep one vector per data file (merged with the live one, which they replace),
 // and leave no equality delete: the table reads the model's rows.
 func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
-	dir := t.TempDir()
-	h := newHarnessFor(t, dir, dvDef())
-	m := newModel(h)
-	m.load(300)
-	m.batch(1, 300) // updates keys of the load: their old images stay in the load's file
-	mt := vectorMaintainer(t, h)
-	if rep, err := mt.Maintain(context.Background(), maintenance.PositionOnly); err != nil || !rep.Converted {
-		t.Fatalf("conversion: %v %+v", err, rep)
-	}
+	h, m, mt := converted(t, 300) // batch 1 updates keys of the load: their old images stay in its file
 	updated := []int{}
 	for id := 1; id <= 300; id += 7 {
 		if _, ok := m.rows[id]; ok {
@@ -108,19 +132,9 @@ func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
 	if v.Probed < 2 || len(v.Remove) == 0 {
 		t.Fatalf("plan %+v: want at least the load's and batch 1's files probed and the load's vector replaced", v)
 	}
-	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	vectorsOnly(t, h, m)
 	commitVectors(t, h, mt, m, []int{2, 3, 5, 299, 300, 1000}) // 1000: no such key
-	rows, tbl = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
-	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
-		t.Fatalf("%d equality-delete files: the writer's vectors replace them", eqFiles)
-	}
-	for path, n := range posDeletesPerDataFile(t, tbl) {
-		if n != 1 {
-			t.Fatalf("data file %s has %d deletion vectors, want 1", path, n)
-		}
-	}
+	vectorsOnly(t, h, m)
 	h.close()
 }
 
@@ -176,16 +190,8 @@ func removeFiles(t *testing.T, tbl *table.Table, files []iceberg.DataFile) {
 // no vector is left on a removed file, and the new files' vectors hold exactly those rows. A
 // compaction that gave up instead would never commit beside a writer with random keys.
 func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
-	dir := t.TempDir()
-	h := newHarnessFor(t, dir, dvDef())
-	m := newModel(h)
-	m.load(200)
-	m.batch(1, 200)
+	h, m, mt := converted(t, 200)
 	ctx := context.Background()
-	mt := vectorMaintainer(t, h)
-	if rep, err := mt.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
-		t.Fatalf("conversion: %v %+v", err, rep)
-	}
 	// Another worker's writer, while the compaction rewrites: keys of the load (whose file
 	// already has a vector) and of batch 1's file (which has none yet).
 	other := testConfig()
@@ -203,8 +209,7 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 	if err != nil || !rep.Compacted {
 		t.Fatalf("compaction beside a writer's vectors: %v, report %+v: want compacted", err, rep)
 	}
-	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	tbl := vectorsOnly(t, h, m)
 	live := dataSeqs(t, tbl)
 	carried := int64(0)
 	for _, df := range liveEntries(t, tbl) {
@@ -220,9 +225,6 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 	if carried != int64(len(victims)) {
 		t.Fatalf("the new files' vectors hold %d positions, want the %d rows deleted during the compaction", carried, len(victims))
 	}
-	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
-		t.Fatalf("%d equality-delete files", eqFiles)
-	}
 	h.close()
 }
 
@@ -230,16 +232,8 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 // merges the newer vectors when it commits: the table keeps both the conversion's positions
 // and the writer's, one vector per data file.
 func TestConversionMergesVectorsAWriterReplaced(t *testing.T) {
-	dir := t.TempDir()
-	h := newHarnessFor(t, dir, dvDef())
-	m := newModel(h)
-	m.load(200)
-	m.batch(1, 200)
+	h, m, mt := converted(t, 200)
 	ctx := context.Background()
-	mt := vectorMaintainer(t, h)
-	if rep, err := mt.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
-		t.Fatalf("first conversion: %v %+v", err, rep)
-	}
 	m.batch(2, 200) // equality deletes for the next conversion
 	victims := []int{}
 	for id := 4; id <= 200 && len(victims) < 6; id += 3 {
@@ -252,15 +246,6 @@ func TestConversionMergesVectorsAWriterReplaced(t *testing.T) {
 	if err != nil || !rep.Converted || rep.VectorsRemerged == 0 {
 		t.Fatalf("conversion beside a writer's vectors: %v, report %+v: want converted with the newer vectors merged", err, rep)
 	}
-	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
-	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
-		t.Fatalf("%d equality-delete files left", eqFiles)
-	}
-	for path, n := range posDeletesPerDataFile(t, tbl) {
-		if n != 1 {
-			t.Fatalf("data file %s has %d deletion vectors, want 1", path, n)
-		}
-	}
+	vectorsOnly(t, h, m)
 	h.close()
 }
