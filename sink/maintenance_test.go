@@ -462,7 +462,7 @@ func checkAllReferenced(t *testing.T, tbl *table.Table) {
 }
 
 // Two workers write deletion vectors to one table, as DMS spreads a table's keys over shards
-// read by different workers. Each stages on the table as its own last commit left it, so each
+// read by different workers (four shards, by key; the table from a create-table record). Each stages on the table as its own last commit left it, so each
 // loses its first attempt to the other's commit (TestContendedWriterReloadsBeforeItStages) and
 // plans its vectors again on the newer table: the rows are the model's, no equality delete is
 // committed, and the refused attempts' vectors are removed.
@@ -475,31 +475,31 @@ func TestWriterVectorsOfTwoWorkers(t *testing.T) {
 		c.WriterVectors = true
 	})
 	dv := withConfig(func(c *Config) { c.DeleteMode = maintenance.DeleteModeDV })
-	tables := withTables(map[string]TableConfig{"shop.users": usersDef})
+	// No per-table configuration: the table comes from a create-table record, as most users run.
 	ma := &attemptsMetrics{}
-	a := newHarness(t, dir, tables, maint, dv, withOptions(WithMetrics(ma)))
-	b := newHarness(t, dir, tables, maint, dv)
+	a := newHarness(t, dir, maint, dv, withOptions(WithMetrics(ma)))
+	b := newHarness(t, dir, maint, dv)
+	a.ctl("c", 1, "users", "create-table", "id*:INT4 name:WSTRING amount:NUMERIC")
 	m := newModel(a)
 	for id := 1; id <= 100; id++ {
-		m.upsert("s0", id, "v0")
+		m.upsert(fmt.Sprintf("s%d", 2*(id%2)), id, "v0") // the load by key over a's two shards
 	}
 	a.flush()
 	lost := 0
 	for round := 1; round <= 3; round++ {
-		for _, w := range []struct {
-			h     *harness
-			shard string
-		}{{a, "s0"}, {b, "s1"}} {
-			m.h = w.h
+		for wi, w := range []*harness{a, b} {
+			m.h = w
+			// Each worker reads two shards; a key's changes land on either, by key.
+			shard := func(id int) string { return fmt.Sprintf("s%d", wi+2*(id%2)) }
 			for id := round; id <= 100; id += 9 {
-				m.upsert(w.shard, id, fmt.Sprintf("r%d%s", round, w.shard))
+				m.upsert(shard(id), id, fmt.Sprintf("r%d%d", round, wi))
 			}
 			for id := 2 + round; id <= 100; id += 17 {
 				if _, ok := m.rows[id]; ok {
-					m.del(w.shard, id)
+					m.del(shard(id), id)
 				}
 			}
-			w.h.flush()
+			w.flush()
 		}
 		if ma.last() > 1 {
 			lost++
