@@ -53,7 +53,7 @@ type Op struct {
 	Name string
 	// Stage stages the change on tbl (the newest table the loop has) and commits it. It returns
 	// the committed table, or nil and nil when there is nothing left to commit (the table
-	// already holds everything). An error wrapped with Permanent is not retried.
+	// already holds everything). An error marked with ErrPermanent (Permanent) is not retried.
 	Stage func(ctx context.Context, tbl *table.Table, attempt int) (*table.Table, error)
 	// Reload loads the table after a failed attempt; nil uses the Loader given to Run.
 	Reload func(ctx context.Context) (*table.Table, error)
@@ -95,29 +95,12 @@ const (
 	OutcomeAnotherWriter Outcome = "another_writer"
 )
 
-type sent struct{ err error }
-
-func (s sent) Error() string { return s.err.Error() }
-func (s sent) Unwrap() error { return s.err }
-
-// Sent marks err as the error of the commit request itself (the catalog's CommitTable, after
-// which the commit may have taken effect), as opposed to a failure while staging (writing files,
-// reading rows) that the catalog never saw. Stage functions wrap the error of the request with
-// it so that UnknownOutcome can tell.
-func Sent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return sent{err}
-}
-
 // UnknownOutcome reports whether a failed attempt's outcome is unknown: its commit request was
-// sent (Sent) and failed without a definite answer — a lost or reset response, a timeout, a
+// sent (ErrSent) and failed without a definite answer — a lost or reset response, a timeout, a
 // 5xx. A definite refusal is not: a lost race (table.ErrCommitFailed, a failed requirement, as
 // the SQL and Glue catalogs report it), a permanent error, a cancelled context.
 func UnknownOutcome(err error) bool {
-	var s sent
-	if err == nil || !errors.As(err, &s) || IsPermanent(err) || errors.Is(err, context.Canceled) ||
+	if err == nil || !errors.Is(err, ErrSent) || errors.Is(err, ErrPermanent) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, table.ErrCommitFailed) {
 		return false
 	}
@@ -171,25 +154,6 @@ type Result struct {
 	Landed bool
 }
 
-type permanent struct{ err error }
-
-func (p permanent) Error() string { return p.err.Error() }
-func (p permanent) Unwrap() error { return p.err }
-
-// Permanent wraps err so that Run returns it at once instead of trying again.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanent{err}
-}
-
-// IsPermanent reports whether err was wrapped with Permanent.
-func IsPermanent(err error) bool {
-	var p permanent
-	return errors.As(err, &p)
-}
-
 // Run commits op on tbl (which may be nil when Stage loads its own), reloading and re-staging
 // after each failure as Policy says. See the package comment.
 func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Table, p Policy, op Op) (Result, error) {
@@ -234,7 +198,7 @@ func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Tab
 		if ctx.Err() != nil {
 			return Result{Attempts: attempt + 1}, ctx.Err()
 		}
-		if IsPermanent(err) {
+		if errors.Is(err, ErrPermanent) {
 			return Result{Attempts: attempt + 1}, err
 		}
 		conflict := errors.Is(err, table.ErrCommitFailed)
