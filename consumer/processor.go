@@ -120,34 +120,66 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		}
 		return
 	}
-	// The delivery's bytes are admitted against the process-wide budget before anything of it
-	// is handed on (backpressure: this blocks while the budget is spent, unless this processor
-	// holds nothing); each event gives its bytes back when it is acknowledged.
-	// Heartbeats are neither kept nor counted as records: they are no change, and a delivery of
-	// them alone is checkpointed only once a minute, which /healthz's stall check would take
-	// for a stall.
-	kept, changes := int64(0), 0
+	kept, changes, ok := p.admit(in)
+	if !ok {
+		return
+	}
+	heartbeats := len(in.Records) - changes
+	events, first, arrived, ok := p.decode(in.Records, heartbeats, kept)
+	if !ok {
+		return
+	}
+	fault.Hit(fault.AfterDecode)
+	if heartbeats > 0 {
+		p.c.metrics.Heartbeats(p.shard, "read", heartbeats)
+	}
+	d := p.begin(in.Records, events, first, changes)
+	if !p.handOn(d, events) {
+		return
+	}
+	p.handedOn(arrived) // the last record may have been dead-lettered: it is done too
+	if in.MillisBehindLatest == 0 {
+		p.atTip(readTime)
+	}
+	p.checkpoint(false)
+}
+
+// admit admits the delivery's bytes against the process-wide budget before anything of it is
+// handed on (backpressure: this blocks while the budget is spent, unless this processor holds
+// nothing); each event gives its bytes back when it is acknowledged. It returns the bytes admitted
+// and the number of changes, or false, with the processor halted, when it stopped while waiting.
+//
+// Heartbeats are neither kept nor counted as records: they are no change, and a delivery of them
+// alone is checkpointed only once a minute, which /healthz's stall check would take for a stall.
+func (p *processor) admit(in *kcl.ProcessRecordsInput) (kept int64, changes int, ok bool) {
 	for i := range in.Records {
 		if !isHeartbeat(&in.Records[i]) {
 			kept += int64(len(in.Records[i].Data))
 			changes++
 		}
 	}
-	heartbeats := len(in.Records) - changes
 	p.c.metrics.Records(p.shard, changes, in.MillisBehindLatest)
 	if err := p.acct.Acquire(p.ctx, kept); err != nil {
 		p.halted = true
 		p.log.Info("not handing on records: stopped while waiting for the memory budget", zap.Error(err))
-		return
+		return kept, changes, false
 	}
-	events := make([]change.Event, 0, len(in.Records))
+	return kept, changes, true
+}
+
+// decode decodes the delivery's records (kept bytes of them admitted) into events, skipping the
+// heartbeats when there are any and dead-lettering the records that do not decode. first is the
+// arrival of the first record, arrived that of the last. It returns false, with the delivery's
+// bytes released and the processor halted, when a record could be neither decoded nor
+// dead-lettered.
+func (p *processor) decode(records []ktypes.Record, heartbeats int, kept int64) (events []change.Event, first, arrived time.Time, ok bool) {
+	events = make([]change.Event, 0, len(records))
 	// Arrivals are raised to the shard's latest so far, so that they never go back within the
 	// shard (ApproximateArrivalTimestamp is approximate): the order the gates compare is the
 	// one the sink orders by.
-	arrived := timeOf(p.hz.lastArrival.Load())
-	first := time.Time{}
-	for i := range in.Records {
-		r := &in.Records[i]
+	arrived = timeOf(p.hz.lastArrival.Load())
+	for i := range records {
+		r := &records[i]
 		seq := aws.ToString(r.SequenceNumber)
 		arrived = maxTime(arrived, p.arrival(r))
 		if i == 0 {
@@ -166,7 +198,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 			if !p.deadLetter(seq, r.Data, err) {
 				p.acct.Release(kept) // nothing of the delivery was handed on
 				p.halted = true
-				return
+				return nil, first, arrived, false
 			}
 			p.acct.Release(int64(len(r.Data))) // stored: the dead letter holds it no more
 			kept -= int64(len(r.Data))
@@ -176,11 +208,14 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		ev.Raw = r.Data
 		ev.Arrival = arrived
 	}
-	fault.Hit(fault.AfterDecode)
-	if heartbeats > 0 {
-		p.c.metrics.Heartbeats(p.shard, "read", heartbeats)
-	}
-	last := &in.Records[len(in.Records)-1]
+	return events, first, arrived, true
+}
+
+// begin starts tracking the delivery (its last record's sequence number, the first record's
+// arrival, and the kinds and arrivals of its events) and notes the last record of a delivery
+// with changes.
+func (p *processor) begin(records []ktypes.Record, events []change.Event, first time.Time, changes int) *checkpoint.Delivery {
+	last := &records[len(records)-1]
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
@@ -189,15 +224,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 	if changes > 0 {
 		p.lastData = aws.ToString(last.SequenceNumber)
 	}
-	d := p.track.BeginTracked(aws.ToString(last.SequenceNumber), first, p.tracked)
-	if !p.handOn(d, events) {
-		return
-	}
-	p.handedOn(arrived) // the last record may have been dead-lettered: it is done too
-	if in.MillisBehindLatest == 0 {
-		p.atTip(readTime)
-	}
-	p.checkpoint(false)
+	return p.track.BeginTracked(aws.ToString(last.SequenceNumber), first, p.tracked)
 }
 
 // readSpacing is the least time between the starts of two GetRecords calls on one shard.

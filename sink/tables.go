@@ -130,6 +130,8 @@ func (t TableConfig) formatVersion() int {
 	return t.FormatVersion
 }
 
+// validate checks the sink.tables entry name, reporting the first error in the order of its
+// settings: columns, primary_key, partition, the column lists, then the scalar settings.
 func (t TableConfig) validate(name string, hashKey []byte) error {
 	field := func(f string) string { return fmt.Sprintf("sink.tables[%s].%s", name, f) }
 	if name == "" || !strings.Contains(name, ".") {
@@ -138,14 +140,37 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	if _, err := path.Match(name, ""); err != nil {
 		return fmt.Errorf("sink.tables[%s]: not a valid glob: %v", name, err)
 	}
+	cols, err := t.validateColumns(field)
+	if err != nil {
+		return err
+	}
+	key, err := t.validateKey(field, cols)
+	if err != nil {
+		return err
+	}
+	part, err := t.validatePartition(field, key)
+	if err != nil {
+		return err
+	}
+	if err := t.validateColumnLists(field, key, part); err != nil {
+		return err
+	}
+	if len(t.HashColumns) > 0 && len(hashKey) == 0 {
+		return fmt.Errorf("%s: needs a hash key: set DMS2ICEBERG_HASH_KEY (never in the file)", field("hash_columns"))
+	}
+	return t.validateSettings(field)
+}
+
+// validateColumns checks the declared columns and their types, and returns their names.
+func (t TableConfig) validateColumns(field func(string) string) (map[string]bool, error) {
 	cols := map[string]bool{}
 	var defs []change.ColumnDef
 	for i, col := range t.Columns {
 		if col.Name == "" || col.Type == "" {
-			return fmt.Errorf("%s[%d]: name and type are required", field("columns"), i)
+			return nil, fmt.Errorf("%s[%d]: name and type are required", field("columns"), i)
 		}
 		if cols[col.Name] {
-			return fmt.Errorf("%s[%d]: column %q declared twice", field("columns"), i, col.Name)
+			return nil, fmt.Errorf("%s[%d]: column %q declared twice", field("columns"), i, col.Name)
 		}
 		cols[col.Name] = true
 		defs = append(defs, col.def())
@@ -153,35 +178,53 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	vocab := dms.DetectVocabulary(defs)
 	for i, d := range defs {
 		if _, err := dms.IcebergType(d, vocab, dms.TypeOptions{}); err != nil {
-			return fmt.Errorf("%s[%d].type: %v", field("columns"), i, err)
+			return nil, fmt.Errorf("%s[%d].type: %v", field("columns"), i, err)
 		}
 	}
+	return cols, nil
+}
+
+// validateKey checks primary_key against the declared columns cols (any column when none are
+// declared), and returns the key columns.
+func (t TableConfig) validateKey(field func(string) string, cols map[string]bool) (map[string]bool, error) {
 	key := map[string]bool{}
 	for i, k := range t.PrimaryKey {
 		switch {
 		case k == "":
-			return fmt.Errorf("%s[%d]: empty column name", field("primary_key"), i)
+			return nil, fmt.Errorf("%s[%d]: empty column name", field("primary_key"), i)
 		case key[k]:
-			return fmt.Errorf("%s[%d]: column %q listed twice", field("primary_key"), i, k)
+			return nil, fmt.Errorf("%s[%d]: column %q listed twice", field("primary_key"), i, k)
 		case len(cols) > 0 && !cols[k]:
-			return fmt.Errorf("%s[%d]: %q is not one of the configured columns", field("primary_key"), i, k)
+			return nil, fmt.Errorf("%s[%d]: %q is not one of the configured columns", field("primary_key"), i, k)
 		}
 		key[k] = true
 	}
+	return key, nil
+}
+
+// validatePartition checks the partition fields, whose columns must be key columns, and returns
+// the partition columns.
+func (t TableConfig) validatePartition(field func(string) string, key map[string]bool) (map[string]bool, error) {
 	part := map[string]bool{}
 	if len(t.Partition) > 0 && len(t.PrimaryKey) == 0 {
-		return fmt.Errorf("%s: requires primary_key: equality deletes are partition-scoped, so partition columns must be key columns", field("partition"))
+		return nil, fmt.Errorf("%s: requires primary_key: equality deletes are partition-scoped, so partition columns must be key columns", field("partition"))
 	}
 	for i, p := range t.Partition {
 		f := fmt.Sprintf("%s[%d]", field("partition"), i)
 		if !key[p.Column] {
-			return fmt.Errorf("%s.column: %q is not a primary_key column %v (equality deletes are partition-scoped: a key whose partition changed could not be deleted)", f, p.Column, t.PrimaryKey)
+			return nil, fmt.Errorf("%s.column: %q is not a primary_key column %v (equality deletes are partition-scoped: a key whose partition changed could not be deleted)", f, p.Column, t.PrimaryKey)
 		}
 		if _, err := p.transform(); err != nil {
-			return fmt.Errorf("%s: %v", f, err)
+			return nil, fmt.Errorf("%s: %v", f, err)
 		}
 		part[p.Column] = true
 	}
+	return part, nil
+}
+
+// validateColumnLists checks exclude_columns, hash_columns and mask_columns: no column in two of
+// them, no key column excluded or masked, no partition column excluded or masked.
+func (t TableConfig) validateColumnLists(field func(string) string, key, part map[string]bool) error {
 	seen := map[string]string{}
 	lists := []struct {
 		name string
@@ -205,9 +248,13 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 			seen[c] = l.name
 		}
 	}
-	if len(t.HashColumns) > 0 && len(hashKey) == 0 {
-		return fmt.Errorf("%s: needs a hash key: set DMS2ICEBERG_HASH_KEY (never in the file)", field("hash_columns"))
-	}
+	return nil
+}
+
+// validateSettings checks the settings that are not column lists: timestamptz_columns against
+// timestamp_columns, absent_columns, ordering, the delete mode and format version,
+// keyless_identity and the flush thresholds.
+func (t TableConfig) validateSettings(field func(string) string) error {
 	for i, c := range t.TimestampTZColumns {
 		if slices.Contains(t.TimestampColumns, c) {
 			return fmt.Errorf("%s[%d]: %q is also in timestamp_columns", field("timestamptz_columns"), i, c)

@@ -53,7 +53,7 @@ type Op struct {
 	Name string
 	// Stage stages the change on tbl (the newest table the loop has) and commits it. It returns
 	// the committed table, or nil and nil when there is nothing left to commit (the table
-	// already holds everything). An error wrapped with Permanent is not retried.
+	// already holds everything). An error marked with ErrPermanent (Permanent) is not retried.
 	Stage func(ctx context.Context, tbl *table.Table, attempt int) (*table.Table, error)
 	// Reload loads the table after a failed attempt; nil uses the Loader given to Run.
 	Reload func(ctx context.Context) (*table.Table, error)
@@ -95,29 +95,12 @@ const (
 	OutcomeAnotherWriter Outcome = "another_writer"
 )
 
-type sent struct{ err error }
-
-func (s sent) Error() string { return s.err.Error() }
-func (s sent) Unwrap() error { return s.err }
-
-// Sent marks err as the error of the commit request itself (the catalog's CommitTable, after
-// which the commit may have taken effect), as opposed to a failure while staging (writing files,
-// reading rows) that the catalog never saw. Stage functions wrap the error of the request with
-// it so that UnknownOutcome can tell.
-func Sent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return sent{err}
-}
-
 // UnknownOutcome reports whether a failed attempt's outcome is unknown: its commit request was
-// sent (Sent) and failed without a definite answer — a lost or reset response, a timeout, a
+// sent (ErrSent) and failed without a definite answer — a lost or reset response, a timeout, a
 // 5xx. A definite refusal is not: a lost race (table.ErrCommitFailed, a failed requirement, as
 // the SQL and Glue catalogs report it), a permanent error, a cancelled context.
 func UnknownOutcome(err error) bool {
-	var s sent
-	if err == nil || !errors.As(err, &s) || IsPermanent(err) || errors.Is(err, context.Canceled) ||
+	if err == nil || !errors.Is(err, ErrSent) || errors.Is(err, ErrPermanent) || errors.Is(err, context.Canceled) ||
 		errors.Is(err, table.ErrCommitFailed) {
 		return false
 	}
@@ -171,127 +154,156 @@ type Result struct {
 	Landed bool
 }
 
-type permanent struct{ err error }
-
-func (p permanent) Error() string { return p.err.Error() }
-func (p permanent) Unwrap() error { return p.err }
-
-// Permanent wraps err so that Run returns it at once instead of trying again.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return permanent{err}
-}
-
-// IsPermanent reports whether err was wrapped with Permanent.
-func IsPermanent(err error) bool {
-	var p permanent
-	return errors.As(err, &p)
-}
-
 // Run commits op on tbl (which may be nil when Stage loads its own), reloading and re-staging
 // after each failure as Policy says. See the package comment.
 func Run(ctx context.Context, cat Loader, ident table.Identifier, tbl *table.Table, p Policy, op Op) (Result, error) {
-	reload := op.Reload
-	if reload == nil {
-		reload = func(ctx context.Context) (*table.Table, error) { return cat.LoadTable(ctx, ident) }
-	}
-	head := tbl
-	failures := 0 // attempts that count against Retries
-	// unknown counts the attempts whose outcome is unknown and not yet resolved (a reload after
-	// them failed); since is the table the first of them was staged on.
-	unknown, since := 0, (*table.Table)(nil)
-	resolve := func(o Outcome) {
-		for ; unknown > 0; unknown-- {
-			if op.Resolved != nil {
-				// At most one of them landed: each later one was staged on the same head.
-				if unknown > 1 {
-					op.Resolved(OutcomeNotLanded)
-				} else {
-					op.Resolved(o)
-				}
-			}
-		}
+	l := &loop{ident: ident, p: p, op: op, reload: op.Reload, head: tbl}
+	if l.reload == nil {
+		l.reload = func(ctx context.Context) (*table.Table, error) { return cat.LoadTable(ctx, ident) }
 	}
 	for attempt := 0; ; attempt++ {
-		// A table written by a newer state version of dms2iceberg is never committed to.
-		if head != nil {
-			if err := tableprop.CheckStateVersion(strings.Join(ident, "."), head.Properties()); err != nil {
-				return Result{Attempts: attempt}, Permanent(fmt.Errorf("%s: %w", op.Name, err))
-			}
+		if err := l.checkHead(); err != nil {
+			return Result{Attempts: attempt}, err
 		}
-		committed, err := (*table.Table)(nil), ReplayGuard(head)
+		committed, err := l.stage(ctx, attempt)
 		if err == nil {
-			actx, cancel := p.bounded(ctx)
-			committed, err = op.Stage(actx, head, attempt)
-			cancel()
-		}
-		if err == nil {
-			resolve(OutcomeNotLanded)
+			l.resolve(OutcomeNotLanded)
 			return Result{Table: committed, Attempts: attempt + 1}, nil
 		}
 		if ctx.Err() != nil {
 			return Result{Attempts: attempt + 1}, ctx.Err()
 		}
-		if IsPermanent(err) {
+		if errors.Is(err, ErrPermanent) {
 			return Result{Attempts: attempt + 1}, err
 		}
-		conflict := errors.Is(err, table.ErrCommitFailed)
-		if UnknownOutcome(err) {
-			if unknown == 0 {
-				since = head
-			}
-			unknown++
+		conflict, done, rerr := l.reloadAfter(ctx, attempt, err)
+		if rerr != nil {
+			return Result{Attempts: attempt + 1}, rerr
 		}
-		rctx, cancel := p.bounded(ctx)
-		fresh, rerr := reload(rctx)
-		cancel()
-		if op.Failed != nil {
-			op.Failed(attempt, err, rerr)
+		if done {
+			return Result{Attempts: attempt + 1, Landed: true}, nil
 		}
-		if rerr == nil && fresh != nil {
-			// The SQL and Glue catalogs report most lost races as a failed requirement ("branch
-			// main has changed") without table.ErrCommitFailed: a table that moved since the
-			// attempt was staged is the reliable sign.
-			conflict = conflict || Moved(head, fresh)
-			head = fresh
-			if op.Reloaded != nil {
-				done, err := op.Reloaded(fresh)
-				if err != nil {
-					return Result{Attempts: attempt + 1}, err
-				}
-				switch {
-				case done && unknown > 0 && op.Mine != nil && !op.Mine(since, fresh):
-					resolve(OutcomeAnotherWriter)
-				case done:
-					resolve(OutcomeLanded)
-				default:
-					resolve(OutcomeNotLanded)
-				}
-				if done {
-					return Result{Attempts: attempt + 1, Landed: true}, nil
-				}
-			}
-		}
-		// A lost race proves the catalog works and another writer made progress: it counts
-		// against Retries only for commits that yield (maintenance). A table writer keeps
-		// re-staging, since giving up would stop the service while every other worker is fine.
-		if !conflict || p.Yield {
-			failures++
-		}
-		closing := p.Closing != nil && p.Closing()
-		if failures > p.Retries && !closing {
-			return Result{Attempts: attempt + 1}, fmt.Errorf("%s: giving up after %d attempts: %w", op.Name, attempt+1, err)
-		}
-		wait := RetryDelay(attempt, conflict, closing)
-		if p.Yield {
-			wait = Backoff(attempt)
-		}
-		if err := Sleep(ctx, wait); err != nil {
+		if err := l.wait(ctx, attempt, conflict, err); err != nil {
 			return Result{Attempts: attempt + 1}, err
 		}
 	}
+}
+
+// loop is the state of one Run between its attempts.
+type loop struct {
+	ident  table.Identifier
+	p      Policy
+	op     Op
+	reload func(ctx context.Context) (*table.Table, error)
+	// head is the newest table the loop has: the next attempt is staged on it.
+	head *table.Table
+	// failures counts the attempts that count against Retries.
+	failures int
+	// unknown counts the attempts whose outcome is unknown and not yet resolved (a reload after
+	// them failed); since is the table the first of them was staged on.
+	unknown int
+	since   *table.Table
+}
+
+// checkHead refuses, with a permanent error, a head that a newer state version of dms2iceberg
+// wrote: such a table is never committed to.
+func (l *loop) checkHead() error {
+	if l.head == nil {
+		return nil
+	}
+	if err := tableprop.CheckStateVersion(strings.Join(l.ident, "."), l.head.Properties()); err != nil {
+		return Permanent(fmt.Errorf("%s: %w", l.op.Name, err))
+	}
+	return nil
+}
+
+// stage makes one attempt on the head, bounded by the attempt timeout.
+func (l *loop) stage(ctx context.Context, attempt int) (*table.Table, error) {
+	if err := ReplayGuard(l.head); err != nil {
+		return nil, err
+	}
+	actx, cancel := l.p.bounded(ctx)
+	defer cancel()
+	return l.op.Stage(actx, l.head, attempt)
+}
+
+// reloadAfter reloads the table after the failed attempt (err), adopts it as the head and tells
+// the caller (Op.Failed, Op.Reloaded). conflict tells whether the attempt lost a race; done that
+// the reloaded table already holds the change. A failed reload is no error: the next attempt is
+// staged on the head the loop has. The error is Op.Reloaded's.
+func (l *loop) reloadAfter(ctx context.Context, attempt int, err error) (conflict, done bool, _ error) {
+	conflict = errors.Is(err, table.ErrCommitFailed)
+	if UnknownOutcome(err) {
+		if l.unknown == 0 {
+			l.since = l.head
+		}
+		l.unknown++
+	}
+	rctx, cancel := l.p.bounded(ctx)
+	fresh, rerr := l.reload(rctx)
+	cancel()
+	if l.op.Failed != nil {
+		l.op.Failed(attempt, err, rerr)
+	}
+	if rerr != nil || fresh == nil {
+		return conflict, false, nil
+	}
+	// The SQL and Glue catalogs report most lost races as a failed requirement ("branch main has
+	// changed") without table.ErrCommitFailed: a table that moved since the attempt was staged is
+	// the reliable sign.
+	conflict = conflict || Moved(l.head, fresh)
+	l.head = fresh
+	if l.op.Reloaded == nil {
+		return conflict, false, nil
+	}
+	done, cerr := l.op.Reloaded(fresh)
+	if cerr != nil {
+		return conflict, false, cerr
+	}
+	switch {
+	case done && l.unknown > 0 && l.op.Mine != nil && !l.op.Mine(l.since, fresh):
+		l.resolve(OutcomeAnotherWriter)
+	case done:
+		l.resolve(OutcomeLanded)
+	default:
+		l.resolve(OutcomeNotLanded)
+	}
+	return conflict, done, nil
+}
+
+// resolve tells Op.Resolved how the attempts whose outcome was unknown were resolved: the last
+// of them as o, the earlier ones as not landed.
+func (l *loop) resolve(o Outcome) {
+	for ; l.unknown > 0; l.unknown-- {
+		if l.op.Resolved != nil {
+			// At most one of them landed: each later one was staged on the same head.
+			if l.unknown > 1 {
+				l.op.Resolved(OutcomeNotLanded)
+			} else {
+				l.op.Resolved(o)
+			}
+		}
+	}
+}
+
+// wait counts the failed attempt (err) against Retries and waits before the next one, or gives
+// up when the attempts ran out.
+func (l *loop) wait(ctx context.Context, attempt int, conflict bool, err error) error {
+	// A lost race proves the catalog works and another writer made progress: it counts against
+	// Retries only for commits that yield (maintenance). A table writer keeps re-staging, since
+	// giving up would stop the service while every other worker is fine.
+	if !conflict || l.p.Yield {
+		l.failures++
+	}
+	closing := l.p.Closing != nil && l.p.Closing()
+	if l.failures > l.p.Retries && !closing {
+		return fmt.Errorf("%s: giving up after %d attempts: %w", l.op.Name, attempt+1, err)
+	}
+	wait := RetryDelay(attempt, conflict, closing)
+	if l.p.Yield {
+		wait = Backoff(attempt)
+	}
+	return Sleep(ctx, wait)
 }
 
 // ReplayGuard refuses to commit on tbl (nil: not loaded yet) when its commit.retry.num-retries

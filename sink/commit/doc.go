@@ -10,7 +10,7 @@
 // stages again (Op.Reloaded). An attempt whose commit request was sent and failed without a
 // definite answer (UnknownOutcome: a lost response, a timeout, a 5xx) is resolved by that reload,
 // and the caller is told how (Op.Resolved: landed, not landed, or committed by another writer,
-// told apart by a token in the snapshot summary, CommittedBy). An error wrapped with Permanent ends the loop at once, and so does a
+// told apart by a token in the snapshot summary, CommittedBy). An error marked with ErrPermanent (Permanent) ends the loop at once, and so does a
 // table (given or reloaded) whose state a newer state version of dms2iceberg wrote
 // (tableprop.CheckStateVersion): nothing is staged on it.
 //
