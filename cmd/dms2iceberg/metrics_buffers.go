@@ -29,10 +29,6 @@ func newBufferCollector() *bufferCollector {
 	}
 }
 
-// watchBuffers makes the scrapes read buffers (the sink's Buffers); until then there are no
-// series.
-func (m *promMetrics) watchBuffers(buffers func() []sink.BufferStat) { m.buffers.src.Store(&buffers) }
-
 func (c *bufferCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.queued
 	ch <- c.capacity
@@ -73,9 +69,6 @@ func newBudgetCollector() *budgetCollector {
 	}
 }
 
-// watchBudget makes the scrapes read b; until then there are no series.
-func (m *promMetrics) watchBudget(b *membudget.Budget) { m.budget.src.Store(b) }
-
 func (c *budgetCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.held
 	ch <- c.limit
@@ -110,9 +103,6 @@ func newKeyCacheCollector() *keyCacheCollector {
 		probes: desc("key_cache_probes_total", "Data files the position conversion probed, by whether the key column came from the cache (hit) or was read from the file (read).", "result"),
 	}
 }
-
-// watchKeyCache makes the scrapes read stat (the sink's KeyCache); until then there are no series.
-func (m *promMetrics) watchKeyCache(stat func() sink.KeyCacheStat) { m.keyCache.src.Store(&stat) }
 
 func (c *keyCacheCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.held

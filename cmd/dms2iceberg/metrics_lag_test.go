@@ -35,10 +35,10 @@ func TestEndToEndLag(t *testing.T) {
 	srv := httptest.NewServer(opsHandler(m.reg, &health{onChange: m.SetReady}))
 	defer srv.Close()
 
-	m.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 3, Attempts: 1, SourceNewest: now.Add(-90 * time.Second)})
-	m.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 1, Attempts: 1}) // no source time
-	m.Committed(sink.CommitInfo{Table: "shop.items", Rows: 1, Attempts: 1, SourceNewest: now.Add(-2 * time.Second)})
-	m.Committed(sink.CommitInfo{Table: "shop.items", Rows: 1, Attempts: 1, SourceNewest: now.Add(time.Second)}) // skew
+	m.sink.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 3, Attempts: 1, SourceNewest: now.Add(-90 * time.Second)})
+	m.sink.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 1, Attempts: 1}) // no source time
+	m.sink.Committed(sink.CommitInfo{Table: "shop.items", Rows: 1, Attempts: 1, SourceNewest: now.Add(-2 * time.Second)})
+	m.sink.Committed(sink.CommitInfo{Table: "shop.items", Rows: 1, Attempts: 1, SourceNewest: now.Add(time.Second)}) // skew
 	got := scrape(t, srv.URL+"/metrics")
 	expect(t, got, map[string]float64{
 		`dms2iceberg_table_end_to_end_lag_seconds_count{table="shop.orders"}`:           1,
@@ -66,7 +66,7 @@ func TestBufferGauges(t *testing.T) {
 	}
 	var stats atomic.Pointer[[]sink.BufferStat] // read on the server's goroutine
 	stats.Store(&[]sink.BufferStat{{Table: "shop.orders", Queued: 7, QueueCapacity: 8192, Rows: 120, Bytes: 40960}})
-	m.watchBuffers(func() []sink.BufferStat { return *stats.Load() })
+	m.sink.watchBuffers(func() []sink.BufferStat { return *stats.Load() })
 	expect(t, scrape(t, srv.URL+"/metrics"), map[string]float64{
 		`dms2iceberg_table_queue_length{table="shop.orders"}`:   7,
 		`dms2iceberg_table_queue_capacity{table="shop.orders"}`: 8192,

@@ -15,17 +15,17 @@ func TestMetricsBaseUnitsBuildInfoAndShardRemoval(t *testing.T) {
 	m := newPromMetrics()
 	srv := httptest.NewServer(opsHandler(m.reg, &health{}))
 	defer srv.Close()
-	c := m.consumer()
+	c := m.consumer
 	for _, sh := range []string{"shard-0", "shard-1"} {
-		m.LeaseGained(sh)
+		m.kcl.LeaseGained(sh)
 		c.Records(sh, 10, 2500)
 		c.Checkpointed(sh, "1")
-		m.IncrBytesProcessed(sh, 100)
-		m.RecordGetRecordsTime(sh, 5)
+		m.kcl.IncrBytesProcessed(sh, 100)
+		m.kcl.RecordGetRecordsTime(sh, 5)
 	}
 	c.StreamWatermark(time.Unix(100, 0), time.Second, "shard-1", "w")
-	m.Filtered("shop.tmp_1", 2)
-	m.Filtered("shop.tmp_2", 3)
+	m.sink.Filtered("shop.tmp_1", 2)
+	m.sink.Filtered("shop.tmp_2", 3)
 
 	got := scrape(t, srv.URL+"/metrics")
 	if v := got[`dms2iceberg_shard_behind_latest_seconds{shard="shard-0"}`]; v != 2.5 {
@@ -44,8 +44,8 @@ func TestMetricsBaseUnitsBuildInfoAndShardRemoval(t *testing.T) {
 		t.Error("dms2iceberg_build_info{version,revision,go_version} 1 missing")
 	}
 
-	m.DeleteMetricMillisBehindLatest("shard-1")
-	m.LeaseLost("shard-1")
+	m.kcl.DeleteMetricMillisBehindLatest("shard-1")
+	m.kcl.LeaseLost("shard-1")
 	got = scrape(t, srv.URL+"/metrics")
 	for name := range got {
 		if strings.Contains(name, `shard="shard-1"`) {
@@ -68,8 +68,8 @@ func TestHealthzFailsWhenRecordsWaitWithoutProgress(t *testing.T) {
 	m := newPromMetrics()
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	m.now = func() time.Time { return now }
-	m.stall.setTimeout(time.Minute)
-	srv := httptest.NewServer(opsHandler(m.reg, &health{stall: m.stall}))
+	m.consumer.stall.setTimeout(time.Minute)
+	srv := httptest.NewServer(opsHandler(m.reg, &health{stall: m.consumer.stall}))
 	defer srv.Close()
 	status := func() int {
 		t.Helper()
@@ -80,7 +80,7 @@ func TestHealthzFailsWhenRecordsWaitWithoutProgress(t *testing.T) {
 		_ = resp.Body.Close()
 		return resp.StatusCode
 	}
-	c := m.consumer()
+	c := m.consumer
 	c.Records("idle", 0, 0) // an empty read waits for nothing
 	c.Records("s-0", 5, 0)
 	now = now.Add(50 * time.Second)
@@ -98,11 +98,11 @@ func TestHealthzFailsWhenRecordsWaitWithoutProgress(t *testing.T) {
 	}
 	c.Records("s-1", 1, 0)
 	now = now.Add(2 * time.Minute)
-	m.LeaseLost("s-1")
+	m.kcl.LeaseLost("s-1")
 	if got := status(); got != 200 {
 		t.Fatalf("after the lease of the waiting shard ended: %d", got)
 	}
-	m.stall.setTimeout(0)
+	m.consumer.stall.setTimeout(0)
 	c.Records("s-2", 1, 0)
 	now = now.Add(time.Hour)
 	if got := status(); got != 200 {

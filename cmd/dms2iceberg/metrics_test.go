@@ -35,19 +35,19 @@ func TestMetricsScrape(t *testing.T) {
 	defer srv.Close()
 
 	// Sink.
-	m.Committed(sink.CommitInfo{Table: "shop.orders", Source: "shop.orders", SnapshotID: 42, Rows: 10, Deletes: 4, Trimmed: 2,
+	m.sink.Committed(sink.CommitInfo{Table: "shop.orders", Source: "shop.orders", SnapshotID: 42, Rows: 10, Deletes: 4, Trimmed: 2,
 		Attempts: 2, Took: 250 * time.Millisecond, Oldest: now.Add(-3 * time.Second)})
-	m.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 5, Deletes: 1, Attempts: 1, Took: 50 * time.Millisecond, Vectors: true})
-	m.CommitFailed("shop.orders")
-	m.CommitUnknown("shop.orders", sink.UnknownLanded)
-	m.CommitUnknown("shop.orders", sink.UnknownNotLanded)
-	m.CommitUnknown("shop.orders", sink.UnknownNotLanded)
-	m.CommitUnknown("shop.orders", sink.UnknownAnotherWriter)
-	m.DeadLettered("shop.events")
-	m.Skipped("shop.orders", 7)
-	m.PartialImages("shop.orders", 3, 2, 1)
+	m.sink.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 5, Deletes: 1, Attempts: 1, Took: 50 * time.Millisecond, Vectors: true})
+	m.sink.CommitFailed("shop.orders")
+	m.sink.CommitUnknown("shop.orders", sink.UnknownLanded)
+	m.sink.CommitUnknown("shop.orders", sink.UnknownNotLanded)
+	m.sink.CommitUnknown("shop.orders", sink.UnknownNotLanded)
+	m.sink.CommitUnknown("shop.orders", sink.UnknownAnotherWriter)
+	m.sink.DeadLettered("shop.events")
+	m.sink.Skipped("shop.orders", 7)
+	m.sink.PartialImages("shop.orders", 3, 2, 1)
 	// Consumer.
-	c := m.consumer()
+	c := m.consumer
 	c.Records("shard-0", 100, 1500)
 	c.Records("shard-0", 50, 0)
 	c.DeadLettered("shard-1")
@@ -56,7 +56,7 @@ func TestMetricsScrape(t *testing.T) {
 	c.TrimmedPast("shard-1")
 	c.WaitingForParents("shard-2", true)
 	// KCL.
-	var k kclMonitorAPI = kclMonitor{promMetrics: m, onStart: hc.KCLStarted, onStop: hc.KCLStopped}
+	var k kclMonitorAPI = kclMonitor{promKCLMetrics: m.kcl, onStart: hc.KCLStarted, onStop: hc.KCLStopped}
 	k.IncrBytesProcessed("shard-0", 2048)
 	k.LeaseGained("shard-0")
 	k.LeaseRenewed("shard-0")
@@ -65,10 +65,10 @@ func TestMetricsScrape(t *testing.T) {
 	k.MillisBehindLatest("shard-1", 900)
 	k.DeleteMetricMillisBehindLatest("shard-1")
 	// Hook.
-	m.HookRan("shop.orders", "ok", time.Second)
-	m.HookRan("shop.orders", "timeout", time.Second)
-	m.HookDropped("shop.orders")
-	m.HookQueued(3)
+	m.hook.HookRan("shop.orders", "ok", time.Second)
+	m.hook.HookRan("shop.orders", "timeout", time.Second)
+	m.hook.HookDropped("shop.orders")
+	m.hook.HookQueued(3)
 
 	got := scrape(t, srv.URL+"/metrics")
 	want := map[string]float64{
@@ -166,7 +166,7 @@ func TestHealthAndReadiness(t *testing.T) {
 	if got := status("/readyz"); got != http.StatusServiceUnavailable {
 		t.Fatalf("/readyz before the KCL started = %d, want 503", got)
 	}
-	k := kclMonitor{promMetrics: m, onStart: hc.KCLStarted, onStop: hc.KCLStopped}
+	k := kclMonitor{promKCLMetrics: m.kcl, onStart: hc.KCLStarted, onStop: hc.KCLStopped}
 	if err := k.Start(); err != nil {
 		t.Fatal(err)
 	}

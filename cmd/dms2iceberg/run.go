@@ -57,8 +57,8 @@ func runService(ctx context.Context, args []string) error {
 func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	defer routeLibraryLogs(log)()
 	metrics := newPromMetrics()
-	metrics.stall.setTimeout(cfg.stallTimeout())
-	hc := &health{onChange: metrics.SetReady, stall: metrics.stall}
+	metrics.consumer.stall.setTimeout(cfg.stallTimeout())
+	hc := &health{onChange: metrics.SetReady, stall: metrics.consumer.stall}
 	p := &pipeline{shutdownTimeout: cfg.ShutdownTimeout, onStopping: hc.ShuttingDown, onFailed: hc.Failed}
 	if cfg.HTTPAddr != "" {
 		ops, err := listenOps(cfg.HTTPAddr, metrics.reg, hc, log)
@@ -110,7 +110,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	}
 	log.Info("memory", zap.Int64("max_inflight_bytes", budget.Limit()), zap.Int64("go_memory_limit", memLimit),
 		zap.Bool("from_GOMEMLIMIT", limiter == nil), zap.Bool("follows_budget", limiter != nil), zap.Int("gogc", gogc))
-	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMemoryBudget(budget), sink.WithMetrics(metrics), sink.WithMaintenanceMetrics(metrics),
+	sinkOpts := []sink.Option{sink.WithLogger(log), sink.WithMemoryBudget(budget), sink.WithMetrics(metrics.sink), sink.WithMaintenanceMetrics(metrics.maintenance),
 		sink.WithCommitBounds(bound), sink.WithBoundsChanged(func() <-chan struct{} {
 			if c := cons.Load(); c != nil {
 				return c.BoundsChanged()
@@ -118,7 +118,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 			return nil
 		})}
 	if cfg.PostCommit.Enabled() {
-		hook := newPostCommitHook(cfg.PostCommit, log, metrics)
+		hook := newPostCommitHook(cfg.PostCommit, log, metrics.hook)
 		sinkOpts = append(sinkOpts, sink.WithCommitListener(hook.Notify))
 		p.companions = append(p.companions, companion{run: hook.Run, drain: hook.Close})
 	}
@@ -126,15 +126,15 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 	if err != nil {
 		return err
 	}
-	metrics.watchBuffers(snk.Buffers)
-	metrics.watchKeyCache(snk.KeyCache)
+	metrics.sink.watchBuffers(snk.Buffers)
+	metrics.sink.watchKeyCache(snk.KeyCache)
 	if limiter != nil {
 		limiter.watchCache(func() int64 { return snk.KeyCache().Held })
 	}
-	c, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer()),
+	c, err := consumer.New(cfg.Consumer, awsCfg, snk, snk.DeadLetters(), consumer.WithLogger(log), consumer.WithMetrics(metrics.consumer),
 		consumer.WithBudget(budget),
 		consumer.WithShutdownDeadline(p.deadline),
-		consumer.WithKCLMonitoring(kclMonitor{promMetrics: metrics, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
+		consumer.WithKCLMonitoring(kclMonitor{promKCLMetrics: metrics.kcl, onStart: hc.KCLStarted, onStop: hc.KCLStopped}))
 	if err != nil {
 		return err
 	}

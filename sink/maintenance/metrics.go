@@ -4,7 +4,7 @@ import "time"
 
 // Metrics receives the measurements of table maintenance. Implementations must be safe for
 // concurrent use and must not block: they are called on the maintenance goroutines, one per
-// table. A nil Metrics given to New or RunTable receives nothing.
+// table. A nil Metrics given to New or RunTable receives nothing (NopMetrics).
 type Metrics interface {
 	// MaintenanceChecked reports a table's measured state: after each of its writer's commits
 	// (at most once per commit) and every check interval.
@@ -123,15 +123,16 @@ func (r Report) Changed() bool {
 		r.DeferredFilesRemoved > 0
 }
 
-type nopMetrics struct{}
+// NopMetrics is the default Metrics: it does nothing.
+type NopMetrics struct{}
 
-func (nopMetrics) MaintenanceChecked(Status)        {}
-func (nopMetrics) Maintained(Report)                {}
-func (nopMetrics) MaintenanceFailed(string, string) {}
+func (NopMetrics) MaintenanceChecked(Status)        {}
+func (NopMetrics) Maintained(Report)                {}
+func (NopMetrics) MaintenanceFailed(string, string) {}
 
 func orNop(m Metrics) Metrics {
 	if m == nil {
-		return nopMetrics{}
+		return NopMetrics{}
 	}
 	return m
 }
