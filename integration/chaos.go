@@ -2,7 +2,7 @@
 
 package integration
 
-// The crash-anywhere driver (issue 3). It runs dms2iceberg workers as subprocesses over the
+// The crash-anywhere driver. It runs dms2iceberg workers as subprocesses over the
 // emulators while `dms2iceberg gen --rate` writes a generated workload, and on a seeded random
 // schedule it SIGKILLs workers, restarts them with a fault point armed (pkg/fault) so that they
 // die exactly there, freezes one with SIGSTOP until its leases move and then resumes it (a
@@ -19,30 +19,40 @@ package integration
 //   - every graceful stop exits 0 in time and no worker exits unless the driver or an armed
 //     fault point killed it.
 //
-// The files: chaos.go (options, the run's state and its course), chaos_cluster.go (the stream,
-// the generator, the workers, the lease table and shards as the driver sees them),
-// chaos_actions.go (the schedule and the disturbances), chaos_oracle.go (the invariants and the
-// final verification) and chaos_report.go (the numbers and the evidence from the logs).
+// Who owns what (one type per concept, each in its file):
+//
+//   - chaosRun (chaos.go): the driver. It builds the parts below, sets the run up, runs the
+//     cycles on the test's goroutine and, at the end, drains with one last worker and hands
+//     over to the oracle and the report. chaosOptions (chaos.go) size the run.
+//   - chaosLedger (chaos_ledger.go): the record every part writes to: the counters
+//     (chaosStats), the violations and problems, the current cycle, the log lines.
+//   - chaosEnv and chaosGenerator (chaos_env.go): the run's directories and service
+//     configurations, the catalog the oracle reads, the dependency fault proxies; the
+//     generator process and its progress (the pace of the cycles).
+//   - chaosStream (chaos_stream.go): the Kinesis shards and the lease table: reading them,
+//     splitting and merging.
+//   - chaosCluster (chaos_cluster.go): the worker processes: starting, freezing, stopping,
+//     killing, accounting for exits; their /metrics (scraper, chaos_metrics.go) and logs.
+//   - chaosDisturber (chaos_actions.go): the schedule's actions (chaosSchedule draws them),
+//     one method per kind of disturbance.
+//   - chaosObserver (chaos_observer.go): the goroutine that samples the lease table and the
+//     /metrics while the cycles run and checks the leases' invariants.
+//   - chaosOracle (chaos_oracle.go): the checkpoint-vs-watermark check, completion, verify,
+//     the file, orphan and dead-letter checks, over the record cache (recordCache).
+//   - chaosReport (chaos_report.go): the CHAOS: lines, from the ledger, the proxies, the
+//     /metrics and the evidence in the logs (logEvidence).
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
-	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
-	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
@@ -185,322 +195,188 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 	return o
 }
 
-// chaosStats are the run's counters (guarded by chaosRun.mu).
-type chaosStats struct {
-	cycles      int
-	actions     map[string]int
-	kills       int            // SIGKILLs sent by the driver
-	faultsArmed map[string]int // workers started with a fault point armed, per point
-	faultKills  map[string]int // workers that died at an armed fault point, per point
-	stops       int            // SIGSTOP/SIGCONT cycles
-	stopsMoved  int            // ... during which a lease of the frozen worker moved
-	terms       int            // graceful stops (exit 0 in time)
-	maxStop     time.Duration  // the longest graceful stop
-	slowStops   int            // graceful stops that left handed-on changes uncommitted at shutdown_timeout
-	// workerSamples counts the observer's one-second samples by running workers (0-3).
-	workerSamples [4]int
-	starts        int // worker processes started
-	splits        int
-	merges        int
-	reshardsLive  int // splits and merges while the generator was still writing
-
-	acquisitions int // lease epochs observed (every acquisition, including first ones)
-	leaseMoves   int // observed owner changes of a lease
-	checks       int // checkpoint-vs-watermark checks
-	records      int // records checked by the last such check
-	rows         int // rows compared by verify
-	files        int // data and delete files checked for double references
-	branches     int // positional branches checked (delete_mode position and dv)
-	// vectorCommits are the retained snapshots, over every table, of table batches committed
-	// with the writer's deletion vectors (delete_mode dv, writer_vectors).
-	vectorCommits int
-
-	genStart, genEnd time.Time     // the generator's traffic
-	cyclesTook       time.Duration // from the first cycle to the end of the last (dwell included)
-	// The orphan oracle (orphans.go): unreferenced data files before cleanup, files removed by
-	// it, and data files left unreferenced after it (each a difference).
-	orphansBefore, orphansRemoved, orphansAfter int
-
-	violations []string // broken invariants: the differences
-	problems   []string // hangs, unexpected exits, failed stops
-}
-
-type chaosWorker struct {
-	id      string
-	svc     *Service
-	fault   string // armed fault spec, "" for none
-	point   string // the armed point
-	stopped bool
-	m       *procMetrics // its /metrics as last scraped
-}
-
-// depProxy is a fault proxy in front of one dependency ("rest" or "s3").
-type depProxy struct {
-	dep string
-	px  *faultproxy.Proxy
-}
-
+// chaosRun is the driver: it puts the run's parts together and runs its course (setup, the
+// cycles, the end and the report) on the test's goroutine, with the observer on its own.
 type chaosRun struct {
 	t   *testing.T
 	ctx context.Context
 	opt chaosOptions
+	// rng draws the schedule and every random choice of the driver, in its order: a seed
+	// replays a run.
 	rng *rand.Rand
 
-	bin, stream, app, root, dataDir, logDir, config, expected string
-	kc                                                        *kinesis.Client
-	ddb                                                       *dynamodb.Client
-	gen                                                       *Service
-
-	// catCfg is the catalog the oracle reads (directly, never through a fault proxy);
-	// verifyConfig the service configuration `verify` runs with; namespace the target
-	// namespace ("" the source schema); proxies the fault proxies in front of the dependencies
-	// (none without EnvChaosDeps); s3c lists the warehouse when it is in S3 (nil: local).
-	catCfg       sink.CatalogConfig
-	verifyConfig string
-	namespace    string
-	proxies      []depProxy
-	s3c          *s3.Client
-	// workerCfg is the workers' configuration; each worker process gets a copy with its own
-	// http_addr, whose /metrics scr reads.
-	workerCfg map[string]any
-	scr       *scraper
-
-	workers map[string]*chaosWorker // running (or frozen) workers by id (the driver's goroutine only)
-	logs    []string                // every process's log
-	recs    *recordCache
-	start   time.Time
-
-	mu   sync.Mutex
-	st   chaosStats
-	seen map[string]checkpoint.LeaseRow // last observed lease per shard (observer)
-	// running is len(workers), for the observer.
-	running int
-	cycle   int
+	led    *chaosLedger
+	env    *chaosEnv
+	stream *chaosStream
+	gen    *chaosGenerator
+	cl     *chaosCluster
+	act    *chaosDisturber
+	oracle *chaosOracle
+	obs    *chaosObserver
 }
-
-// chaosWorkerIDs is the pool of worker ids; ids are reused, so a worker often restarts under
-// the id of one that was killed.
-var chaosWorkerIDs = []string{"w1", "w2", "w3", "w4", "w5"}
 
 func newChaosRun(t *testing.T, opt chaosOptions) *chaosRun {
 	t.Helper()
 	RequireEmulators(t)
-	c := &chaosRun{t: t, ctx: t.Context(), opt: opt, rng: rand.New(rand.NewPCG(uint64(opt.Seed), 0x9e3779b97f4a7c15)),
-		bin: BuildBinary(t), stream: UniqueName("chaos"), kc: Kinesis(t), ddb: DynamoDB(t),
-		workers: map[string]*chaosWorker{}, seen: map[string]checkpoint.LeaseRow{}, scr: &scraper{}}
-	c.app = "dms2iceberg-" + c.stream
-	// One directory holds the data and every process's log; it is kept when the run fails. Its
-	// cleanup is registered first, so it runs last, after every process was killed.
-	var err error
-	if keep := os.Getenv(EnvChaosKeep); keep != "" {
-		c.root = filepath.Join(keep, fmt.Sprintf("seed-%d-%s", opt.Seed, c.stream))
-		err = os.MkdirAll(c.root, 0o755)
-	} else {
-		c.root, err = os.MkdirTemp("", fmt.Sprintf("dms2iceberg-chaos-%d-", opt.Seed))
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("CHAOS: seed %d failed; logs and data kept in %s (replay: %s=%d %s=%d)", opt.Seed, c.root, EnvChaosSeed, opt.Seed, EnvChaosCycles, opt.Cycles)
-			return
-		}
-		_ = os.RemoveAll(c.root)
-	})
-	c.dataDir, c.logDir = filepath.Join(c.root, "data"), filepath.Join(c.root, "logs")
-	for _, d := range []string{c.dataDir, c.logDir} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	c.expected = filepath.Join(c.dataDir, "expected.json")
-	c.recs = &recordCache{kc: c.kc, stream: c.stream, shards: map[string]*shardRecords{}}
-	c.st.actions, c.st.faultsArmed, c.st.faultKills = map[string]int{}, map[string]int{}, map[string]int{}
-	t.Cleanup(func() { DeleteTable(t, c.app) })
+	rng := rand.New(rand.NewPCG(uint64(opt.Seed), 0x9e3779b97f4a7c15))
+	bin := BuildBinary(t)
+	name := UniqueName("chaos")
+	stream := &chaosStream{t: t, ctx: t.Context(), kc: Kinesis(t), ddb: DynamoDB(t), name: name, app: "dms2iceberg-" + name}
+	// The run's directory's cleanup is registered first, so it runs last, after every process
+	// was killed.
+	env := newChaosEnv(t, opt, bin, name)
+	led := newChaosLedger(t, opt.Seed)
+	c := &chaosRun{t: t, ctx: t.Context(), opt: opt, rng: rng, led: led, env: env, stream: stream,
+		gen: &chaosGenerator{rate: opt.Rate}, cl: newChaosCluster(t, rng, env, stream, led),
+		oracle: newChaosOracle(t, env, stream, led)}
+	c.act = &chaosDisturber{t: t, ctx: c.ctx, opt: opt, rng: rng, cl: c.cl, stream: stream, gen: c.gen, led: led}
+	c.obs = &chaosObserver{checkEvery: opt.CheckEvery, cl: c.cl, stream: stream, oracle: c.oracle, led: led,
+		seen: map[string]checkpoint.LeaseRow{}}
+	t.Cleanup(func() { DeleteTable(t, stream.app) })
 	return c
-}
-
-func (c *chaosRun) logf(format string, args ...any) {
-	c.t.Helper()
-	c.t.Logf("chaos %6.1fs: "+format, append([]any{time.Since(c.start).Seconds()}, args...)...)
-}
-
-// violation records a broken invariant (a difference).
-func (c *chaosRun) violation(format string, args ...any) {
-	msg := fmt.Sprintf("cycle %d: ", c.currentCycle()) + fmt.Sprintf(format, args...)
-	c.mu.Lock()
-	c.st.violations = append(c.st.violations, msg)
-	c.mu.Unlock()
-	c.t.Errorf("CHAOS VIOLATION (seed %d): %s", c.opt.Seed, msg)
-}
-
-// problem records misbehaviour that is not a data difference: a hang, an unexpected exit.
-func (c *chaosRun) problem(format string, args ...any) {
-	msg := fmt.Sprintf("cycle %d: ", c.currentCycle()) + fmt.Sprintf(format, args...)
-	c.mu.Lock()
-	c.st.problems = append(c.st.problems, msg)
-	c.mu.Unlock()
-	c.t.Errorf("CHAOS PROBLEM (seed %d): %s", c.opt.Seed, msg)
-}
-
-func (c *chaosRun) currentCycle() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cycle
-}
-
-func (c *chaosRun) sleep(d time.Duration) {
-	select {
-	case <-c.ctx.Done():
-	case <-time.After(d):
-	}
-}
-
-func (c *chaosRun) between(lo, hi time.Duration) time.Duration {
-	if hi <= lo {
-		return lo
-	}
-	return lo + time.Duration(c.rng.Int64N(int64(hi-lo)))
 }
 
 func (c *chaosRun) run() {
 	t := c.t
-	c.start = time.Now()
+	c.led.start = time.Now()
 	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q %s=%s %s=%s); workload %d load rows per table + %d changes at %.1f records/s; failover %s; heartbeat_interval %s; delete_mode %s",
 		c.opt.Seed, c.opt.Cycles, EnvChaosSeed, c.opt.Seed, EnvChaosCycles, c.opt.Cycles, EnvChaosRate, c.opt.Rate, EnvChaosDeps, c.opt.Deps,
 		EnvChaosHeartbeat, c.opt.Heartbeat, EnvChaosDeleteMode, c.opt.DeleteMode, c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover,
 		c.opt.Heartbeat, c.opt.DeleteMode)
 	c.setup()
 	plan := chaosSchedule(c.rng, c.opt.Cycles)
-	c.startWorker("w1", "")
+	c.cl.start("w1", "")
 	if c.rng.IntN(2) == 0 {
-		c.startWorker("w2", "")
+		c.cl.start("w2", "")
 	}
 	obsCtx, stopObs := context.WithCancel(c.ctx)
 	var obs sync.WaitGroup
 	obs.Add(1)
-	go func() { defer obs.Done(); c.observe(obsCtx) }()
+	go func() { defer obs.Done(); c.obs.observe(obsCtx) }()
 	defer func() { stopObs(); obs.Wait() }()
 
-	c.sleep(c.between(3*time.Second, 8*time.Second)) // let the first worker take its leases
+	sleepCtx(c.ctx, randBetween(c.rng, 3*time.Second, 8*time.Second)) // let the first worker take its leases
 	cyclesStart := time.Now()
 	for i, a := range plan {
 		if c.ctx.Err() != nil {
 			break
 		}
-		c.mu.Lock()
-		c.cycle = i + 1
-		c.st.cycles = i + 1
-		c.st.actions[a]++
-		c.mu.Unlock()
-		c.reap()
-		var what string
-		switch a {
-		case actKill:
-			what = c.doKill()
-		case actFault:
-			what = c.doFault()
-		case actStop:
-			what = c.doStop()
-		case actTerm:
-			what = c.doTerm()
-		case actAdd:
-			what = c.doAdd()
-		case actRemove:
-			what = c.doRemove()
-		case actSplit:
-			what = c.doSplit()
-		case actMerge:
-			what = c.doMerge()
-		}
-		c.reap()
-		// Mostly two or three workers at once (leases move between them), sometimes one.
-		if n := len(c.workers); n == 0 || (n == 1 && c.rng.IntN(10) < 6) {
-			id := c.freeID()
-			c.startWorker(id, "")
-			what += "; started " + id
-		}
-		_, open, _ := c.shardList()
-		c.logf("cycle %d/%d %-6s %s | workers %s | %d open shards | gen %s", i+1, len(plan), a, what, c.describeWorkers(), len(open), c.genStatus())
-		c.sleep(c.between(c.opt.MinDwell, c.opt.MaxDwell) + c.pace(float64(i+1)/float64(len(plan))))
+		c.cycle(i+1, len(plan), a)
 	}
-	c.mu.Lock()
-	c.st.cyclesTook = time.Since(cyclesStart)
-	c.mu.Unlock()
+	c.led.with(func(st *chaosStats) { st.cyclesTook = time.Since(cyclesStart) })
 	c.finish(func() { stopObs(); obs.Wait() })
+}
+
+// setup creates the stream, starts the generator in the background and writes the service
+// configuration once the generator has written the expected state.
+func (c *chaosRun) setup() {
+	CreateStream(c.t, c.stream.name, c.opt.Shards)
+	c.gen.start(c.env)
+	c.cl.logs = append(c.cl.logs, c.gen.svc.LogPath)
+	c.led.with(func(st *chaosStats) { st.genStart = time.Now() })
+	c.gen.waitExpected(c.t, c.env.expected)
+	c.env.configure()
+}
+
+// cycle runs cycle n of cycles, whose action is a, and the dwell after it.
+func (c *chaosRun) cycle(n, cycles int, a string) {
+	c.led.beginCycle(n, a)
+	c.cl.reap()
+	what := c.act.do(a)
+	c.cl.reap()
+	// Mostly two or three workers at once (leases move between them), sometimes one.
+	if k := len(c.cl.workers); k == 0 || (k == 1 && c.rng.IntN(10) < 6) {
+		id := c.cl.freeID()
+		c.cl.start(id, "")
+		what += "; started " + id
+	}
+	_, open, _ := c.stream.shardList()
+	c.led.logf("cycle %d/%d %-6s %s | workers %s | %d open shards | gen %s", n, cycles, a, what, c.cl.describe(), len(open), c.gen.status())
+	sleepCtx(c.ctx, randBetween(c.rng, c.opt.MinDwell, c.opt.MaxDwell)+c.gen.pace(float64(n)/float64(cycles)))
 }
 
 // finish waits for the traffic, stops every worker gracefully, runs one last worker until every
 // shard is checkpointed to its end, stops the observer, and applies the oracle.
 func (c *chaosRun) finish(stopObserver func()) {
-	t := c.t
-	c.logf("cycles done; waiting for the generator")
-	select {
-	case <-c.gen.Done():
-	case <-time.After(time.Hour):
-		t.Fatalf("gen still running an hour after the cycles")
-	}
-	if code, _ := c.gen.ExitCode(); code != 0 {
-		t.Fatalf("gen failed (status %d); the traffic is incomplete:\n%s", code, tailFile(c.gen.LogPath, 8<<10))
-	}
-	c.mu.Lock()
-	if c.st.genEnd.IsZero() {
-		c.st.genEnd = time.Now()
-	}
-	c.mu.Unlock()
-	for _, d := range c.proxies {
+	c.led.logf("cycles done; waiting for the generator")
+	c.gen.waitDone(c.t)
+	c.led.with(func(st *chaosStats) {
+		if st.genEnd.IsZero() {
+			st.genEnd = time.Now()
+		}
+	})
+	for _, d := range c.env.proxies {
 		// The last worker drains without dependency faults: the run's end is judged on a
 		// healthy catalog and store.
 		d.px.Enable(false)
-		c.logf("%s faults off; injected %s (by rule: %s)", d.dep, d.px.Summary(), d.px.SummaryByRule())
+		c.led.logf("%s faults off; injected %s (by rule: %s)", d.dep, d.px.Summary(), d.px.SummaryByRule())
 	}
-	for _, w := range c.sortedWorkers() {
-		c.term(w)
+	for _, w := range c.cl.sorted() {
+		c.cl.term(w)
 	}
-	c.reap()
-	last := c.startWorker("final", "")
-	c.logf("traffic complete; every worker stopped; one last worker runs to completion")
+	c.cl.reap()
+	c.drainLast()
+	stopObserver()
+	c.oracle.final()
+	c.report()
+}
+
+// drainLast runs one last worker, once every other one stopped, until every shard is
+// checkpointed to its end, and stops it.
+func (c *chaosRun) drainLast() {
+	t := c.t
+	last := c.cl.start("final", "")
+	c.led.logf("traffic complete; every worker stopped; one last worker runs to completion")
 	// Let it start, sync the shards and take its leases before judging completion.
-	c.waitFor(time.Minute, func() bool { return last.svc.Exited() || strings.Contains(last.svc.Log(), "consuming") })
-	c.sleep(3 * time.Second)
+	pollUntil(c.ctx, time.Minute, func() bool { return last.svc.Exited() || strings.Contains(last.svc.Log(), "consuming") })
+	sleepCtx(c.ctx, 3*time.Second)
 	var why string
-	done := c.waitFor(20*time.Minute, func() bool {
+	done := pollUntil(c.ctx, 20*time.Minute, func() bool {
 		if last.svc.Exited() {
 			return false
 		}
-		ok, w := c.complete()
+		ok, w := c.oracle.complete()
 		why = w
 		return ok
 	})
 	if last.svc.Exited() {
-		c.exited(last, " while finishing")
+		c.cl.exited(last, " while finishing")
 		t.FailNow()
 	}
 	if !done {
-		c.problem("hang: the last worker did not checkpoint every shard to its end in 20 minutes: %s; log %s", why, last.svc.LogPath)
+		c.led.problem("hang: the last worker did not checkpoint every shard to its end in 20 minutes: %s; log %s", why, last.svc.LogPath)
 		t.FailNow()
 	}
-	c.term(last)
-	c.logf("every shard checkpointed to its end; last worker stopped")
-	stopObserver()
+	c.cl.term(last)
+	c.led.logf("every shard checkpointed to its end; last worker stopped")
+}
 
-	if err := c.checkCommitted(c.ctx, "final"); err != nil {
-		t.Fatalf("final checkpoint check: %v", err)
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
 	}
-	c.verify()
-	for _, src := range c.recs.tables() {
-		n, err := c.checkFiles(c.ctx, src)
-		if err != nil {
-			t.Fatalf("file check: %v", err)
+}
+
+// randBetween draws a duration in [lo, hi) (lo when the range is empty).
+func randBetween(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)))
+}
+
+// pollUntil polls cond every 250ms until it holds or d passes (or ctx ends).
+func pollUntil(ctx context.Context, d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for {
+		if cond() {
+			return true
 		}
-		c.mu.Lock()
-		c.st.files += n
-		c.mu.Unlock()
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return false
+		}
+		sleepCtx(ctx, 250*time.Millisecond)
 	}
-	c.checkOrphans()
-	if b, err := os.ReadFile(filepath.Join(c.dataDir, "dead-letters.jsonl")); err == nil && len(strings.TrimSpace(string(b))) > 0 {
-		c.violation("the workload has no bad record, but the dead-letter file holds:\n%s", tailFile(filepath.Join(c.dataDir, "dead-letters.jsonl"), 4<<10))
-	}
-	c.report()
 }

@@ -2,20 +2,20 @@
 
 package integration
 
-// The chaos run's actions: the seeded schedule and one function per kind of disturbance.
+// The chaos run's actions: the seeded schedule (chaosSchedule) and the disturber
+// (chaosDisturber), one method per kind of disturbance.
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math/big"
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"syscall"
+	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kinesis"
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
@@ -83,122 +83,158 @@ func chaosSchedule(rng *rand.Rand, cycles int) []string {
 	return plan
 }
 
+// chaosDisturber carries out the schedule's actions on the cluster and the stream, on the
+// driver's goroutine; each action returns what it did, for the cycle's log line.
+type chaosDisturber struct {
+	t      *testing.T
+	ctx    context.Context
+	opt    chaosOptions
+	rng    *rand.Rand // the run's, drawn in the driver's order
+	cl     *chaosCluster
+	stream *chaosStream
+	gen    *chaosGenerator
+	led    *chaosLedger
+}
+
+// do carries out action a.
+func (d *chaosDisturber) do(a string) string {
+	switch a {
+	case actKill:
+		return d.kill()
+	case actFault:
+		return d.fault()
+	case actStop:
+		return d.stop()
+	case actTerm:
+		return d.term()
+	case actAdd:
+		return d.add()
+	case actRemove:
+		return d.remove()
+	case actSplit:
+		return d.reshard(actSplit, true)
+	case actMerge:
+		return d.reshard(actMerge, true)
+	}
+	return ""
+}
+
 // pickFault arms the least-armed fault point so far (ties at random): every point is exercised
 // about equally. Mostly NAME@N (die at the Nth hit), sometimes NAME%P.
-func (c *chaosRun) pickFault() (point, spec string) {
-	c.mu.Lock()
+func (d *chaosDisturber) pickFault() (point, spec string) {
 	least := -1
 	var cands []string
-	for _, p := range fault.Points {
-		n := c.st.faultsArmed[p]
-		switch {
-		case least < 0 || n < least:
-			least, cands = n, []string{p}
-		case n == least:
-			cands = append(cands, p)
+	d.led.with(func(st *chaosStats) {
+		for _, p := range fault.Points {
+			n := st.faultsArmed[p]
+			switch {
+			case least < 0 || n < least:
+				least, cands = n, []string{p}
+			case n == least:
+				cands = append(cands, p)
+			}
 		}
-	}
-	c.mu.Unlock()
-	point = cands[c.rng.IntN(len(cands))]
+	})
+	point = cands[d.rng.IntN(len(cands))]
 	maxN := map[string]int{fault.AfterDecode: 10, fault.AfterDataFiles: 4, fault.AfterCommit: 6,
 		fault.BeforeCheckpoint: 6, fault.AfterCheckpoint: 6, fault.DuringShutdown: 2}[point]
-	if c.rng.IntN(100) < 15 {
+	if d.rng.IntN(100) < 15 {
 		p := map[string]string{fault.AfterDecode: "0.2", fault.AfterDataFiles: "0.3", fault.AfterCommit: "0.2",
 			fault.BeforeCheckpoint: "0.2", fault.AfterCheckpoint: "0.2", fault.DuringShutdown: "0.5"}[point]
 		return point, point + "%" + p
 	}
-	return point, fmt.Sprintf("%s@%d", point, 1+c.rng.IntN(maxN))
+	return point, fmt.Sprintf("%s@%d", point, 1+d.rng.IntN(maxN))
 }
 
 // victim picks a worker to disturb, preferring one that holds leases.
-func (c *chaosRun) victim() *chaosWorker {
-	if hs := c.holders(); len(hs) > 0 && c.rng.IntN(100) < 75 {
-		return c.pick(hs)
+func (d *chaosDisturber) victim() *chaosWorker {
+	if hs := d.cl.holders(); len(hs) > 0 && d.rng.IntN(100) < 75 {
+		return d.cl.pick(hs)
 	}
 	var ws []*chaosWorker
-	for _, w := range c.sortedWorkers() {
+	for _, w := range d.cl.sorted() {
 		if !w.stopped {
 			ws = append(ws, w)
 		}
 	}
-	return c.pick(ws)
+	return d.cl.pick(ws)
 }
 
 // restartID is the id a replacement worker runs under: the same (a same-id restart, which
 // takes over the old process's leases at once) or another free one (which waits for them to
 // expire).
-func (c *chaosRun) restartID(old string) string {
-	if c.rng.IntN(2) == 0 && c.workers[old] == nil {
+func (d *chaosDisturber) restartID(old string) string {
+	if d.rng.IntN(2) == 0 && d.cl.workers[old] == nil {
 		return old
 	}
-	return c.freeID()
+	return d.cl.freeID()
 }
 
-func (c *chaosRun) doKill() string {
-	w := c.victim()
+func (d *chaosDisturber) kill() string {
+	w := d.victim()
 	if w == nil {
-		c.startWorker(c.freeID(), "")
+		d.cl.start(d.cl.freeID(), "")
 		return "no worker to kill: started one"
 	}
-	c.sleep(c.between(0, 2*time.Second)) // a random moment
-	c.kill(w)
-	switch r := c.rng.IntN(10); {
-	case r < 6 || len(c.workers) == 0:
-		id := c.restartID(w.id)
-		c.startWorker(id, "")
+	sleepCtx(d.ctx, randBetween(d.rng, 0, 2*time.Second)) // a random moment
+	d.cl.kill(w)
+	switch r := d.rng.IntN(10); {
+	case r < 6 || len(d.cl.workers) == 0:
+		id := d.restartID(w.id)
+		d.cl.start(id, "")
 		return fmt.Sprintf("SIGKILL %s, restarted as %s", w.id, id)
 	case r < 8:
-		d := c.between(time.Second, 6*time.Second)
-		c.sleep(d)
-		id := c.restartID(w.id)
-		c.startWorker(id, "")
-		return fmt.Sprintf("SIGKILL %s, restarted as %s after %s", w.id, id, d.Round(100*time.Millisecond))
+		wait := randBetween(d.rng, time.Second, 6*time.Second)
+		sleepCtx(d.ctx, wait)
+		id := d.restartID(w.id)
+		d.cl.start(id, "")
+		return fmt.Sprintf("SIGKILL %s, restarted as %s after %s", w.id, id, wait.Round(100*time.Millisecond))
 	default:
 		return fmt.Sprintf("SIGKILL %s, not restarted", w.id)
 	}
 }
 
-func (c *chaosRun) doFault() string {
-	point, spec := c.pickFault()
+func (d *chaosDisturber) fault() string {
+	point, spec := d.pickFault()
 	var how, id string
 	// A fault point is reached by a worker that holds leases: replace a lease holder, mostly
 	// under its own id (which takes its leases over at once), sometimes under another (which
 	// waits for them to expire).
-	w := c.pick(c.holders())
+	w := d.cl.pick(d.cl.holders())
 	if w == nil {
-		w = c.victim()
+		w = d.victim()
 	}
 	switch {
 	case w != nil:
-		if c.rng.IntN(2) == 0 {
-			c.kill(w)
+		if d.rng.IntN(2) == 0 {
+			d.cl.kill(w)
 			how = "SIGKILL " + w.id
 		} else {
-			c.term(w)
+			d.cl.term(w)
 			how = "SIGTERM " + w.id
 		}
 		id = w.id
-		if c.rng.IntN(10) == 0 {
-			id = c.freeID()
+		if d.rng.IntN(10) == 0 {
+			id = d.cl.freeID()
 		}
 	default:
-		id = c.freeID()
+		id = d.cl.freeID()
 		how = "added"
 	}
-	nw := c.startWorker(id, spec)
+	nw := d.cl.start(id, spec)
 	if point == fault.DuringShutdown {
 		// Reached when a shard processor shuts down: stop the worker once it runs one.
-		c.waitFor(30*time.Second, func() bool { return nw.svc.Exited() || strings.Contains(nw.svc.Log(), "shard processor started") })
-		c.sleep(c.between(0, 3*time.Second))
-		c.term(nw)
+		pollUntil(d.ctx, 30*time.Second, func() bool { return nw.svc.Exited() || strings.Contains(nw.svc.Log(), "shard processor started") })
+		sleepCtx(d.ctx, randBetween(d.rng, 0, 3*time.Second))
+		d.cl.term(nw)
 	} else {
-		c.waitFor(30*time.Second, nw.svc.Exited)
+		pollUntil(d.ctx, 30*time.Second, nw.svc.Exited)
 		if nw.svc.Exited() {
-			c.exited(nw, "")
+			d.cl.exited(nw, "")
 		}
 	}
 	fired := "fired"
-	if c.workers[id] == nw {
+	if d.cl.workers[id] == nw {
 		fired = "not fired yet (stays armed)"
 	} else if firedFault(nw) == "" {
 		fired = "not fired (stopped cleanly)"
@@ -206,17 +242,17 @@ func (c *chaosRun) doFault() string {
 	return fmt.Sprintf("%s, started %s with %s: %s", how, id, spec, fired)
 }
 
-func (c *chaosRun) doStop() string {
-	if len(c.workers) < 2 {
-		id := c.freeID()
-		c.startWorker(id, "")
-		w := c.workers[id]
-		c.waitFor(30*time.Second, func() bool { return w.svc.Exited() || strings.Contains(w.svc.Log(), "consuming") })
+func (d *chaosDisturber) stop() string {
+	if len(d.cl.workers) < 2 {
+		id := d.cl.freeID()
+		d.cl.start(id, "")
+		w := d.cl.workers[id]
+		pollUntil(d.ctx, 30*time.Second, func() bool { return w.svc.Exited() || strings.Contains(w.svc.Log(), "consuming") })
 	}
 	var w *chaosWorker
-	c.waitFor(30*time.Second, func() bool {
-		if hs := c.holders(); len(hs) > 0 {
-			w = c.pick(hs)
+	pollUntil(d.ctx, 30*time.Second, func() bool {
+		if hs := d.cl.holders(); len(hs) > 0 {
+			w = d.cl.pick(hs)
 			return true
 		}
 		return false
@@ -224,17 +260,15 @@ func (c *chaosRun) doStop() string {
 	if w == nil {
 		return "no lease holder to freeze"
 	}
-	had := c.held()[w.id]
-	rows0, _ := c.leases(c.ctx)
-	if err := syscall.Kill(-w.svc.Pid(), syscall.SIGSTOP); err != nil {
-		c.problem("SIGSTOP %s: %v", w.id, err)
+	had := d.stream.held()[w.id]
+	rows0, _ := d.stream.leases(d.ctx)
+	if err := d.cl.freeze(w); err != nil {
+		d.led.problem("SIGSTOP %s: %v", w.id, err)
 		return "SIGSTOP failed"
 	}
-	w.stopped = true
-	c.scr.setFrozen(w.m, true)
 	start := time.Now()
-	moved := c.waitFor(3*c.opt.Failover+30*time.Second, func() bool {
-		rows, err := c.leases(c.ctx)
+	moved := pollUntil(d.ctx, 3*d.opt.Failover+30*time.Second, func() bool {
+		rows, err := d.stream.leases(d.ctx)
 		if err != nil {
 			return false
 		}
@@ -245,71 +279,65 @@ func (c *chaosRun) doStop() string {
 		}
 		return false
 	})
-	c.sleep(c.between(0, 2*time.Second))
+	sleepCtx(d.ctx, randBetween(d.rng, 0, 2*time.Second))
 	frozen := time.Since(start)
 	if w.svc.Exited() {
-		c.exited(w, " while frozen")
+		d.cl.exited(w, " while frozen")
 		return "frozen worker exited"
 	}
-	_ = syscall.Kill(-w.svc.Pid(), syscall.SIGCONT)
-	w.stopped = false
-	c.scr.setFrozen(w.m, false)
-	c.mu.Lock()
-	c.st.stops++
-	if moved {
-		c.st.stopsMoved++
-	}
-	c.mu.Unlock()
+	d.cl.thaw(w)
+	d.led.with(func(st *chaosStats) {
+		st.stops++
+		if moved {
+			st.stopsMoved++
+		}
+	})
 	return fmt.Sprintf("SIGSTOP %s (held %v) for %s, lease moved: %v, SIGCONT", w.id, had, frozen.Round(100*time.Millisecond), moved)
 }
 
-func (c *chaosRun) doTerm() string {
-	w := c.victim()
+func (d *chaosDisturber) term() string {
+	w := d.victim()
 	if w == nil {
 		return "no worker to stop"
 	}
-	c.term(w)
-	if len(c.workers) > 0 && c.rng.IntN(10) < 2 {
+	d.cl.term(w)
+	if len(d.cl.workers) > 0 && d.rng.IntN(10) < 2 {
 		return fmt.Sprintf("SIGTERM %s, not restarted", w.id)
 	}
-	id := c.restartID(w.id)
-	c.startWorker(id, "")
+	id := d.restartID(w.id)
+	d.cl.start(id, "")
 	return fmt.Sprintf("SIGTERM %s, restarted as %s", w.id, id)
 }
 
-func (c *chaosRun) doAdd() string {
-	if len(c.workers) >= c.opt.MaxWorkers {
-		return c.doRemove()
+func (d *chaosDisturber) add() string {
+	if len(d.cl.workers) >= d.opt.MaxWorkers {
+		return d.remove()
 	}
-	id := c.freeID()
-	c.startWorker(id, "")
+	id := d.cl.freeID()
+	d.cl.start(id, "")
 	return "added " + id
 }
 
-func (c *chaosRun) doRemove() string {
-	if len(c.workers) <= 1 {
-		return c.doAdd()
+func (d *chaosDisturber) remove() string {
+	if len(d.cl.workers) <= 1 {
+		return d.add()
 	}
-	w := c.victim()
+	w := d.victim()
 	if w == nil {
 		return "no worker to remove"
 	}
-	c.term(w)
+	d.cl.term(w)
 	return "removed " + w.id
 }
-
-func (c *chaosRun) doSplit() string { return c.reshard(actSplit, true) }
-
-func (c *chaosRun) doMerge() string { return c.reshard(actMerge, true) }
 
 // reshard splits an open shard at the middle of its hash range or merges two adjacent ones. The
 // other kind is done when this one is not possible (shard bounds, no adjacent pair), and a kill
 // when the stream's shard budget is spent: kinesis-mock counts closed shards against its
 // account limit (50 shards by default, shared by every stream of the emulator).
-func (c *chaosRun) reshard(kind string, fallback bool) string {
-	all, open, err := c.shardList()
+func (d *chaosDisturber) reshard(kind string, fallback bool) string {
+	all, open, err := d.stream.shardList()
 	if err != nil {
-		c.t.Fatalf("list shards: %v", err)
+		d.t.Fatalf("list shards: %v", err)
 	}
 	var pairs [][2]openShard
 	for i := 0; i+1 < len(open); i++ {
@@ -317,48 +345,45 @@ func (c *chaosRun) reshard(kind string, fallback bool) string {
 			pairs = append(pairs, [2]openShard{open[i], open[i+1]})
 		}
 	}
-	canSplit := len(open) < c.opt.MaxShards && len(all)+2 <= c.opt.MaxTotalShards
-	canMerge := len(open) > c.opt.MinShards && len(pairs) > 0 && len(all)+1 <= c.opt.MaxTotalShards
+	canSplit := len(open) < d.opt.MaxShards && len(all)+2 <= d.opt.MaxTotalShards
+	canMerge := len(open) > d.opt.MinShards && len(pairs) > 0 && len(all)+1 <= d.opt.MaxTotalShards
 	switch {
 	case kind == actSplit && !canSplit && fallback && canMerge:
-		return c.reshard(actMerge, false)
+		return d.reshard(actMerge, false)
 	case kind == actMerge && !canMerge && fallback && canSplit:
-		return c.reshard(actSplit, false)
+		return d.reshard(actSplit, false)
 	case (kind == actSplit && !canSplit) || (kind == actMerge && !canMerge):
-		return fmt.Sprintf("no %s possible (%d open, %d shards in all): %s", kind, len(open), len(all), c.doKill())
+		return fmt.Sprintf("no %s possible (%d open, %d shards in all): %s", kind, len(open), len(all), d.kill())
 	}
 	var what string
 	if kind == actSplit {
-		sh := open[c.rng.IntN(len(open))]
-		mid := new(big.Int).Rsh(new(big.Int).Add(sh.lo, sh.hi), 1)
-		mid.Add(mid, big.NewInt(1))
-		_, err = c.kc.SplitShard(c.ctx, &kinesis.SplitShardInput{StreamName: aws.String(c.stream),
-			ShardToSplit: aws.String(sh.id), NewStartingHashKey: aws.String(mid.String())})
+		sh := open[d.rng.IntN(len(open))]
+		err = d.stream.split(sh)
 		what = fmt.Sprintf("split %s (%d open shards before)", sh.id, len(open))
 	} else {
-		p := pairs[c.rng.IntN(len(pairs))]
-		_, err = c.kc.MergeShards(c.ctx, &kinesis.MergeShardsInput{StreamName: aws.String(c.stream),
-			ShardToMerge: aws.String(p[0].id), AdjacentShardToMerge: aws.String(p[1].id)})
+		p := pairs[d.rng.IntN(len(pairs))]
+		err = d.stream.merge(p[0], p[1])
 		what = fmt.Sprintf("merged %s and %s (%d open shards before)", p[0].id, p[1].id, len(open))
 	}
 	var limit *kintypes.LimitExceededException
 	switch {
 	case errors.As(err, &limit):
 		// Other tests' streams share the emulator's shard limit.
-		return fmt.Sprintf("%s refused by the emulator's shard limit (%v): %s", kind, err, c.doKill())
+		return fmt.Sprintf("%s refused by the emulator's shard limit (%v): %s", kind, err, d.kill())
 	case err != nil:
-		c.t.Fatalf("%s: %v", what, err)
+		d.t.Fatalf("%s: %v", what, err)
 	}
-	c.waitActive()
-	c.mu.Lock()
-	if kind == actSplit {
-		c.st.splits++
-	} else {
-		c.st.merges++
-	}
-	if !c.gen.Exited() {
-		c.st.reshardsLive++
-	}
-	c.mu.Unlock()
+	d.stream.waitActive()
+	live := !d.gen.exited()
+	d.led.with(func(st *chaosStats) {
+		if kind == actSplit {
+			st.splits++
+		} else {
+			st.merges++
+		}
+		if live {
+			st.reshardsLive++
+		}
+	})
 	return what
 }

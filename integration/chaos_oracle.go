@@ -2,24 +2,28 @@
 
 package integration
 
-// The chaos run's oracle: the invariants checked all along (the lease observer: a checkpoint never
-// moves backwards, SHARD_END is final, no checkpoint passes committed data) and at the end
-// (verify against the expected state, no file referenced twice, every shard complete).
+// The chaos run's oracle (chaosOracle): the invariants checked all along (sampled by the
+// observer, chaos_observer.go: no checkpoint passes committed data) and at the end (every shard
+// complete, verify against the expected state, no file referenced twice, no orphan left by
+// cleanup, no dead letter), over the stream's records as the record cache (recordCache) holds
+// them.
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -33,78 +37,9 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/consumer"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
-
-// noteLeases counts lease acquisitions (epoch increments) and moves (owner changes).
-// It also checks that a checkpoint never moves backwards and that SHARD_END is final.
-func (c *chaosRun) noteLeases(rows map[string]checkpoint.LeaseRow) {
-	var bad []string
-	c.mu.Lock()
-	c.st.workerSamples[min(c.running, 3)]++
-	for shard, r := range rows {
-		prev := c.seen[shard]
-		if r.Epoch > prev.Epoch {
-			c.st.acquisitions += int(r.Epoch - prev.Epoch)
-			if prev.Owner != "" && r.Owner != prev.Owner {
-				c.st.leaseMoves++
-			}
-		}
-		switch {
-		case prev.Checkpoint == checkpoint.ShardEnd && r.Checkpoint != checkpoint.ShardEnd:
-			bad = append(bad, fmt.Sprintf("shard %s: checkpoint SHARD_END was overwritten with %q (owner %s, epoch %d)", shard, r.Checkpoint, r.Owner, r.Epoch))
-		case isSeq(prev.Checkpoint) && isSeq(r.Checkpoint) && change.CompareSeq(r.Checkpoint, prev.Checkpoint) < 0,
-			isSeq(prev.Checkpoint) && r.Checkpoint == "":
-			bad = append(bad, fmt.Sprintf("shard %s: checkpoint moved backwards from %s to %q (owner %s, epoch %d)", shard, prev.Checkpoint, r.Checkpoint, r.Owner, r.Epoch))
-		}
-		c.seen[shard] = r
-	}
-	c.mu.Unlock()
-	for _, b := range bad {
-		c.violation("%s", b)
-	}
-}
-
-func isSeq(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
-
-// observe samples the lease table and the workers' /metrics every second and checks the committed prefix every
-// CheckEvery, until ctx ends.
-func (c *chaosRun) observe(ctx context.Context) {
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		c.scr.scrapeAll()
-		rows, err := c.leases(ctx)
-		if err != nil {
-			continue // the lease table does not exist yet, or the test is ending
-		}
-		c.noteLeases(rows)
-		if time.Since(last) >= c.opt.CheckEvery {
-			last = time.Now()
-			if err := c.checkCommitted(ctx, "sample"); err != nil && ctx.Err() == nil {
-				c.logf("sampled check skipped: %v", err)
-			}
-		}
-	}
-}
 
 // streamRecord is what the oracle needs of a record: its sequence number and the table it
 // writes ("" for control records and DMS's own tables).
@@ -220,36 +155,48 @@ func (rc *recordCache) tables() []string {
 	return out
 }
 
-func (c *chaosRun) openCatalog(ctx context.Context) (catalog.Catalog, func(), error) {
-	cat, err := sink.OpenCatalog(ctx, c.catCfg)
-	if err != nil {
-		return nil, nil, err
+// chaosOracle checks the tables and the checkpoints; safe for the driver's and the observer's
+// goroutines (the ledger and the record cache lock).
+type chaosOracle struct {
+	t      *testing.T
+	ctx    context.Context
+	env    *chaosEnv // the catalog it reads, the configuration and expected state verify runs with
+	stream *chaosStream
+	recs   *recordCache
+	led    *chaosLedger
+}
+
+func newChaosOracle(t *testing.T, env *chaosEnv, stream *chaosStream, led *chaosLedger) *chaosOracle {
+	return &chaosOracle{t: t, ctx: t.Context(), env: env, stream: stream, led: led,
+		recs: &recordCache{kc: stream.kc, stream: stream.name, shards: map[string]*shardRecords{}}}
+}
+
+// final applies the oracle at the end, once no worker runs: the last checkpoint check, verify,
+// the file checks of every table, the orphan oracle and the dead letters.
+func (o *chaosOracle) final() {
+	t := o.t
+	if err := o.checkCommitted(o.ctx, "final"); err != nil {
+		t.Fatalf("final checkpoint check: %v", err)
 	}
-	return cat, func() {
-		if cl, ok := cat.(io.Closer); ok {
-			_ = cl.Close()
+	o.verify()
+	for _, src := range o.recs.tables() {
+		n, err := o.checkFiles(o.ctx, src)
+		if err != nil {
+			t.Fatalf("file check: %v", err)
 		}
-	}, nil
-}
-
-func ident(src string) table.Identifier {
-	schema, name, _ := strings.Cut(src, ".")
-	return table.Identifier{schema, name}
-}
-
-// tableIdent is the identifier of the target table of source table src.
-func (c *chaosRun) tableIdent(src string) table.Identifier {
-	id := ident(src)
-	if c.namespace != "" {
-		id[0] = c.namespace
+		o.led.with(func(st *chaosStats) { st.files += n })
 	}
-	return id
+	o.checkOrphans()
+	dead := filepath.Join(o.env.dataDir, "dead-letters.jsonl")
+	if b, err := os.ReadFile(dead); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		o.led.violation("the workload has no bad record, but the dead-letter file holds:\n%s", tailFile(dead, 4<<10))
+	}
 }
 
 // watermarks loads the per-shard watermarks of every table (a table that does not exist has
 // none). A load is retried: metadata files are replaced under a reader.
-func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]map[string]string, error) {
-	cat, closeCat, err := c.openCatalog(ctx)
+func (o *chaosOracle) watermarks(ctx context.Context, tables []string) (map[string]map[string]string, error) {
+	cat, closeCat, err := o.env.openCatalog(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +205,7 @@ func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]
 	for _, src := range tables {
 		var tbl *table.Table
 		for attempt := 0; ; attempt++ {
-			tbl, err = cat.LoadTable(ctx, c.tableIdent(src))
+			tbl, err = cat.LoadTable(ctx, o.env.tableIdent(src))
 			if err == nil || errors.Is(err, catalog.ErrNoSuchTable) || errors.Is(err, catalog.ErrNoSuchNamespace) || attempt == 4 {
 				break
 			}
@@ -270,7 +217,7 @@ func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]
 		case err != nil:
 			return nil, fmt.Errorf("load %s: %w", src, err)
 		default:
-			out[src] = tableprop.Watermarks(tbl.Properties(), c.stream)
+			out[src] = tableprop.Watermarks(tbl.Properties(), o.stream.name)
 		}
 	}
 	return out, nil
@@ -279,8 +226,8 @@ func (c *chaosRun) watermarks(ctx context.Context, tables []string) (map[string]
 // checkCommitted checks invariant 1: no shard's checkpoint passes committed data. The
 // checkpoints are read first and the watermarks last: watermarks only grow, so a checkpoint
 // that was correct when written is still covered.
-func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
-	rows, err := c.leases(ctx)
+func (o *chaosOracle) checkCommitted(ctx context.Context, when string) error {
+	rows, err := o.stream.leases(ctx)
 	if err != nil {
 		return fmt.Errorf("read leases: %w", err)
 	}
@@ -294,17 +241,17 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 	}
 	recs := map[string][]streamRecord{}
 	for shard, cp := range cps {
-		rs, err := c.recs.upTo(ctx, shard, cp)
+		rs, err := o.recs.upTo(ctx, shard, cp)
 		if err != nil {
 			if ctx.Err() != nil {
 				return err
 			}
-			c.violation("%s check: %v", when, err)
+			o.led.violation("%s check: %v", when, err)
 			continue
 		}
 		recs[shard] = rs
 	}
-	wms, err := c.watermarks(ctx, c.recs.tables())
+	wms, err := o.watermarks(ctx, o.recs.tables())
 	if err != nil {
 		return err
 	}
@@ -328,15 +275,15 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 		}
 		for src, seq := range last {
 			if wm := wms[src][shard]; !checkpoint.Covered(wm, seq) {
-				c.violation("%s check: shard %s is checkpointed at %s (owner %s, epoch %d) but table %s holds that shard only up to %q; its record %s at or below the checkpoint is not committed",
+				o.led.violation("%s check: shard %s is checkpointed at %s (owner %s, epoch %d) but table %s holds that shard only up to %q; its record %s at or below the checkpoint is not committed",
 					when, shard, cp, rows[shard].Owner, rows[shard].Epoch, src, wm, seq)
 			}
 		}
 	}
-	c.mu.Lock()
-	c.st.checks++
-	c.st.records = checked
-	c.mu.Unlock()
+	o.led.with(func(st *chaosStats) {
+		st.checks++
+		st.records = checked
+	})
 	return nil
 }
 
@@ -347,13 +294,13 @@ func (c *chaosRun) checkCommitted(ctx context.Context, when string) error {
 // The positional branch (delete_mode position and dv) is checked the same way and must hold no
 // equality delete; its snapshots re-add the files of the conversions they mirror, so they are
 // left out of the added-twice check.
-func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
-	cat, closeCat, err := c.openCatalog(ctx)
+func (o *chaosOracle) checkFiles(ctx context.Context, src string) (int, error) {
+	cat, closeCat, err := o.env.openCatalog(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer closeCat()
-	tbl, err := cat.LoadTable(ctx, c.tableIdent(src))
+	tbl, err := cat.LoadTable(ctx, o.env.tableIdent(src))
 	if err != nil {
 		return 0, fmt.Errorf("load %s: %w", src, err)
 	}
@@ -361,28 +308,24 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, _, err := c.checkSnapshotFiles(fs, src, "current snapshot", tbl.CurrentSnapshot())
+	n, _, err := o.checkSnapshotFiles(fs, src, "current snapshot", tbl.CurrentSnapshot())
 	if err != nil {
 		return 0, err
 	}
 	vectorCommits := 0
 	branch := maintenance.DefaultConfig().PositionalBranch
 	if at := tbl.Metadata().SnapshotByName(branch); at != nil {
-		_, eq, err := c.checkSnapshotFiles(fs, src, "positional branch", at)
+		_, eq, err := o.checkSnapshotFiles(fs, src, "positional branch", at)
 		if err != nil {
 			return 0, err
 		}
 		if eq > 0 {
-			c.violation("table %s: the positional branch (snapshot %d) holds %d equality-delete files", src, at.SnapshotID, eq)
+			o.led.violation("table %s: the positional branch (snapshot %d) holds %d equality-delete files", src, at.SnapshotID, eq)
 		}
-		c.mu.Lock()
-		c.st.branches++
-		c.mu.Unlock()
+		o.led.with(func(st *chaosStats) { st.branches++ })
 	}
 	defer func() {
-		c.mu.Lock()
-		c.st.vectorCommits += vectorCommits
-		c.mu.Unlock()
+		o.led.with(func(st *chaosStats) { st.vectorCommits += vectorCommits })
 	}()
 	addedBy := map[string][]int64{}
 	readManifests := map[string]bool{}
@@ -419,7 +362,7 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 	}
 	for _, p := range slices.Sorted(maps.Keys(addedBy)) {
 		if len(addedBy[p]) > 1 {
-			c.violation("table %s: file %s was added by %d snapshots %v", src, p, len(addedBy[p]), addedBy[p])
+			o.led.violation("table %s: file %s was added by %d snapshots %v", src, p, len(addedBy[p]), addedBy[p])
 		}
 	}
 	return n, nil
@@ -428,7 +371,7 @@ func (c *chaosRun) checkFiles(ctx context.Context, src string) (int, error) {
 // checkSnapshotFiles checks the live files of snap (what names it in violations): no file
 // referenced twice, at most one deletion vector per data file and none for a data file snap
 // does not hold. It returns the files and deletion vectors checked and the equality-delete files.
-func (c *chaosRun) checkSnapshotFiles(fs icebergio.IO, src, what string, snap *table.Snapshot) (files, eqDeletes int, err error) {
+func (o *chaosOracle) checkSnapshotFiles(fs icebergio.IO, src, what string, snap *table.Snapshot) (files, eqDeletes int, err error) {
 	live := map[string]int{}
 	data := map[string]bool{}
 	vectors := map[string]int{} // data file -> deletion vectors of snap
@@ -463,15 +406,15 @@ func (c *chaosRun) checkSnapshotFiles(fs icebergio.IO, src, what string, snap *t
 	}
 	for _, p := range slices.Sorted(maps.Keys(live)) {
 		if live[p] > 1 {
-			c.violation("table %s: file %s is referenced %d times by the %s", src, p, live[p], what)
+			o.led.violation("table %s: file %s is referenced %d times by the %s", src, p, live[p], what)
 		}
 	}
 	for _, p := range slices.Sorted(maps.Keys(vectors)) {
 		if vectors[p] > 1 {
-			c.violation("table %s: data file %s has %d deletion vectors in the %s", src, p, vectors[p], what)
+			o.led.violation("table %s: data file %s has %d deletion vectors in the %s", src, p, vectors[p], what)
 		}
 		if !data[p] {
-			c.violation("table %s: a deletion vector of the %s names data file %s, which it does not hold", src, what, p)
+			o.led.violation("table %s: a deletion vector of the %s names data file %s, which it does not hold", src, what, p)
 		}
 	}
 	return len(live) + len(vectors), eqDeletes, nil
@@ -479,12 +422,12 @@ func (c *chaosRun) checkSnapshotFiles(fs icebergio.IO, src, what string, snap *t
 
 // complete reports whether every closed shard is at SHARD_END and every open one is
 // checkpointed at its last record.
-func (c *chaosRun) complete() (bool, string) {
-	all, _, err := c.shardList()
+func (o *chaosOracle) complete() (bool, string) {
+	all, _, err := o.stream.shardList()
 	if err != nil {
 		return false, err.Error()
 	}
-	rows, err := c.leases(c.ctx)
+	rows, err := o.stream.leases(o.ctx)
 	if err != nil {
 		return false, err.Error()
 	}
@@ -498,7 +441,7 @@ func (c *chaosRun) complete() (bool, string) {
 			}
 			continue
 		}
-		recs, err := c.recs.upTo(c.ctx, id, "")
+		recs, err := o.recs.upTo(o.ctx, id, "")
 		if err != nil {
 			return false, err.Error()
 		}
@@ -516,67 +459,61 @@ func (c *chaosRun) complete() (bool, string) {
 
 var verifyTableLine = regexp.MustCompile(`(?m)^table (\S+): rows=(\d+) expected=(\d+) (ok|DIFF.*)$`)
 
-func (c *chaosRun) verify() {
-	stdout, stderr, err := RunCLI(c.t, c.bin, "verify", "--config", c.verifyConfig, "--expected", c.expected, "--max-diffs", "20")
+func (o *chaosOracle) verify() {
+	stdout, stderr, err := RunCLI(o.t, o.env.bin, "verify", "--config", o.env.verifyConfig, "--expected", o.env.expected, "--max-diffs", "20")
 	out := stdout + stderr
 	rows := 0
 	for _, m := range verifyTableLine.FindAllStringSubmatch(out, -1) {
 		n, _ := strconv.Atoi(m[2])
 		rows += n
 		if m[4] != "ok" {
-			c.violation("verify: table %s: %s", m[1], m[4])
+			o.led.violation("verify: table %s: %s", m[1], m[4])
 		}
 	}
-	c.mu.Lock()
-	c.st.rows = rows
-	c.mu.Unlock()
+	o.led.with(func(st *chaosStats) { st.rows = rows })
 	if err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 1 {
-			c.t.Fatalf("verify could not compare: %v\n%s", err, out)
+			o.t.Fatalf("verify could not compare: %v\n%s", err, out)
 		}
-		c.violation("verify found differences:\n%s", out)
+		o.led.violation("verify found differences:\n%s", out)
 		return
 	}
-	c.logf("verify:\n%s", strings.TrimSpace(out))
+	o.led.logf("verify:\n%s", strings.TrimSpace(out))
 }
 
 // checkOrphans applies the orphan oracle (orphans.go) to every table once no worker runs: after
 // cleanup no data file may be unreferenced by every snapshot, and verify must still pass.
-func (c *chaosRun) checkOrphans() {
-	cat, closeCat, err := c.openCatalog(c.ctx)
+func (o *chaosOracle) checkOrphans() {
+	cat, closeCat, err := o.env.openCatalog(o.ctx)
 	if err != nil {
-		c.t.Fatalf("orphan oracle: %v", err)
+		o.t.Fatalf("orphan oracle: %v", err)
 	}
 	defer closeCat()
-	for _, src := range c.recs.tables() {
-		id := c.tableIdent(src)
-		before, _, err := unreferencedDataFiles(c.ctx, cat, id, c.s3c)
+	for _, src := range o.recs.tables() {
+		id := o.env.tableIdent(src)
+		before, _, err := unreferencedDataFiles(o.ctx, cat, id, o.env.s3c)
 		if err != nil {
-			c.t.Fatalf("orphan oracle: %v", err)
+			o.t.Fatalf("orphan oracle: %v", err)
 		}
-		removed, err := cleanupOrphans(c.ctx, cat, id)
+		removed, err := cleanupOrphans(o.ctx, cat, id)
 		if err != nil {
-			c.t.Fatalf("orphan oracle: %v", err)
+			o.t.Fatalf("orphan oracle: %v", err)
 		}
-		after, _, err := unreferencedDataFiles(c.ctx, cat, id, c.s3c)
+		after, _, err := unreferencedDataFiles(o.ctx, cat, id, o.env.s3c)
 		if err != nil {
-			c.t.Fatalf("orphan oracle: %v", err)
+			o.t.Fatalf("orphan oracle: %v", err)
 		}
-		c.mu.Lock()
-		c.st.orphansBefore += len(before)
-		c.st.orphansRemoved += removed
-		c.st.orphansAfter += len(after)
-		c.mu.Unlock()
+		o.led.with(func(st *chaosStats) {
+			st.orphansBefore += len(before)
+			st.orphansRemoved += removed
+			st.orphansAfter += len(after)
+		})
 		for _, f := range after {
-			c.violation("table %s: data file %s is referenced by no snapshot after cleanup", src, f)
+			o.led.violation("table %s: data file %s is referenced by no snapshot after cleanup", src, f)
 		}
 	}
-	c.mu.Lock()
-	rows := c.st.rows
-	c.mu.Unlock()
-	c.verify() // the cleanup removed no referenced file
-	c.mu.Lock()
-	c.st.rows = rows // the same rows, checked again
-	c.mu.Unlock()
+	rows := o.led.stats().rows
+	o.verify()                                          // the cleanup removed no referenced file
+	o.led.with(func(st *chaosStats) { st.rows = rows }) // the same rows, checked again
 }

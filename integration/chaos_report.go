@@ -2,8 +2,8 @@
 
 package integration
 
-// The chaos run's report: the CHAOS: lines with the run's numbers and the evidence read from the
-// workers' logs.
+// The chaos run's report (chaosReport): the CHAOS: lines with the run's numbers and the evidence
+// read from every process's log (logEvidence).
 
 import (
 	"fmt"
@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"testing"
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
@@ -48,47 +49,89 @@ var (
 	workerName = regexp.MustCompile(`worker: \S+`)
 )
 
-// report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
-func (c *chaosRun) report() {
-	fenced, trimmed, held, resolvedLogged := 0, 0, 0, 0
-	reloads := [3]int{} // started, replaced, cancelled
-	conversions := 0
-	commits, conflicts, contended, maxAttempts := 0, 0, 0, 0
-	errs := map[string]int{}
-	for _, p := range c.logs {
+// logEvidence is what the report counts in every process's log.
+type logEvidence struct {
+	fenced, trimmed, held, resolvedLogged int
+	reloads                               [3]int // started, replaced, cancelled
+	conversions                           int
+	commits, conflicts, contended         int
+	maxAttempts                           int
+	errs                                  map[string]int // the ERROR lines, by message
+}
+
+// scanLogs reads the logs at paths (a missing one is skipped).
+func scanLogs(paths []string) logEvidence {
+	ev := logEvidence{errs: map[string]int{}}
+	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
-		fenced += len(fencedLine.FindAll(b, -1))
-		for _, m := range trimmedLine.FindAllSubmatch(b, -1) {
-			n, _ := strconv.Atoi(string(m[1]))
-			trimmed += n
-		}
-		held += len(heldBatchLine.FindAll(b, -1))
-		for i, re := range []*regexp.Regexp{reloadStarted, reloadReplaced, reloadCancelled} {
-			reloads[i] += len(re.FindAll(b, -1))
-		}
-		resolvedLogged += len(resolvedLine.FindAll(b, -1))
-		conversions += len(convertedLine.FindAll(b, -1))
-		for _, m := range attemptsLine.FindAllSubmatch(b, -1) {
-			n, _ := strconv.Atoi(string(m[1]))
-			commits++
-			maxAttempts = max(maxAttempts, n)
-			if n >= 5 {
-				contended++
-			}
-		}
-		conflicts += len(conflictLine.FindAll(b, -1))
-		for _, m := range errorLine.FindAllSubmatch(b, -1) {
-			msg := strings.ReplaceAll(string(m[1]), "\t", " ")
-			errs[numbers.ReplaceAllString(workerName.ReplaceAllString(msg, "worker: W"), "N")]++
+		ev.scan(b)
+	}
+	return ev
+}
+
+// scan adds one log's evidence.
+func (ev *logEvidence) scan(b []byte) {
+	ev.fenced += len(fencedLine.FindAll(b, -1))
+	for _, m := range trimmedLine.FindAllSubmatch(b, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		ev.trimmed += n
+	}
+	ev.held += len(heldBatchLine.FindAll(b, -1))
+	for i, re := range []*regexp.Regexp{reloadStarted, reloadReplaced, reloadCancelled} {
+		ev.reloads[i] += len(re.FindAll(b, -1))
+	}
+	ev.resolvedLogged += len(resolvedLine.FindAll(b, -1))
+	ev.conversions += len(convertedLine.FindAll(b, -1))
+	for _, m := range attemptsLine.FindAllSubmatch(b, -1) {
+		n, _ := strconv.Atoi(string(m[1]))
+		ev.commits++
+		ev.maxAttempts = max(ev.maxAttempts, n)
+		if n >= 5 {
+			ev.contended++
 		}
 	}
-	c.mu.Lock()
-	st := c.st
-	c.mu.Unlock()
-	// The workers' ERROR lines, by message: none is expected, and each is worth a look.
+	ev.conflicts += len(conflictLine.FindAll(b, -1))
+	for _, m := range errorLine.FindAllSubmatch(b, -1) {
+		msg := strings.ReplaceAll(string(m[1]), "\t", " ")
+		ev.errs[numbers.ReplaceAllString(workerName.ReplaceAllString(msg, "worker: W"), "N")]++
+	}
+}
+
+// chaosReport logs the numbers of a finished run (the CHAOS: lines) and the evidence from the
+// workers' logs; it reports as problems a delete mode that the run did not exercise.
+type chaosReport struct {
+	t       *testing.T
+	opt     chaosOptions
+	led     *chaosLedger
+	ev      logEvidence
+	st      chaosStats // the counters at the end
+	proxies []depProxy
+	scr     *scraper
+}
+
+// report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
+func (c *chaosRun) report() {
+	ev := scanLogs(c.cl.logs)
+	r := &chaosReport{t: c.t, opt: c.opt, led: c.led, ev: ev,
+		st: c.led.stats(), proxies: c.env.proxies, scr: c.cl.scr}
+	r.log()
+}
+
+func (r *chaosReport) log() {
+	r.errorLines()
+	r.summary()
+	r.dependencies()
+	r.deleteModes()
+	r.detail()
+}
+
+// errorLines logs the workers' ERROR lines, by message: none is expected, and each is worth a
+// look.
+func (r *chaosReport) errorLines() {
+	errs := r.ev.errs
 	msgs := make([]string, 0, len(errs))
 	for m := range errs {
 		msgs = append(msgs, m)
@@ -98,29 +141,44 @@ func (c *chaosRun) report() {
 	})
 	for i, m := range msgs {
 		if i == 10 {
-			c.t.Logf("CHAOS error lines: ... %d more messages", len(msgs)-10)
+			r.t.Logf("CHAOS error lines: ... %d more messages", len(msgs)-10)
 			break
 		}
-		c.t.Logf("CHAOS error lines: %4d × %s", errs[m], m)
+		r.t.Logf("CHAOS error lines: %4d × %s", errs[m], m)
 	}
+}
+
+// summary logs the CHAOS: line and the unknown commit outcomes.
+func (r *chaosReport) summary() {
+	st, opt := r.st, r.opt
 	faultKills := 0
-	var perPoint []string
 	for _, p := range fault.Points {
 		faultKills += st.faultKills[p]
-		perPoint = append(perPoint, fmt.Sprintf("%s=%d/%d", p, st.faultKills[p], st.faultsArmed[p]))
-	}
-	var actions []string
-	for _, a := range []string{actKill, actFault, actStop, actTerm, actAdd, actRemove, actSplit, actMerge} {
-		actions = append(actions, fmt.Sprintf("%s=%d", a, st.actions[a]))
 	}
 	rate := 0.0
 	if d := st.genEnd.Sub(st.genStart).Seconds(); d > 0 {
 		rate = float64(st.records) / d
 	}
-	depFaults, lostCommits := 0, 0
-	var byKind []string
-	for _, d := range c.proxies {
+	depFaults := 0
+	for _, d := range r.proxies {
 		depFaults += d.px.Total()
+	}
+	// The unknown commit outcomes, from the workers' /metrics (chaos_metrics.go).
+	unknown, procs, unscraped := r.scr.unknownTotals()
+	resolved := unknown["landed"] + unknown["not_landed"] + unknown["another_writer"]
+	r.t.Logf("CHAOS: seed=%d cycles=%d duration=%s perCycle=%s deps=%q kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%.0f records=%d recordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
+		opt.Seed, st.cycles, time.Since(r.led.start).Round(time.Second), (st.cyclesTook / time.Duration(max(st.cycles, 1))).Round(100*time.Millisecond), opt.Deps,
+		st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges,
+		depFaults, resolved, st.records, rate, st.rows, st.orphansAfter, len(st.violations))
+	r.t.Logf("CHAOS unknown commit outcomes (dms2iceberg_table_commit_unknown_outcomes_total, summed over the %d worker processes as last scraped; %d never answered a scrape): %s; the workers logged %d resolutions (a process killed or stopping after its last scrape can log more than it was seen to count)",
+		procs, unscraped, formatOutcomes(unknown), r.ev.resolvedLogged)
+}
+
+// dependencies logs the faults the proxies injected.
+func (r *chaosReport) dependencies() {
+	lostCommits := 0
+	var byKind []string
+	for _, d := range r.proxies {
 		byKind = append(byKind, d.dep+": "+d.px.Summary())
 		for _, e := range d.px.Events() {
 			if e.Rule == "rest-commit" && (e.Kind == faultproxy.KindLost || e.Kind == faultproxy.KindLost5xx) && e.Upstream == http.StatusOK {
@@ -128,49 +186,59 @@ func (c *chaosRun) report() {
 			}
 		}
 	}
-	// The unknown commit outcomes, from the workers' /metrics (chaos_metrics.go).
-	unknown, procs, unscraped := c.scr.unknownTotals()
-	resolved := unknown["landed"] + unknown["not_landed"] + unknown["another_writer"]
-	c.t.Logf("CHAOS: seed=%d cycles=%d duration=%s perCycle=%s deps=%q kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%.0f records=%d recordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
-		c.opt.Seed, st.cycles, time.Since(c.start).Round(time.Second), (st.cyclesTook / time.Duration(max(st.cycles, 1))).Round(100*time.Millisecond), c.opt.Deps,
-		st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges,
-		depFaults, resolved, st.records, rate, st.rows, st.orphansAfter, len(st.violations))
-	c.t.Logf("CHAOS unknown commit outcomes (dms2iceberg_table_commit_unknown_outcomes_total, summed over the %d worker processes as last scraped; %d never answered a scrape): %s; the workers logged %d resolutions (a process killed or stopping after its last scrape can log more than it was seen to count)",
-		procs, unscraped, formatOutcomes(unknown), resolvedLogged)
-	for _, d := range c.proxies {
-		c.t.Logf("CHAOS dependency faults (%s): %s; by rule %s; forwarded %d", d.dep, d.px.Summary(), d.px.SummaryByRule(), d.px.Forwarded())
+	for _, d := range r.proxies {
+		r.t.Logf("CHAOS dependency faults (%s): %s; by rule %s; forwarded %d", d.dep, d.px.Summary(), d.px.SummaryByRule(), d.px.Forwarded())
 	}
-	if c.opt.DepsREST {
-		c.t.Logf("CHAOS REST commits that landed at the server with their answer lost: %d", lostCommits)
+	if r.opt.DepsREST {
+		r.t.Logf("CHAOS REST commits that landed at the server with their answer lost: %d", lostCommits)
 	}
 	if len(byKind) > 0 {
-		c.t.Logf("CHAOS faults by kind: %s", strings.Join(byKind, "; "))
+		r.t.Logf("CHAOS faults by kind: %s", strings.Join(byKind, "; "))
 	}
+}
+
+// deleteModes logs the reloads, the conversions, the positional branches, the writer's vectors
+// and the orphans; a delete mode that none of them exercised is a problem.
+func (r *chaosReport) deleteModes() {
+	st, mode, conversions := r.st, r.opt.DeleteMode, r.ev.conversions
 	// A reload is started once per create-table that a worker applies (again after a crash before
 	// its end), and replaced once by the worker whose commit publishes it.
-	c.t.Logf("CHAOS reloads (workers' logs): %d started, %d replaced the table's content, %d cancelled",
-		reloads[0], reloads[1], reloads[2])
-	c.t.Logf("CHAOS conversions of equality deletes (workers' logs, delete_mode %s): %d", c.opt.DeleteMode, conversions)
-	if c.opt.DeleteMode != maintenance.DeleteModeEquality && conversions == 0 {
+	r.t.Logf("CHAOS reloads (workers' logs): %d started, %d replaced the table's content, %d cancelled",
+		r.ev.reloads[0], r.ev.reloads[1], r.ev.reloads[2])
+	r.t.Logf("CHAOS conversions of equality deletes (workers' logs, delete_mode %s): %d", mode, conversions)
+	if mode != maintenance.DeleteModeEquality && conversions == 0 {
 		// A run that never converted did not test the mode it names.
-		c.problem("delete_mode %s, but no worker logged a conversion of equality deletes", c.opt.DeleteMode)
+		r.led.problem("delete_mode %s, but no worker logged a conversion of equality deletes", mode)
 	}
-	c.t.Logf("CHAOS positional branches checked at the end: %d", st.branches)
-	if c.opt.DeleteMode != maintenance.DeleteModeEquality && conversions > 0 && st.branches == 0 {
+	r.t.Logf("CHAOS positional branches checked at the end: %d", st.branches)
+	if mode != maintenance.DeleteModeEquality && conversions > 0 && st.branches == 0 {
 		// Every conversion moves its table's positional branch: none checked means none kept.
-		c.problem("delete_mode %s: %d conversions, but no table has a positional branch", c.opt.DeleteMode, conversions)
+		r.led.problem("delete_mode %s: %d conversions, but no table has a positional branch", mode, conversions)
 	}
-	c.t.Logf("CHAOS table batches committed with the writer's deletion vectors (retained snapshots): %d", st.vectorCommits)
-	if c.opt.DeleteMode == maintenance.DeleteModeDV && st.vectorCommits == 0 {
+	r.t.Logf("CHAOS table batches committed with the writer's deletion vectors (retained snapshots): %d", st.vectorCommits)
+	if mode == maintenance.DeleteModeDV && st.vectorCommits == 0 {
 		// The tables keyed by one integer column write vectors in dv mode (writer_vectors).
-		c.problem("delete_mode dv, but no retained snapshot was committed with the writer's deletion vectors")
+		r.led.problem("delete_mode dv, but no retained snapshot was committed with the writer's deletion vectors")
 	}
-	c.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
+	r.t.Logf("CHAOS orphans: %d data files unreferenced before cleanup, %d files removed by it, %d unreferenced after",
 		st.orphansBefore, st.orphansRemoved, st.orphansAfter)
+}
+
+// detail logs the CHAOS detail line.
+func (r *chaosReport) detail() {
+	st, ev := r.st, r.ev
+	var perPoint []string
+	for _, p := range fault.Points {
+		perPoint = append(perPoint, fmt.Sprintf("%s=%d/%d", p, st.faultKills[p], st.faultsArmed[p]))
+	}
+	var actions []string
+	for _, a := range []string{actKill, actFault, actStop, actTerm, actAdd, actRemove, actSplit, actMerge} {
+		actions = append(actions, fmt.Sprintf("%s=%d", a, st.actions[a]))
+	}
 	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	c.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie processors fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
+	r.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie processors fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
 		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
-		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, fenced, trimmed, held,
-		commits, conflicts, contended, maxAttempts, st.slowStops, len(st.problems))
+		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, ev.fenced, ev.trimmed, ev.held,
+		ev.commits, ev.conflicts, ev.contended, ev.maxAttempts, st.slowStops, len(st.problems))
 }

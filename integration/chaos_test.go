@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestChaos is the crash-anywhere run of issue 3 (see chaos.go): generated traffic flows while a
+// TestChaos is the crash-anywhere run (see chaos.go): generated traffic flows while a
 // seeded schedule kills workers (SIGKILL, or at an armed fault point), freezes one with SIGSTOP
 // until its leases move, stops, adds and removes workers, and splits and merges shards; then the
 // tables must equal the generator's expected state, no checkpoint may ever pass committed data,
@@ -17,10 +17,9 @@ import (
 func TestChaos(t *testing.T) {
 	c := newChaosRun(t, chaosOptionsFromEnv(t))
 	c.run()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n := len(c.st.violations) + len(c.st.problems); n > 0 {
-		t.Fatalf("CHAOS: seed %d: %d violations and %d problems (see above)", c.opt.Seed, len(c.st.violations), len(c.st.problems))
+	st := c.led.stats()
+	if n := len(st.violations) + len(st.problems); n > 0 {
+		t.Fatalf("CHAOS: seed %d: %d violations and %d problems (see above)", c.opt.Seed, len(st.violations), len(st.problems))
 	}
 }
 
