@@ -58,6 +58,7 @@ type genOptions struct {
 	schema       bool
 	bad          int
 	partial      bool
+	fullBefore   bool
 	resends      int
 	// sentLog is where gen writes one line per accepted record (see gensent.go); "": nowhere.
 	sentLog string
@@ -144,6 +145,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
 	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
 	fs.StringVar(&o.sentLog, "sent-log", "", "write one line per accepted record to this file: table, shard id, sequence number, send time (Unix µs), tab-separated (for freshness measurements)")
+	fs.BoolVar(&o.fullBefore, "full-before-images", false, "write every update's before-image with all columns of the old row, as MySQL with BeforeImageSettings ColumnFilter all does (default: pk-only)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
 	fs.IntVar(&o.resends, "resends", 0, "send this many inserts of the keyless table twice, as a DMS PutRecords retry or task restart does (only inserts with transaction details; the expected state keeps one row, which needs sink.keyless_identity auto)")
 	addGenDMSFlags(fs.FlagSet, &o)
@@ -177,7 +179,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 // workloadConfig is the generator configuration of the options.
 func (o genOptions) workloadConfig() workload.Config {
 	c := workload.Config{Seed: o.seed, Changes: o.changes, LoadRows: o.loadRows, TimestampTZ: o.timestampTZ,
-		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial, Layout: o.layout, Resends: o.resends}
+		SchemaChanges: o.schema, BadRecords: o.bad, PartialUpdates: o.partial, FullBeforeImages: o.fullBefore, Layout: o.layout, Resends: o.resends}
 	if o.reloadTable != "" {
 		c.Reload = workload.Reload{Table: o.reloadTable, At: o.reloadAt, Deletes: o.reloadDeletes, Updates: o.reloadUpdates}
 	}

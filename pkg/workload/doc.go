@@ -41,7 +41,8 @@
 // transaction-id, and for about half of the transactions the IncludeTransactionDetails fields
 // (transaction-record-id, prev-transaction-id, prev-transaction-record-id, commit-timestamp,
 // stream-position). Every update carries a before-image: {} when the key did not change,
-// {"id": <old>} when it did. Each record is printed at random as MessageFormat json (DMS's
+// {"id": <old>} when it did (with Config.FullBeforeImages, MySQL's ColumnFilter all: the old
+// row's every column, in both cases). Each record is printed at random as MessageFormat json (DMS's
 // cJSON formatting: tabs) or json-unformatted (one line plus a newline). NUMERIC values appear
 // with all scale digits, with trailing zeros trimmed, or padded to six fractional digits.
 //

@@ -48,6 +48,12 @@ type Config struct {
 	// reconstruct them, which it does with sink.absent_columns keep. Default false; the default
 	// workload is unchanged by this field.
 	PartialUpdates bool
+	// FullBeforeImages writes every CDC update's before-image as MySQL does with DMS's
+	// BeforeImageSettings ColumnFilter all: the old row's every column, whether the update changed
+	// the key or not (without it the before-image is pk-only: {} when the key did not change, the
+	// old key when it did). Operations, values and the expected state are those of the same
+	// Config without it. Default false; the default workload is unchanged by this field.
+	FullBeforeImages bool
 	// Layout selects the partition keys (see Layout). Default LayoutTable, the workload of
 	// earlier versions.
 	Layout Layout
@@ -520,8 +526,12 @@ func (r *run) change(t *tableState, x *tx) Message {
 			// in both modes, so the partial workload keeps the full one's operations and values.
 			omit = t.unchanged(old, row)
 		}
+		before := &object{}
+		if r.cfg.FullBeforeImages {
+			before = t.image(old)
+		}
 		r.upsert(t, row)
-		return r.dataMessage(t, "update", row, &object{}, omit, x, false)
+		return r.dataMessage(t, "update", row, before, omit, x, false)
 	case "pk-change":
 		old := r.randomRow(t)
 		row := r.updated(t, old)
@@ -534,6 +544,9 @@ func (r *run) change(t *tableState, x *tx) Message {
 		r.remove(t, old)
 		r.upsert(t, row)
 		before := (&object{}).set(t.def.columns[cID].Name, old[cID])
+		if r.cfg.FullBeforeImages {
+			before = t.image(old)
+		}
 		return r.dataMessage(t, "update", row, before, omit, x, true)
 	default: // delete
 		old := r.randomRow(t)
@@ -550,6 +563,17 @@ func (r *run) change(t *tableState, x *tx) Message {
 		}
 		return r.dataMessage(t, "delete", img, nil, nil, x, false)
 	}
+}
+
+// image is a full before-image of row: every column the source still has, by name.
+func (t *tableState) image(row []change.Value) *object {
+	o := &object{}
+	for i, c := range t.def.columns {
+		if !t.def.isDropped(i) {
+			o.set(c.Name, row[i])
+		}
+	}
+	return o
 }
 
 func (r *run) upsert(t *tableState, row []change.Value) {
