@@ -116,6 +116,12 @@ bench-freshness: ## freshness p50/p99 through the emulators (PutRecords -> visib
 	  echo "bench-freshness: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=0 go test -tags integration -run '^$$' -bench '^BenchmarkFreshness$$' -benchtime=1x -timeout 60m -v ./integration/
 
+.PHONY: bench-scale
+bench-scale: ## scale-out on primary-key partitioning with full before-images and key changes: 8 shards filled with 50,000 changes, time to equal tables with 1, 2 and 4 workers, then a live run at 500 records/s with a worker joining and one leaving (~15 min); BENCH_SHARDS, BENCH_CHANGES, BENCH_LOAD_ROWS, BENCH_WORKERS (1,2,4), BENCH_LIVE_RATE (0 skips the live run)
+	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
+	  echo "bench-scale: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
+	$(EMU_ENV) && DMS2ICEBERG_RACE=0 go test -tags integration -run '^$$' -bench '^BenchmarkScale$$' -benchtime=1x -timeout 90m -v ./integration/
+
 .PHONY: bench-tables
 bench-tables: ## many tables: 200 tables at 1,000 changes/s in total, records of 0.4 KiB and 64 KiB, peak RSS and msgs/cpu-s, one process per size (~3 min); BENCH_TABLES (200), BENCH_RATE (1000), BENCH_SECONDS (60), BENCH_BUDGET (bytes, 128 MiB), BENCH_MAINTENANCE (1; 0 turns it off), BENCH_MAINTENANCE_CONCURRENCY (0: one per CPU)
 	@for size in 0.4KiB 64KiB; do \
