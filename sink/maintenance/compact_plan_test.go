@@ -25,6 +25,7 @@ func planFile(t *testing.T, content iceberg.ManifestEntryContent, path string, r
 }
 
 func TestWorthRewritingFollowsTheChanges(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	config := func(mode string) Config {
 		return Config{MaxDeleteFiles: 8, RewriteDeletedFraction: 0.3, TargetFileSize: 512 * mib, DeleteMode: mode}

@@ -63,7 +63,7 @@ type jobResult struct {
 // goroutine reads them; the rest is set before Run.
 type committer struct {
 	*maintained
-	lease    *leaseHolder // renewed in every commit
+	lease *leaseHolder // renewed in every commit
 	// onDemand is a run of RunTable (dms2iceberg maintain): no writer hands it a table, and an
 	// operator waits for it, so a lost race is re-staged at once and does not use up its
 	// retries, as for a table writer; background maintenance yields to the writers instead.
@@ -72,9 +72,9 @@ type committer struct {
 	// as for RunTable).
 	handoffWait  atomic.Int64 // nanoseconds
 	slot         atomic.Pointer[commitJob]
-	filled       chan struct{} // signalled (buffered 1) when a job is put in slot
-	followUpWait time.Duration // followUpWait unless a test sets it
-	writerCommit atomic.Int64  // unix nanoseconds of the writer's last commit
+	filled       chan struct{}                  // signalled (buffered 1) when a job is put in slot
+	followUpWait time.Duration                  // followUpWait unless a test sets it
+	writerCommit atomic.Int64                   // unix nanoseconds of the writer's last commit
 	beforeCommit func(step string, attempt int) // for tests: called before each commit
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // vectorMaintainer is a dv-mode maintainer with writer vectors on, a key cache and the lease.
@@ -33,7 +34,7 @@ func vectorMaintainer(t *testing.T, h *harness) *maintenance.Maintainer {
 func vectorsOnly(t *testing.T, h *harness, m *model) *table.Table {
 	t.Helper()
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 		t.Fatalf("%d equality-delete files", eqFiles)
 	}
@@ -121,6 +122,7 @@ func commitVectors(t *testing.T, h *harness, mt *maintenance.Maintainer, m *mode
 // later batch's), keep one vector per data file (merged with the live one, which they replace),
 // and leave no equality delete: the table reads the model's rows.
 func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
+	t.Parallel()
 	h, m, mt := converted(t, 300) // batch 1 updates keys of the load: their old images stay in its file
 	updated := []int{}
 	for id := 1; id <= 300; id += 7 {
@@ -141,6 +143,7 @@ func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
 // Vectors declines (the writer then commits its equality deletes) outside dv mode with writer
 // vectors on and without a key cache; the lease does not matter.
 func TestWriterVectorsDecline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -190,6 +193,7 @@ func removeFiles(t *testing.T, tbl *table.Table, files []iceberg.DataFile) {
 // no vector is left on a removed file, and the new files' vectors hold exactly those rows. A
 // compaction that gave up instead would never commit beside a writer with random keys.
 func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
+	t.Parallel()
 	h, m, mt := converted(t, 200)
 	ctx := context.Background()
 	// Another worker's writer, while the compaction rewrites: keys of the load (whose file
@@ -210,9 +214,9 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 		t.Fatalf("compaction beside a writer's vectors: %v, report %+v: want compacted", err, rep)
 	}
 	tbl := vectorsOnly(t, h, m)
-	live := dataSeqs(t, tbl)
+	live := sinktest.DataSeqs(t, tbl)
 	carried := int64(0)
-	for _, df := range liveEntries(t, tbl) {
+	for _, df := range sinktest.LiveEntries(t, tbl) {
 		ref := df.ReferencedDataFile()
 		if !table.IsDeletionVector(df) || ref == nil {
 			continue
@@ -232,6 +236,7 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 // merges the newer vectors when it commits: the table keeps both the conversion's positions
 // and the writer's, one vector per data file.
 func TestConversionMergesVectorsAWriterReplaced(t *testing.T) {
+	t.Parallel()
 	h, m, mt := converted(t, 200)
 	ctx := context.Background()
 	m.batch(2, 200) // equality deletes for the next conversion
