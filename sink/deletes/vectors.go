@@ -32,7 +32,8 @@ func (p *Plan) vectors() *Vectors {
 // column (int values widened). With a nil Partition they are deleted in every data file, as an
 // equality delete of an unpartitioned spec is; else only in the data files of partition
 // Partition of spec SpecID (a data file's SpecID and Partition), as an equality-delete file
-// written in that partition is.
+// written in that partition is. Partition is keyed by partition field id and its values must
+// print (fmt's %v) as those of the partition's data files do (DataFile.Partition).
 type Keys struct {
 	SpecID    int32
 	Partition map[int]any
