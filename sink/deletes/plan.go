@@ -45,10 +45,10 @@ func (pl *Planner) Manifests() *ManifestCache { return &pl.manifests }
 type Plan struct {
 	Snap   *table.Snapshot // the snapshot planned on
 	FS     icebergio.IO
-	EqDels []LiveFile       // the equality deletes planned (none for keys given in memory)
-	Probed map[string]bool  // the data files whose key column was read
-	maxSeq int64            // the sequence number the deletes apply below
-	seen   map[string]bool  // every live data file of Snap
+	EqDels []LiveFile      // the equality deletes planned (none for keys given in memory)
+	Probed map[string]bool // the data files whose key column was read
+	maxSeq int64           // the sequence number the deletes apply below
+	seen   map[string]bool // every live data file of Snap
 	// PosDels are the position-delete files written and Rows the positions in them.
 	PosDels []iceberg.DataFile
 	Rows    int64

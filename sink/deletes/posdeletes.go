@@ -29,6 +29,7 @@ func RemoveFiles(fs icebergio.IO, files []iceberg.DataFile) {
 		_ = fs.Remove(df.FilePath())
 	}
 }
+
 // scopeKey names the scope of a file's partition: the spec and the partition values.
 func scopeKey(df iceberg.DataFile) string { return scopeOf(df.SpecID(), df.Partition()) }
 
@@ -97,9 +98,7 @@ func readPositions(ctx context.Context, fs icebergio.IO, path, dataPath string, 
 	})
 }
 
-// deleteLocation is the directory the position-delete files go to: the table's data directory.
-func deleteLocation(tbl *table.Table) (string, error) { return deleteLocationOf(tbl.Metadata()) }
-
+// deleteLocationOf is the directory delete files go to: the table's data directory.
 func deleteLocationOf(meta table.Metadata) (string, error) {
 	if p := meta.Properties()["write.data.path"]; p != "" {
 		return strings.TrimSuffix(p, "/"), nil
@@ -207,4 +206,3 @@ func SameBounds(d iceberg.DataFile) bool {
 	lo, hi := d.LowerBoundValues()[posPathField], d.UpperBoundValues()[posPathField]
 	return len(lo) > 0 && string(lo) == string(hi)
 }
-

@@ -9,9 +9,9 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
-	// The SQL catalog (registers "sql").
+
+	// The SQL catalog (registers "sql") and the pure-Go SQLite driver (registers "sqlite").
 	_ "github.com/apache/iceberg-go/catalog/sql"
-	// Pure-Go SQLite driver (registers "sqlite").
 	_ "modernc.org/sqlite"
 )
 
