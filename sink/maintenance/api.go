@@ -52,9 +52,9 @@ func RunTable(ctx context.Context, cat catalog.Catalog, ident table.Identifier, 
 	}
 	name := ident[0] + "." + ident[len(ident)-1]
 	m := New(cat, ident, name, cfg, log.With(zap.String("table", name)), opts.Metrics, 0)
-	m.ignoreLease = opts.IgnoreLease
-	m.onDemand = true
-	m.beforeCommit = opts.BeforeCommit
+	m.lease.ignore = opts.IgnoreLease
+	m.commits.onDemand = true
+	m.commits.beforeCommit = opts.BeforeCommit
 	if opts.OrphansOfAnyAge {
 		m.cfg.OrphanMinAge = 0
 	}
@@ -65,13 +65,13 @@ func RunTable(ctx context.Context, cat catalog.Catalog, ident table.Identifier, 
 	if err := tableprop.CheckStateVersion(name, tbl.Properties()); err != nil {
 		return Report{Table: name}, err
 	}
-	if !m.lease(ctx, tbl) {
+	if !m.lease.take(ctx, tbl) {
 		owner, until := ReadLease(tbl.Properties())
 		return Report{Table: name}, fmt.Errorf("%s: %w (%s until %s)", name, ErrLeaseHeld, owner, until.Format(time.RFC3339))
 	}
-	defer m.release()
-	m.listDeferred(ctx, tbl, time.Now())
+	defer m.lease.release()
+	m.deferred.list(ctx, tbl, time.Now())
 	s := steps{compact: true, expire: true, manifests: true, orphans: !opts.SkipOrphans, trigger: "manual",
-		purge: m.deferredDue(time.Now())}
+		purge: m.deferred.due(time.Now())}
 	return m.maintain(ctx, s)
 }

@@ -13,14 +13,16 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 func TestRunTableCompactsExpiresAndKeepsWatermarks(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 300, 12)
 	rows, before := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	dataFiles, deleteFiles := maintenance.SummaryCounts(before.CurrentSnapshot())
 	if deleteFiles != 13 || dataFiles != 13 { // upserts delete their key too, the load included
 		t.Fatalf("before: %d delete files, %d data files; want 13 and 13", deleteFiles, dataFiles)
@@ -40,7 +42,7 @@ func TestRunTableCompactsExpiresAndKeepsWatermarks(t *testing.T) {
 		t.Fatalf("expiry: %d expired, %d left (keep_last 2, plus the rewrite's own)", rep.SnapshotsExpired, rep.SnapshotsAfter)
 	}
 	rows, after := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if !maps.Equal(watermarks(after), watermarks(before)) || watermarks(after)["s0"] != fmt.Sprint(m.seq) {
 		t.Fatalf("watermarks after maintenance %v, before %v", watermarks(after), watermarks(before))
 	}
@@ -56,11 +58,12 @@ func TestRunTableCompactsExpiresAndKeepsWatermarks(t *testing.T) {
 		m.batch(b, 300)
 	}
 	rows, _ = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	h.close()
 }
 
 func TestOrphanCleanupOnlyRemovesOldUnreferencedFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 20, 1)
 	tbl := loadUsers(t, h.cat)
@@ -98,7 +101,7 @@ func TestOrphanCleanupOnlyRemovesOldUnreferencedFiles(t *testing.T) {
 		t.Fatalf("young file removed: %v", err)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if tbl.Properties()[tableprop.LastOrphanCleanup] == "" {
 		t.Fatal("last orphan cleanup not recorded")
 	}
@@ -108,6 +111,7 @@ func TestOrphanCleanupOnlyRemovesOldUnreferencedFiles(t *testing.T) {
 // A table written by a newer state version of dms2iceberg is not maintained: RunTable refuses it
 // (even with IgnoreLease) and commits nothing.
 func TestRunTableRefusesNewerStateVersion(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, _ := seeded(t, dir, 50, 1)
 	ctx := context.Background()

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -28,33 +29,41 @@ import (
 // branchTrigger marks the snapshots the maintainer adds to the positional branch.
 const branchTrigger = "positional-branch"
 
+// branchMover moves a table's positional branch: to each conversion's converted snapshot, and to
+// main's head whenever main holds no equality delete. The maintenance goroutine alone uses it.
+type branchMover struct {
+	*maintained
+	commits     *committer
+	lastPublish time.Time // when the branch last moved
+}
+
 // publishConverted moves the positional branch to the converted state of the plan's snapshot, or,
 // when the table the conversion left (after) holds no equality delete, to main's head.
-func (m *Maintainer) publishConverted(ctx context.Context, p *conversionPlan, after *table.Table, rep *Report) {
-	if m.cfg.PositionalBranch == "" {
+func (b *branchMover) publishConverted(ctx context.Context, p *deletes.Plan, after *table.Table, rep *Report) {
+	if b.cfg.PositionalBranch == "" {
 		return
 	}
 	if after != nil && noEqualityDeletes(after.CurrentSnapshot()) {
-		m.followMain(ctx, after, rep)
+		b.followMain(ctx, after, rep)
 		return
 	}
-	_, err := m.commitDirect(ctx, "positional-branch", func(ctx context.Context, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
-		return p.publishOn(ctx, m, head, props)
+	_, err := b.commits.commitDirect(ctx, "positional-branch", func(ctx context.Context, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
+		return b.publishOn(ctx, p, head, props)
 	})
-	m.branchPublished(err, p.snap.SnapshotID, "converted", rep)
+	b.published(err, p.Snap.SnapshotID, "converted", rep)
 }
 
 // followMain moves the positional branch to main's head when main holds no equality delete and
 // the branch is elsewhere. tbl is a recent table (nil: loaded), checked before anything is handed
 // to the writer, so that a branch already in place costs no commit.
-func (m *Maintainer) followMain(ctx context.Context, tbl *table.Table, rep *Report) {
-	branch := m.cfg.PositionalBranch
+func (b *branchMover) followMain(ctx context.Context, tbl *table.Table, rep *Report) {
+	branch := b.cfg.PositionalBranch
 	if branch == "" {
 		return
 	}
 	if tbl == nil {
 		var err error
-		if tbl, err = m.cat.LoadTable(ctx, m.ident); err != nil {
+		if tbl, err = b.cat.LoadTable(ctx, b.ident); err != nil {
 			return
 		}
 	}
@@ -62,16 +71,16 @@ func (m *Maintainer) followMain(ctx context.Context, tbl *table.Table, rep *Repo
 		return // nothing to do
 	}
 	var target int64
-	_, err := m.commitDirect(ctx, "positional-branch", func(ctx context.Context, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
+	_, err := b.commits.commitDirect(ctx, "positional-branch", func(ctx context.Context, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
 		snap, err := branchTarget(head, branch)
 		if err != nil {
 			return nil, false, err
 		}
 		target = snap.SnapshotID
 		updates := []table.Update{table.NewSetSnapshotRefUpdate(branch, snap.SnapshotID, table.BranchRef, 0, 0, 0)}
-		return m.commitRefs(ctx, head, branch, updates, props)
+		return b.commitRefs(ctx, head, branch, updates, props)
 	})
-	m.branchPublished(err, target, "main", rep)
+	b.published(err, target, "main", rep)
 }
 
 // branchTarget returns main's head when the branch should move to it: main has a snapshot without
@@ -87,17 +96,17 @@ func branchTarget(head *table.Table, branch string) (*table.Snapshot, error) {
 	return snap, nil
 }
 
-func (m *Maintainer) branchPublished(err error, snapshot int64, from string, rep *Report) {
+func (b *branchMover) published(err error, snapshot int64, from string, rep *Report) {
 	switch {
 	case err == nil:
-		m.lastPublish = time.Now()
+		b.lastPublish = time.Now()
 		rep.BranchMoved, rep.BranchSource = true, snapshot
-		m.log.Debug("positional branch moved", zap.String("branch", m.cfg.PositionalBranch),
+		b.log.Debug("positional branch moved", zap.String("branch", b.cfg.PositionalBranch),
 			zap.String("from", from), zap.Int64("snapshot", snapshot))
 	case errors.Is(err, errNothingToDo), errors.Is(err, errAlreadyCommitted):
 	default:
 		// Not a failure of the table: main is right, and the next conversion moves the branch.
-		m.log.Info("positional branch not moved; the next conversion moves it", zap.String("from", from), zap.Error(err))
+		b.log.Info("positional branch not moved; the next conversion moves it", zap.String("from", from), zap.Error(err))
 	}
 }
 
@@ -169,46 +178,46 @@ func branchSourceSeq(meta table.Metadata, snap *table.Snapshot) int64 {
 // head's metadata in which the branch is at P (what a conversion staged on P would commit), and
 // committed as they are with the branch moved to the last, requiring main and the branch
 // unchanged since head (the new snapshots' sequence numbers follow head's).
-func (p *conversionPlan) publishOn(ctx context.Context, m *Maintainer, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
-	branch := m.cfg.PositionalBranch
+func (b *branchMover) publishOn(ctx context.Context, p *deletes.Plan, head *table.Table, props iceberg.Properties) (*table.Table, bool, error) {
+	branch := b.cfg.PositionalBranch
 	meta := head.Metadata()
-	if meta.SnapshotByID(p.snap.SnapshotID) == nil {
+	if meta.SnapshotByID(p.Snap.SnapshotID) == nil {
 		return nil, false, errNothingToDo // expired meanwhile: the next conversion moves the branch
 	}
 	if at := meta.SnapshotByName(branch); at != nil {
-		if branchSourceSeq(meta, at) >= p.snap.SequenceNumber {
+		if branchSourceSeq(meta, at) >= p.Snap.SequenceNumber {
 			return nil, false, errAlreadyCommitted // the branch shows P or a newer state
 		}
 	}
-	b, err := table.MetadataBuilderFromBase(meta, head.MetadataLocation())
+	mb, err := table.MetadataBuilderFromBase(meta, head.MetadataLocation())
 	if err != nil {
 		return nil, false, err
 	}
-	if err := b.SetSnapshotRef(branch, p.snap.SnapshotID, table.BranchRef); err != nil {
+	if err := mb.SetSnapshotRef(branch, p.Snap.SnapshotID, table.BranchRef); err != nil {
 		return nil, false, err
 	}
-	atP, err := b.Build()
+	atP, err := mb.Build()
 	if err != nil {
 		return nil, false, err
 	}
-	txn := table.New(head.Identifier(), atP, head.MetadataLocation(), head.FS, m.cat).NewTransactionOnBranch(branch)
+	txn := table.New(head.Identifier(), atP, head.MetadataLocation(), head.FS, b.cat).NewTransactionOnBranch(branch)
 	summary := iceberg.Properties{tableprop.SummaryMaintenanceTrigger: branchTrigger,
-		tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)}
-	if len(p.posDels) > 0 {
+		tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.Snap.SnapshotID, 10)}
+	if len(p.PosDels) > 0 {
 		rd := txn.NewRowDelta(summary)
-		rd.AddDeletes(p.posDels...)
-		if len(p.replacedDVs) > 0 {
-			rd.RemoveDeletes(p.replacedDVs...)
+		rd.AddDeletes(p.PosDels...)
+		if len(p.ReplacedDVs) > 0 {
+			rd.RemoveDeletes(p.ReplacedDVs...)
 		}
 		if err := rd.Commit(ctx); err != nil {
 			return nil, false, fmt.Errorf("stage the position deletes on the branch: %w", err)
 		}
 	}
 	rw := txn.NewRewrite(summary)
-	for _, e := range p.eqDels {
-		rw.DeleteFile(e.df)
+	for _, e := range p.EqDels {
+		rw.DeleteFile(e.File)
 	}
-	for _, df := range p.replaced {
+	for _, df := range p.Replaced {
 		rw.DeleteFile(df)
 	}
 	if err := rw.Commit(ctx); err != nil {
@@ -224,26 +233,26 @@ func (p *conversionPlan) publishOn(ctx context.Context, m *Maintainer, head *tab
 			added = append(added, s)
 		}
 	}
-	slices.SortFunc(added, func(a, b table.Snapshot) int { return int(a.SequenceNumber - b.SequenceNumber) })
+	slices.SortFunc(added, func(x, y table.Snapshot) int { return int(x.SequenceNumber - y.SequenceNumber) })
 	if len(added) == 0 {
 		return nil, false, errors.New("staging the positional branch added no snapshot")
 	}
 	top := added[len(added)-1]
 	if !noEqualityDeletes(&top) {
 		// Never publish a branch holding an equality delete: it is there for readers that refuse them.
-		return nil, false, fmt.Errorf("the converted snapshot of %d still counts equality deletes", p.snap.SnapshotID)
+		return nil, false, fmt.Errorf("the converted snapshot of %d still counts equality deletes", p.Snap.SnapshotID)
 	}
 	updates := make([]table.Update, 0, len(added)+1)
 	for i := range added {
 		updates = append(updates, table.NewAddSnapshotUpdate(&added[i]))
 	}
 	updates = append(updates, table.NewSetSnapshotRefUpdate(branch, top.SnapshotID, table.BranchRef, 0, 0, 0))
-	return m.commitRefs(ctx, head, branch, updates, props)
+	return b.commitRefs(ctx, head, branch, updates, props)
 }
 
 // commitRefs commits updates (and props) on head, requiring main and the branch where head has
 // them. sent is false when nothing reached the catalog.
-func (m *Maintainer) commitRefs(ctx context.Context, head *table.Table, branch string, updates []table.Update, props iceberg.Properties) (*table.Table, bool, error) {
+func (b *branchMover) commitRefs(ctx context.Context, head *table.Table, branch string, updates []table.Update, props iceberg.Properties) (*table.Table, bool, error) {
 	meta := head.Metadata()
 	var mainID, branchID *int64
 	if s := head.CurrentSnapshot(); s != nil {
@@ -260,9 +269,9 @@ func (m *Maintainer) commitRefs(ctx context.Context, head *table.Table, branch s
 	if len(props) > 0 {
 		updates = append(updates, table.NewSetPropertiesUpdate(props))
 	}
-	newMeta, loc, err := m.cat.CommitTable(ctx, head.Identifier(), reqs, updates)
+	newMeta, loc, err := b.cat.CommitTable(ctx, head.Identifier(), reqs, updates)
 	if err != nil {
 		return nil, true, err
 	}
-	return table.New(head.Identifier(), newMeta, loc, head.FS, m.cat), true, nil
+	return table.New(head.Identifier(), newMeta, loc, head.FS, b.cat), true, nil
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // eqDeletesAt counts the live equality-delete files of snap.
@@ -48,6 +49,7 @@ func branchAt(t *testing.T, tbl *table.Table) *table.Snapshot {
 // overtakes leaves main with that commit's equality deletes; the branch then shows P, converted,
 // not main's head. Once main holds no equality delete, the branch is main's head.
 func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
+	t.Parallel()
 	for _, mode := range []string{maintenance.DeleteModePosition, maintenance.DeleteModeDV} {
 		t.Run(mode, func(t *testing.T) {
 			dir := t.TempDir()
@@ -86,8 +88,8 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			if n := eqDeletesAt(t, tbl, at); n != 0 {
 				t.Fatalf("the positional branch holds %d equality-delete files", n)
 			}
-			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), before...)
-			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(rep.BranchSource)), before...)
+			sinktest.Eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), before...)
+			sinktest.Eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(rep.BranchSource)), before...)
 			if at.SnapshotID == tbl.CurrentSnapshot().SnapshotID {
 				t.Fatal("the branch is main's head, which holds an equality delete")
 			}
@@ -98,13 +100,13 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			mt.BeforeCommit(nil)
 			rep = leasedRun(t, h, mt, maintenance.PositionOnly)
 			rows, tbl := scanRows(t, h.cat)
-			eq(t, rows, m.want()...)
+			sinktest.Eq(t, rows, m.want()...)
 			at = branchAt(t, tbl)
 			if !rep.BranchMoved || at.SnapshotID != tbl.CurrentSnapshot().SnapshotID {
 				t.Fatalf("report %+v: the branch is at %d, main at %d; with no equality delete left it follows main",
 					rep, at.SnapshotID, tbl.CurrentSnapshot().SnapshotID)
 			}
-			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
+			sinktest.Eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
 			if d, ok := maintenance.BranchBehind(tbl.Metadata(), "positional", time.Now()); !ok || d != 0 {
 				t.Fatalf("BranchBehind %s, %v at main's head", d, ok)
 			}
@@ -115,7 +117,7 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 			if at = branchAt(t, tbl); !rep.Compacted || at.SnapshotID != tbl.CurrentSnapshot().SnapshotID {
 				t.Fatalf("report %+v: after a compaction the branch is at %d, main at %d", rep, at.SnapshotID, tbl.CurrentSnapshot().SnapshotID)
 			}
-			eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
+			sinktest.Eq(t, scanRowsOf(t, tbl, table.WithSnapshotID(at.SnapshotID)), m.want()...)
 			h.close()
 		})
 	}
@@ -123,13 +125,14 @@ func TestPositionalBranchHoldsNoEqualityDelete(t *testing.T) {
 
 // With positional_branch "" no branch is kept.
 func TestPositionalBranchOff(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 2)
 	cfg := positionConfig()
 	cfg.PositionalBranch = ""
 	rep := leasedRun(t, h, testMaintainer(t, h.cat, cfg), maintenance.PositionOnly)
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if !rep.Converted || rep.BranchMoved || tbl.Metadata().SnapshotByName("positional") != nil {
 		t.Fatalf("report %+v: a branch was kept with positional_branch off", rep)
 	}

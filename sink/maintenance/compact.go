@@ -17,6 +17,7 @@ import (
 	"github.com/apache/iceberg-go/table/compaction"
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -45,86 +46,98 @@ type compactionPlan struct {
 	dead      []iceberg.DataFile  // equality-delete files that apply to no surviving data file
 }
 
+// compactor runs a table's compactions (plan, rewrite, commit) and keeps what the scheduler
+// needs of them: what the last one left and when the next may run. The maintenance goroutine
+// alone uses it.
+type compactor struct {
+	*maintained
+	commits  *committer
+	planner  *deletes.Planner // carries the vectors committed while a compaction rewrote
+	base     counts           // what the last compaction left (and could not remove)
+	next     time.Time        // no compaction before (min interval, failure backoff)
+	failures int
+}
+
 func (p *compactionPlan) empty() bool { return len(p.groups) == 0 && len(p.dead) == 0 }
 
 // compact runs one compaction and adds what it did to rep.
-func (m *Maintainer) compact(ctx context.Context, rep *Report, trigger string) error {
+func (c *compactor) compact(ctx context.Context, rep *Report, trigger string) error {
 	start := time.Now()
-	src, err := m.cat.LoadTable(ctx, m.ident)
+	src, err := c.cat.LoadTable(ctx, c.ident)
 	if err != nil {
 		return err
 	}
-	if src.CurrentSnapshot() == nil || m.reloading(src, "compaction") {
+	if src.CurrentSnapshot() == nil || c.reloading(src, "compaction") {
 		return nil
 	}
-	p, err := m.planCompaction(ctx, src)
+	p, err := c.plan(ctx, src)
 	if err != nil {
-		return m.compactionFailed(err)
+		return c.failed(err)
 	}
 	if p.empty() {
-		m.base = p.before
-		m.next = time.Now().Add(m.cfg.MinInterval)
-		m.log.Debug("nothing to compact", zap.String("trigger", trigger))
+		c.base = p.before
+		c.next = time.Now().Add(c.cfg.MinInterval)
+		c.log.Debug("nothing to compact", zap.String("trigger", trigger))
 		return nil
 	}
-	results, err := m.rewriteFiles(ctx, p)
+	results, err := c.rewrite(ctx, p)
 	if err != nil {
-		return m.compactionFailed(err)
+		return c.failed(err)
 	}
-	if m.afterRewrite != nil {
-		m.afterRewrite()
+	if c.afterRewrite != nil {
+		c.afterRewrite()
 	}
-	c, err := m.commitRewrite(ctx, p, results, trigger)
+	done, err := c.commitRewrite(ctx, p, results, trigger)
 	if errors.Is(err, errSuperseded) {
 		// Not landed (checked before staging): the new files are referenced by nothing.
 		removeWritten(p.fs, results)
-		m.log.Info("compaction superseded: another one rewrote its files first", zap.String("trigger", trigger))
+		c.log.Info("compaction superseded: another one rewrote its files first", zap.String("trigger", trigger))
 		return nil
 	}
 	if err != nil {
-		if c.sent == 0 {
+		if done.sent == 0 {
 			removeWritten(p.fs, results) // never sent: the new files are ours alone
 		}
-		return m.compactionFailed(err)
+		return c.failed(err)
 	}
-	m.compacted(rep, p, results, c, start, trigger)
+	c.compacted(rep, p, results, done, start, trigger)
 	return nil
 }
 
-// compactionConfig is the planner's configuration: every data file with a delete applying to it
+// config is the planner's configuration: every data file with a delete applying to it
 // or below 75% of the target size is a candidate, alone or not, so that every equality delete the
 // rewrite applies becomes dead and is dropped.
-func (m *Maintainer) compactionConfig(tbl *table.Table) compaction.Config {
-	c := compaction.DefaultConfig()
-	target := m.cfg.TargetFileSize
+func (c *compactor) config(tbl *table.Table) compaction.Config {
+	cc := compaction.DefaultConfig()
+	target := c.cfg.TargetFileSize
 	if target <= 0 {
 		target = tbl.Properties().GetInt64(table.WriteTargetFileSizeBytesKey, table.WriteTargetFileSizeBytesDefault)
 	}
-	c.TargetFileSizeBytes = target
-	c.MinFileSizeBytes = target * 3 / 4
-	c.MaxFileSizeBytes = target * 9 / 5
-	c.MinInputFiles = 1
-	c.DeleteFileThreshold = 1
-	if m.cfg.positionMode() {
+	cc.TargetFileSizeBytes = target
+	cc.MinFileSizeBytes = target * 3 / 4
+	cc.MaxFileSizeBytes = target * 9 / 5
+	cc.MinInputFiles = 1
+	cc.DeleteFileThreshold = 1
+	if c.cfg.positionMode() {
 		// Position mode (design.md §11.1): the equality deletes were converted; rewrite only
 		// the files enough of whose rows are deleted, or that carry many delete files.
-		c.DeleteFileThreshold = m.cfg.MaxDeleteFiles
-		c.DeleteRatioThreshold = m.cfg.RewriteDeletedFraction
+		cc.DeleteFileThreshold = c.cfg.MaxDeleteFiles
+		cc.DeleteRatioThreshold = c.cfg.RewriteDeletedFraction
 	}
-	return c
+	return cc
 }
 
-// planCompaction decides, on src's current snapshot, which groups of data files to rewrite and
+// plan decides, on src's current snapshot, which groups of data files to rewrite and
 // which equality-delete files that makes dead. It reads manifests, no data.
-func (m *Maintainer) planCompaction(ctx context.Context, src *table.Table) (*compactionPlan, error) {
+func (c *compactor) plan(ctx context.Context, src *table.Table) (*compactionPlan, error) {
 	snap := src.CurrentSnapshot()
 	p := &compactionPlan{src: src, snap: snap, before: summaryCounts(snap), rewritten: make(map[string]struct{})}
 	tasks, err := src.Scan().PlanFiles(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("plan files for compaction: %w", err)
 	}
-	cfg := m.compactionConfig(src)
-	plan, err := cfg.PlanCompaction(worthRewriting(tasks, cfg, m.cfg.positionMode()))
+	cfg := c.config(src)
+	plan, err := cfg.PlanCompaction(worthRewriting(tasks, cfg, c.cfg.positionMode()))
 	if err != nil {
 		return nil, err
 	}
@@ -153,12 +166,12 @@ func (m *Maintainer) planCompaction(ctx context.Context, src *table.Table) (*com
 	return p, nil
 }
 
-// rewriteFiles reads the planned groups at the plan's snapshot and writes their rows, deletes
+// rewrite reads the planned groups at the plan's snapshot and writes their rows, deletes
 // applied, into new data files (nothing is committed). On failure it removes what it wrote.
-func (m *Maintainer) rewriteFiles(ctx context.Context, p *compactionPlan) ([]table.CompactionGroupResult, error) {
-	opts := []table.CompactionGroupOption{table.WithCompactionScanConcurrency(m.cfg.Workers)}
-	if m.cfg.TargetFileSize > 0 {
-		opts = append(opts, table.WithCompactionTargetFileSize(m.cfg.TargetFileSize))
+func (c *compactor) rewrite(ctx context.Context, p *compactionPlan) ([]table.CompactionGroupResult, error) {
+	opts := []table.CompactionGroupOption{table.WithCompactionScanConcurrency(c.cfg.Workers)}
+	if c.cfg.TargetFileSize > 0 {
+		opts = append(opts, table.WithCompactionTargetFileSize(c.cfg.TargetFileSize))
 	}
 	var results []table.CompactionGroupResult
 	for _, g := range p.groups {
@@ -185,34 +198,38 @@ func removeWritten(fs icebergio.IO, results []table.CompactionGroupResult) {
 // with the plan snapshot's data sequence number. A retry first checks whether an attempt whose
 // outcome was unknown landed (its run id in the summary), and gives up with errSuperseded when
 // another compaction replaced some of the inputs.
-func (m *Maintainer) commitRewrite(ctx context.Context, p *compactionPlan, results []table.CompactionGroupResult, trigger string) (committed, error) {
+func (c *compactor) commitRewrite(ctx context.Context, p *compactionPlan, results []table.CompactionGroupResult, trigger string) (committed, error) {
 	var tok [8]byte
 	_, _ = rand.Read(tok[:])
 	id := hex.EncodeToString(tok[:])
 	summary := iceberg.Properties{tableprop.SummaryMaintenanceRun: id, tableprop.SummaryMaintenanceTrigger: trigger,
 		tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.snap.SnapshotID, 10)}
 	props := iceberg.Properties{tableprop.LastCompaction: formatTime(time.Now())}
-	c, err := m.commit(ctx, "compact", props,
+	done, err := c.commits.commit(ctx, "compact", props,
 		func(ctx context.Context, txn *table.Transaction, head *table.Table, attempt int) error {
 			if attempt > 0 && landed(head, id, p.snap.SequenceNumber) {
 				return errAlreadyCommitted
 			}
 			// Deletion vectors committed since the plan on the files it rewrites (a writer's):
 			// carried over to the new files, and the vectors removed are the head's.
-			moved, err := m.carryVectors(ctx, p, results, head)
+			moved, err := c.planner.Carry(ctx, p.snap, p.rewritten, results, head)
 			if err != nil {
 				return err
 			}
+			if len(moved.Add) > 0 {
+				c.log.Info("compaction carries deletion-vector positions committed since its plan",
+					zap.Int("keys", moved.Keys), zap.Int("positions", moved.Positions))
+			}
 			rw := txn.NewRewrite(summary)
-			for _, r := range moved.results {
+			for _, r := range moved.Results {
 				rw.ApplyResult(r)
 			}
-			for _, df := range moved.add {
+			for _, df := range moved.Add {
 				// It takes the highest sequence number of the vectors removed: one of those
 				// was committed after the plan, so it is above the new files' (the plan's).
 				rw.AddDeleteFile(df)
 			}
-			for _, df := range moved.remove {
+			for _, df := range moved.Remove {
 				rw.DeleteFile(df)
 			}
 			for _, df := range p.dead {
@@ -228,13 +245,13 @@ func (m *Maintainer) commitRewrite(ctx context.Context, p *compactionPlan, resul
 			return err
 		})
 	if errors.Is(err, errAlreadyCommitted) {
-		c.tbl, err = m.cat.LoadTable(ctx, m.ident)
+		done.tbl, err = c.cat.LoadTable(ctx, c.ident)
 	}
-	return c, err
+	return done, err
 }
 
 // compacted records a committed compaction in rep and in the maintainer's schedule.
-func (m *Maintainer) compacted(rep *Report, p *compactionPlan, results []table.CompactionGroupResult, c committed, start time.Time, trigger string) {
+func (c *compactor) compacted(rep *Report, p *compactionPlan, results []table.CompactionGroupResult, done committed, start time.Time, trigger string) {
 	var removedPos []iceberg.DataFile
 	for _, r := range results {
 		rep.DataFilesRewritten += len(r.OldDataFiles)
@@ -248,20 +265,20 @@ func (m *Maintainer) compacted(rep *Report, p *compactionPlan, results []table.C
 		rep.DeleteRowsRemoved += df.Count()
 	}
 	rep.Compacted = true
-	m.keys.forget(p.rewritten)
-	rep.CompactionAttempts = max(c.sent, 1)
+	c.planner.KeyCache().Forget(p.rewritten)
+	rep.CompactionAttempts = max(done.sent, 1)
 	rep.CompactionTook = time.Since(start)
 	b := p.before
-	m.base = counts{dataFiles: b.dataFiles - rep.DataFilesRewritten + rep.DataFilesWritten,
+	c.base = counts{dataFiles: b.dataFiles - rep.DataFilesRewritten + rep.DataFilesWritten,
 		deleteFiles: b.deleteFiles - rep.DeleteFilesRemoved, deleteRows: b.deleteRows - rep.DeleteRowsRemoved}
-	m.failures = 0
-	m.next = time.Now().Add(m.cfg.MinInterval)
-	m.log.Info("compacted", zap.String("trigger", trigger), zap.Time("started", start),
+	c.failures = 0
+	c.next = time.Now().Add(c.cfg.MinInterval)
+	c.log.Info("compacted", zap.String("trigger", trigger), zap.Time("started", start),
 		zap.Duration("took", rep.CompactionTook), zap.Int("attempts", rep.CompactionAttempts),
 		zap.Int("data_files_rewritten", rep.DataFilesRewritten), zap.Int("data_files_written", rep.DataFilesWritten),
 		zap.Int("delete_files_removed", rep.DeleteFilesRemoved), zap.Int64("delete_rows_removed", rep.DeleteRowsRemoved),
 		zap.Int64("bytes_before", rep.BytesBefore), zap.Int64("bytes_after", rep.BytesAfter),
-		zap.Int64("starting_snapshot", p.snap.SnapshotID), zap.Int64("snapshot", snapshotID(c.tbl)))
+		zap.Int64("starting_snapshot", p.snap.SnapshotID), zap.Int64("snapshot", snapshotID(done.tbl)))
 }
 
 // inputsGone reports whether some of a compaction's input files (data files it rewrote, delete
@@ -299,11 +316,11 @@ func inputsGone(ctx context.Context, head *table.Table, rewritten map[string]str
 	return live < len(want)
 }
 
-// compactionFailed backs off before the next compaction of the table.
-func (m *Maintainer) compactionFailed(err error) error {
-	m.failures++
-	d := max(m.cfg.MinInterval, 5*time.Second) << min(m.failures-1, 6)
-	m.next = time.Now().Add(min(d, 10*time.Minute))
+// failed backs off before the next compaction of the table.
+func (c *compactor) failed(err error) error {
+	c.failures++
+	d := max(c.cfg.MinInterval, 5*time.Second) << min(c.failures-1, 6)
+	c.next = time.Now().Add(min(d, 10*time.Minute))
 	return err
 }
 
@@ -407,15 +424,9 @@ func deletedFraction(t table.FileScanTask) float64 {
 		if d.ContentType() == iceberg.EntryContentEqDeletes {
 			continue
 		}
-		if ref := d.ReferencedDataFile(); ref != nil && *ref != "" || sameBounds(d) {
+		if ref := d.ReferencedDataFile(); ref != nil && *ref != "" || deletes.SameBounds(d) {
 			deleted += d.Count()
 		}
 	}
 	return float64(min(deleted, rows)) / float64(rows)
-}
-
-// sameBounds reports whether a position-delete file's file_path bounds name one data file.
-func sameBounds(d iceberg.DataFile) bool {
-	lo, hi := d.LowerBoundValues()[posPathField], d.UpperBoundValues()[posPathField]
-	return len(lo) > 0 && string(lo) == string(hi)
 }

@@ -6,6 +6,8 @@ import (
 
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 )
 
 // planFile builds a data or delete file for the planner tests; a position-delete file is
@@ -17,12 +19,13 @@ func planFile(t *testing.T, content iceberg.ManifestEntryContent, path string, r
 		t.Fatal(err)
 	}
 	if ref != "" {
-		b.LowerBoundValues(map[int][]byte{posPathField: []byte(ref)}).UpperBoundValues(map[int][]byte{posPathField: []byte(ref)})
+		b.LowerBoundValues(map[int][]byte{deletes.PosPathField: []byte(ref)}).UpperBoundValues(map[int][]byte{deletes.PosPathField: []byte(ref)})
 	}
 	return b.Build()
 }
 
 func TestWorthRewritingFollowsTheChanges(t *testing.T) {
+	t.Parallel()
 	const mib = 1 << 20
 	config := func(mode string) Config {
 		return Config{MaxDeleteFiles: 8, RewriteDeletedFraction: 0.3, TargetFileSize: 512 * mib, DeleteMode: mode}
@@ -88,7 +91,7 @@ func TestWorthRewritingFollowsTheChanges(t *testing.T) {
 			if c.position {
 				mode = DeleteModePosition
 			}
-			cfg := (&Maintainer{cfg: config(mode)}).compactionConfig(nil)
+			cfg := (&compactor{maintained: &maintained{cfg: config(mode)}}).config(nil)
 			got := worthRewriting(c.tasks, cfg, c.position)
 			if !slices.Equal(paths(got), c.want) {
 				t.Fatalf("kept %v, want %v", paths(got), c.want)

@@ -9,6 +9,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // A compaction reads the table at snapshot S while the writer commits a delete and an update of
@@ -16,6 +17,7 @@ import (
 // key deleted and the update visible: its files carry S's sequence number, so the newer
 // equality deletes still apply to them.
 func TestCompactionKeepsDeletesCommittedWhileItRuns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 4)
 	start := loadUsers(t, h.cat).CurrentSnapshot()
@@ -38,9 +40,9 @@ func TestCompactionKeepsDeletesCommittedWhileItRuns(t *testing.T) {
 		t.Fatalf("not compacted: %+v", rep)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	// The rewritten file has S's sequence number; the concurrent batch's data file keeps its own.
-	seqs := dataSeqs(t, tbl)
+	seqs := sinktest.DataSeqs(t, tbl)
 	var atStart, newer int
 	for _, s := range seqs {
 		switch {
@@ -68,6 +70,7 @@ func TestCompactionKeepsDeletesCommittedWhileItRuns(t *testing.T) {
 // head and lands on the second attempt; the writer's next commit (its table is now stale) is
 // retried the same way. Nothing is lost or resurrected.
 func TestCompactionAndCDCCommitConflict(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 3)
 	mt := testMaintainer(t, h.cat, testConfig())
@@ -91,12 +94,12 @@ func TestCompactionAndCDCCommitConflict(t *testing.T) {
 		t.Fatalf("conflicts %d, report %+v: want a compaction that needed 2 attempts", conflicts, rep)
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	// The writer's table is stale now; its next commit conflicts, reloads and lands.
 	m.batch(4, 100)
 	m.batch(5, 100)
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	wm := watermarks(tbl)
 	if wm["s0"] != fmt.Sprint(m.seq) || wm["s1"] == "" {
 		t.Fatalf("watermarks %v", wm)
@@ -108,6 +111,7 @@ func TestCompactionAndCDCCommitConflict(t *testing.T) {
 // the one that commits second finds its input files rewritten, gives up without an error and
 // removes the files it wrote.
 func TestCompactionSupersededByAnother(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 3)
 	ctx := context.Background()
@@ -125,7 +129,7 @@ func TestCompactionSupersededByAnother(t *testing.T) {
 		t.Fatalf("a: %v, compacted %v: want superseded without error", err, rep.Compacted)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	plan, err := tbl.PlanOrphanFiles(ctx, table.WithFilesOlderThan(0))
 	if err != nil {
 		t.Fatal(err)

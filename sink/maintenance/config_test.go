@@ -9,6 +9,7 @@ import (
 )
 
 func TestConfigValidate(t *testing.T) {
+	t.Parallel()
 	if err := maintenance.DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}

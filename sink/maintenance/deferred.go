@@ -30,6 +30,15 @@ import (
 // deferredDir is where the lists live, under the table's location.
 const deferredDir = "metadata/deferred-deletes"
 
+// deferredDeletes are a table's lists of files to delete later, and when storage was last listed
+// for them. The maintenance goroutine alone uses them.
+type deferredDeletes struct {
+	*maintained
+	lists  []deferredList
+	listed time.Time
+	clock  func() time.Time // when lists are due (tests move it)
+}
+
 // deferredList is one list file: its path and when its files may be deleted.
 type deferredList struct {
 	path string
@@ -78,8 +87,8 @@ func filesOfExpired(ctx context.Context, pre, post *table.Table, ids []int64) ([
 	return slices.Compact(rec.removed), nil
 }
 
-// deferDeletes writes the list of files to delete after due and remembers it.
-func (m *Maintainer) deferDeletes(ctx context.Context, tbl *table.Table, files []string, due time.Time) error {
+// add writes the list of files to delete after due and remembers it.
+func (d *deferredDeletes) add(ctx context.Context, tbl *table.Table, files []string, due time.Time) error {
 	fs, err := tbl.FS(ctx)
 	if err != nil {
 		return err
@@ -104,24 +113,24 @@ func (m *Maintainer) deferDeletes(ctx context.Context, tbl *table.Table, files [
 	if err := w.Close(); err != nil {
 		return err
 	}
-	m.deferred = append(m.deferred, deferredList{path: name, due: due})
+	d.lists = append(d.lists, deferredList{path: name, due: due})
 	return nil
 }
 
-// listDeferred reads the table's pending lists from storage (written by this or another
+// list reads the table's pending lists from storage (written by this or another
 // process, before a restart or a lease move), at most once per Interval.
-func (m *Maintainer) listDeferred(ctx context.Context, tbl *table.Table, now time.Time) {
-	if !m.deferredListed.IsZero() && now.Sub(m.deferredListed) < m.cfg.Interval {
+func (d *deferredDeletes) list(ctx context.Context, tbl *table.Table, now time.Time) {
+	if !d.listed.IsZero() && now.Sub(d.listed) < d.cfg.Interval {
 		return
 	}
 	fs, err := tbl.FS(ctx)
 	if err != nil {
 		return
 	}
-	m.deferredListed = now
+	d.listed = now
 	lfs, ok := fs.(icebergio.ListableIO)
 	if !ok {
-		m.log.Debug("the table's file system cannot list: deferred deletes of earlier processes are left to orphan cleanup")
+		d.log.Debug("the table's file system cannot list: deferred deletes of earlier processes are left to orphan cleanup")
 		return
 	}
 	root := strings.TrimSuffix(tbl.Location(), "/") + "/" + deferredDir
@@ -145,30 +154,30 @@ func (m *Maintainer) listDeferred(ctx context.Context, tbl *table.Table, now tim
 		return nil
 	})
 	if err != nil && !errors.Is(err, iofs.ErrNotExist) {
-		m.log.Debug("cannot list deferred deletes", zap.Error(err))
+		d.log.Debug("cannot list deferred deletes", zap.Error(err))
 		return
 	}
-	seen := make(map[string]bool, len(m.deferred))
-	for _, l := range m.deferred {
+	seen := make(map[string]bool, len(d.lists))
+	for _, l := range d.lists {
 		seen[l.path] = true
 	}
 	for _, l := range found {
 		if !seen[l.path] {
-			m.deferred = append(m.deferred, l)
+			d.lists = append(d.lists, l)
 		}
 	}
 }
 
-func (m *Maintainer) now() time.Time {
-	if m.clock != nil {
-		return m.clock()
+func (d *deferredDeletes) now() time.Time {
+	if d.clock != nil {
+		return d.clock()
 	}
 	return time.Now()
 }
 
-// deferredDue reports whether a pending list is due.
-func (m *Maintainer) deferredDue(now time.Time) bool {
-	for _, l := range m.deferred {
+// due reports whether a pending list is due.
+func (d *deferredDeletes) due(now time.Time) bool {
+	for _, l := range d.lists {
 		if !now.Before(l.due) {
 			return true
 		}
@@ -177,8 +186,8 @@ func (m *Maintainer) deferredDue(now time.Time) bool {
 }
 
 // purge deletes the files of the due lists, then the lists. Files already gone count as deleted.
-func (m *Maintainer) purge(ctx context.Context, rep *Report) error {
-	tbl, err := m.cat.LoadTable(ctx, m.ident)
+func (d *deferredDeletes) purge(ctx context.Context, rep *Report) error {
+	tbl, err := d.cat.LoadTable(ctx, d.ident)
 	if err != nil {
 		return err
 	}
@@ -186,10 +195,10 @@ func (m *Maintainer) purge(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	now := m.now()
+	now := d.now()
 	var errs []error
-	kept := m.deferred[:0]
-	for _, l := range m.deferred {
+	kept := d.lists[:0]
+	for _, l := range d.lists {
 		if now.Before(l.due) {
 			kept = append(kept, l)
 			continue
@@ -201,7 +210,7 @@ func (m *Maintainer) purge(ctx context.Context, rep *Report) error {
 			kept = append(kept, l)
 		}
 	}
-	m.deferred = kept
+	d.lists = kept
 	return errors.Join(errs...)
 }
 

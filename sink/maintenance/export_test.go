@@ -9,6 +9,8 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 )
 
 // Internals the external tests (package maintenance_test, which drives a real sink to make the
@@ -27,10 +29,10 @@ var (
 
 // SetClock moves the clock deferred deletions are due by; ListDeferred reads the pending lists
 // from storage, as a restarted process does, and returns how many it knows.
-func (m *Maintainer) SetClock(f func() time.Time) { m.clock = f }
+func (m *Maintainer) SetClock(f func() time.Time) { m.deferred.clock = f }
 func (m *Maintainer) ListDeferred(ctx context.Context, tbl *table.Table) int {
-	m.listDeferred(ctx, tbl, time.Now())
-	return len(m.deferred)
+	m.deferred.list(ctx, tbl, time.Now())
+	return len(m.deferred.lists)
 }
 
 var (
@@ -48,20 +50,20 @@ func NewForTest(cat catalog.Catalog, ident table.Identifier, name string, cfg Co
 	return New(cat, ident, name, cfg, log, nil, 0)
 }
 
-func (m *Maintainer) Lease(ctx context.Context, tbl *table.Table) bool { return m.lease(ctx, tbl) }
+func (m *Maintainer) Lease(ctx context.Context, tbl *table.Table) bool { return m.lease.take(ctx, tbl) }
 func (m *Maintainer) Maintain(ctx context.Context, s Steps) (Report, error) {
 	return m.maintain(ctx, s)
 }
 func (m *Maintainer) AcquireOn(ctx context.Context, base *table.Table, now time.Time) (bool, error) {
-	return m.acquireOn(ctx, base, now)
+	return m.lease.acquireOn(ctx, base, now)
 }
-func (m *Maintainer) Holds(now time.Time) bool                      { return m.holds(now) }
-func (m *Maintainer) SetLease(until time.Time)                      { m.setLease(until) }
-func (m *Maintainer) LeaseProps(until time.Time) iceberg.Properties { return m.leaseProps(until) }
-func (m *Maintainer) Owner() string                                 { return m.owner }
-func (m *Maintainer) IgnoreLease()                                  { m.ignoreLease = true }
+func (m *Maintainer) Holds(now time.Time) bool                      { return m.lease.holds(now) }
+func (m *Maintainer) SetLease(until time.Time)                      { m.lease.set(until) }
+func (m *Maintainer) LeaseProps(until time.Time) iceberg.Properties { return m.lease.props(until) }
+func (m *Maintainer) Owner() string                                 { return m.lease.owner }
+func (m *Maintainer) IgnoreLease()                                  { m.lease.ignore = true }
 func (m *Maintainer) AfterRewrite(f func())                         { m.afterRewrite = f }
-func (m *Maintainer) BeforeCommit(f func(step string, attempt int)) { m.beforeCommit = f }
+func (m *Maintainer) BeforeCommit(f func(step string, attempt int)) { m.commits.beforeCommit = f }
 
 // SummaryCounts returns the data and delete files of a snapshot, from its summary.
 func SummaryCounts(s *table.Snapshot) (dataFiles, deleteFiles int) {
@@ -76,44 +78,28 @@ func (m *Maintainer) ListLive(ctx context.Context, tbl *table.Table) (cached, di
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	paths := func(lists ...[]liveFile) []string {
+	paths := func(lists ...[]deletes.LiveFile) []string {
 		var out []string
 		for _, l := range lists {
 			for _, f := range l {
-				out = append(out, fmt.Sprintf("%s@%d", f.df.FilePath(), f.seq))
+				out = append(out, fmt.Sprintf("%s@%d", f.File.FilePath(), f.Seq))
 			}
 		}
 		return out
 	}
-	d, e, p, err := m.liveCache.liveFiles(fs, tbl.CurrentSnapshot())
+	d, e, p, err := m.planner.Manifests().LiveFiles(fs, tbl.CurrentSnapshot())
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	cached = paths(d, e, p)
-	if d, e, p, err = liveFilesAll(fs, tbl.CurrentSnapshot()); err != nil {
+	if d, e, p, err = deletes.LiveFilesAll(fs, tbl.CurrentSnapshot()); err != nil {
 		return nil, nil, nil, err
 	}
-	m.liveCache.mu.Lock()
-	defer m.liveCache.mu.Unlock()
-	for path := range m.liveCache.entries {
-		manifests = append(manifests, path)
-	}
-	return cached, paths(d, e, p), manifests, nil
+	return cached, paths(d, e, p), m.planner.Manifests().Cached(), nil
 }
 
 // SetFollowUpWait replaces how long the writer waits for a conversion's second commit.
-func (m *Maintainer) SetFollowUpWait(d time.Duration) { m.followUpWait = d }
-
-// CachedPaths lists the data files whose key columns c holds.
-func (c *KeyCache) CachedPaths() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for id := range c.byKey {
-		out = append(out, id.path)
-	}
-	return out
-}
+func (m *Maintainer) SetFollowUpWait(d time.Duration) { m.commits.followUpWait = d }
 
 // Held is the bytes c holds (0 for a nil cache), as Stats reports them.
 func Held(c *KeyCache) int64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -20,7 +21,7 @@ func HandoffWait(flushInterval time.Duration) time.Duration {
 	return min(2*flushInterval, 10*time.Second)
 }
 
-// followUpWait is the default of Maintainer.followUpWait: how long the writer, having run a maintenance commit that another follows at
+// followUpWait is the default of committer.followUpWait: how long the writer, having run a maintenance commit that another follows at
 // once (commitJob.followUp: the two commits of a conversion), waits in AfterCommit for that
 // second commit, so that it too runs between two of its commits instead of a flush interval
 // later.
@@ -55,17 +56,41 @@ type jobResult struct {
 	err  error
 }
 
-// AfterCommit is called by the table's writer, on its goroutine, after each of its commits, with
-// the committed table. It runs the maintenance commit waiting for the writer, if any, on that
-// table (so the two never conflict) and passes the result to adopt; then it hands the newest
-// table to the maintainer and wakes it. Without a waiting commit it does not block.
-func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error) {
-	if m == nil || tbl == nil {
-		return
-	}
-	m.writerCommit.Store(time.Now().UnixNano())
-	for job := m.slot.Swap(nil); job != nil; {
-		res := m.execute(ctx, job, tbl)
+// committer commits a table's maintenance changes: each attempt is a job staged on the newest
+// table, which the table's writer runs between two of its commits when it is committing (the
+// hand-off slot) and the maintenance goroutine runs itself otherwise, through commit.Run. The
+// slot, the hand-off wait and the time of the writer's last commit are atomic: the writer's
+// goroutine reads them; the rest is set before Run.
+type committer struct {
+	*maintained
+	lease *leaseHolder // renewed in every commit
+	// onDemand is a run of RunTable (dms2iceberg maintain): no writer hands it a table, and an
+	// operator waits for it, so a lost race is re-staged at once and does not use up its
+	// retries, as for a table writer; background maintenance yields to the writers instead.
+	onDemand bool
+	// A job waits in slot for the writer's next commit, at most handoffWait (zero: no hand-off,
+	// as for RunTable).
+	handoffWait  atomic.Int64 // nanoseconds
+	slot         atomic.Pointer[commitJob]
+	filled       chan struct{}                  // signalled (buffered 1) when a job is put in slot
+	followUpWait time.Duration                  // followUpWait unless a test sets it
+	writerCommit atomic.Int64                   // unix nanoseconds of the writer's last commit
+	beforeCommit func(step string, attempt int) // for tests: called before each commit
+}
+
+func newCommitter(t *maintained, lease *leaseHolder, handoffWait time.Duration) *committer {
+	c := &committer{maintained: t, lease: lease, filled: make(chan struct{}, 1), followUpWait: followUpWait}
+	c.handoffWait.Store(int64(handoffWait))
+	return c
+}
+
+// runWaiting runs, on the writer's goroutine, the maintenance commit waiting in the slot for the
+// writer's commit of tbl, if any, on tbl, and passes each result to adopt (AfterCommit). It
+// returns the newest table.
+func (c *committer) runWaiting(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error) *table.Table {
+	c.writerCommit.Store(time.Now().UnixNano())
+	for job := c.slot.Swap(nil); job != nil; {
+		res := c.execute(ctx, job, tbl)
 		if res.tbl != nil {
 			if err := adopt(res.tbl); err == nil {
 				tbl = res.tbl
@@ -75,28 +100,24 @@ func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt fu
 		if !job.followUp || res.tbl == nil {
 			break
 		}
-		job = m.awaitFollowUp(ctx)
+		job = c.awaitFollowUp(ctx)
 	}
-	m.latest.Store(tbl)
-	select {
-	case m.kick <- struct{}{}:
-	default:
-	}
+	return tbl
 }
 
-// awaitFollowUp waits at most m.followUpWait for the next job in the slot and takes it (nil: none
+// awaitFollowUp waits at most c.followUpWait for the next job in the slot and takes it (nil: none
 // came, or ctx ended).
-func (m *Maintainer) awaitFollowUp(ctx context.Context) *commitJob {
-	timer := time.NewTimer(m.followUpWait)
+func (c *committer) awaitFollowUp(ctx context.Context) *commitJob {
+	timer := time.NewTimer(c.followUpWait)
 	defer timer.Stop()
 	for {
-		if job := m.slot.Swap(nil); job != nil {
+		if job := c.slot.Swap(nil); job != nil {
 			return job
 		}
 		select {
-		case <-m.filled: // a job was put in the slot (or an earlier signal was left over)
+		case <-c.filled: // a job was put in the slot (or an earlier signal was left over)
 		case <-timer.C:
-			return m.slot.Swap(nil)
+			return c.slot.Swap(nil)
 		case <-ctx.Done():
 			return nil
 		}
@@ -105,16 +126,16 @@ func (m *Maintainer) awaitFollowUp(ctx context.Context) *commitJob {
 
 // execute stages job on head (loaded from the catalog when nil) and commits it. It touches no
 // mutable maintainer state, so the writer may run it.
-func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Table) jobResult {
-	ctx, cancel := m.bounded(ctx)
+func (c *committer) execute(ctx context.Context, job *commitJob, head *table.Table) jobResult {
+	ctx, cancel := bounded(ctx, c.cfg)
 	defer cancel()
 	if head == nil {
 		var err error
-		if head, err = m.cat.LoadTable(ctx, m.ident); err != nil {
+		if head, err = c.cat.LoadTable(ctx, c.ident); err != nil {
 			return jobResult{err: err, sent: true} // retryable, like a lost commit
 		}
 	}
-	if err := tableprop.CheckStateVersion(m.name, head.Properties()); err != nil {
+	if err := tableprop.CheckStateVersion(c.name, head.Properties()); err != nil {
 		return jobResult{head: head, err: err} // not sent: permanent
 	}
 	props := maps.Clone(job.props)
@@ -123,8 +144,8 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 	}
 	tableprop.Stamp(props, head.Properties())
 	if job.direct != nil {
-		if m.beforeCommit != nil {
-			m.beforeCommit(job.step, job.attempt)
+		if c.beforeCommit != nil {
+			c.beforeCommit(job.step, job.attempt)
 		}
 		tbl, sent, err := job.direct(ctx, head, props)
 		if tbl != nil {
@@ -141,13 +162,13 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 			return jobResult{head: head, err: fmt.Errorf("stage properties: %w", err)}
 		}
 	}
-	if m.beforeCommit != nil {
-		m.beforeCommit(job.step, job.attempt)
+	if c.beforeCommit != nil {
+		c.beforeCommit(job.step, job.attempt)
 	}
 	tbl, err := txn.Commit(ctx)
 	if tbl != nil {
 		if err != nil {
-			m.log.Warn("cleanup after a maintenance commit failed", zap.String("step", job.step), zap.Error(err))
+			c.log.Warn("cleanup after a maintenance commit failed", zap.String("step", job.step), zap.Error(err))
 		}
 		return jobResult{tbl: tbl, head: head, sent: true}
 	}
@@ -157,25 +178,25 @@ func (m *Maintainer) execute(ctx context.Context, job *commitJob, head *table.Ta
 // bounded derives the context of one maintenance commit attempt: cfg.CommitTimeout bounds it, so
 // that a catalog or store that never answers cannot hold the writer that runs the job, nor the
 // maintainer, past it.
-func (m *Maintainer) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	if m.cfg.CommitTimeout <= 0 {
+func bounded(ctx context.Context, cfg Config) (context.Context, context.CancelFunc) {
+	if cfg.CommitTimeout <= 0 {
 		return context.WithCancel(ctx)
 	}
-	return context.WithTimeout(ctx, m.cfg.CommitTimeout)
+	return context.WithTimeout(ctx, cfg.CommitTimeout)
 }
 
 // runJob runs a commit job between two commits of the table's writer when the writer is
 // committing (it then never conflicts with the writer and the writer continues from the result),
 // and here, on the newest table, when the writer is quiet or does not take the job in time.
-func (m *Maintainer) runJob(ctx context.Context, job *commitJob) jobResult {
-	wait := time.Duration(m.handoffWait.Load())
-	active := time.Since(time.Unix(0, m.writerCommit.Load())) < wait
+func (c *committer) runJob(ctx context.Context, job *commitJob) jobResult {
+	wait := time.Duration(c.handoffWait.Load())
+	active := time.Since(time.Unix(0, c.writerCommit.Load())) < wait
 	if wait <= 0 || !active {
-		return m.execute(ctx, job, nil)
+		return c.execute(ctx, job, nil)
 	}
-	m.slot.Store(job)
+	c.slot.Store(job)
 	select {
-	case m.filled <- struct{}{}:
+	case c.filled <- struct{}{}:
 	default:
 	}
 	timer := time.NewTimer(wait)
@@ -186,13 +207,13 @@ func (m *Maintainer) runJob(ctx context.Context, job *commitJob) jobResult {
 	case <-timer.C:
 	case <-ctx.Done():
 	}
-	if !m.slot.CompareAndSwap(job, nil) {
+	if !c.slot.CompareAndSwap(job, nil) {
 		return <-job.done // the writer took it
 	}
 	if ctx.Err() != nil {
 		return jobResult{err: ctx.Err()}
 	}
-	return m.execute(ctx, job, nil)
+	return c.execute(ctx, job, nil)
 }
 
 // committed is how a maintenance commit ended.
@@ -208,55 +229,55 @@ type committed struct {
 // which brings its own head: the loop reloads nothing. stage may return errNothingToDo,
 // errAlreadyCommitted or errSuperseded; commit then returns that error at once, as it does any
 // staging error and a lost lease.
-func (m *Maintainer) commit(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
-	return m.commitJob(ctx, step, props, commitJob{stage: stage})
+func (c *committer) commit(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
+	return c.commitJob(ctx, step, props, commitJob{stage: stage})
 }
 
 // commitDirect is commit for a change that direct stages and commits itself.
-func (m *Maintainer) commitDirect(ctx context.Context, step string, direct directFunc) (committed, error) {
-	return m.commitJob(ctx, step, nil, commitJob{direct: direct})
+func (c *committer) commitDirect(ctx context.Context, step string, direct directFunc) (committed, error) {
+	return c.commitJob(ctx, step, nil, commitJob{direct: direct})
 }
 
 // commitThenMore is commit for a change that another commit follows as soon as it has landed
 // (the first of a conversion's two): the writer that runs it waits briefly for the next one
 // (commitJob.followUp).
-func (m *Maintainer) commitThenMore(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
-	return m.commitJob(ctx, step, props, commitJob{stage: stage, followUp: true})
+func (c *committer) commitThenMore(ctx context.Context, step string, props iceberg.Properties, stage stageFunc) (committed, error) {
+	return c.commitJob(ctx, step, props, commitJob{stage: stage, followUp: true})
 }
 
 // commitJob commits the change of kind (its stage or direct, and followUp) as commit does.
-func (m *Maintainer) commitJob(ctx context.Context, step string, props iceberg.Properties, kind commitJob) (committed, error) {
+func (c *committer) commitJob(ctx context.Context, step string, props iceberg.Properties, kind commitJob) (committed, error) {
 	var out committed
 	// Each attempt is a job that brings its own table; on demand the loop reloads too, so that it
 	// recognises a lost race (the table moved) and re-stages it soon without counting it.
 	reload := func(context.Context) (*table.Table, error) { return nil, nil }
-	if m.onDemand {
-		reload = func(ctx context.Context) (*table.Table, error) { return m.cat.LoadTable(ctx, m.ident) }
+	if c.onDemand {
+		reload = func(ctx context.Context) (*table.Table, error) { return c.cat.LoadTable(ctx, c.ident) }
 	}
-	res, err := commit.Run(ctx, m.cat, m.ident, nil, commit.Policy{Retries: m.cfg.CommitRetries, Yield: !m.onDemand}, commit.Op{
+	res, err := commit.Run(ctx, c.cat, c.ident, nil, commit.Policy{Retries: c.cfg.CommitRetries, Yield: !c.onDemand}, commit.Op{
 		Name: step,
 		Stage: func(ctx context.Context, _ *table.Table, attempt int) (*table.Table, error) {
 			now := time.Now()
-			if !m.ignoreLease && !m.holds(now) {
+			if !c.lease.ignore && !c.lease.holds(now) {
 				return nil, commit.Permanent(errLeaseLost)
 			}
 			p := maps.Clone(props)
 			if p == nil {
 				p = iceberg.Properties{}
 			}
-			until := now.Add(m.cfg.LeaseDuration)
-			if !m.ignoreLease {
-				maps.Copy(p, m.leaseProps(until))
+			until := now.Add(c.cfg.LeaseDuration)
+			if !c.lease.ignore {
+				maps.Copy(p, c.lease.props(until))
 			}
-			r := m.runJob(ctx, &commitJob{step: step, props: p, stage: kind.stage, direct: kind.direct, attempt: attempt,
+			r := c.runJob(ctx, &commitJob{step: step, props: p, stage: kind.stage, direct: kind.direct, attempt: attempt,
 				done: make(chan jobResult, 1), followUp: kind.followUp})
 			out.head = r.head
 			if r.sent {
 				out.sent++
 			}
 			if r.err == nil {
-				if !m.ignoreLease {
-					m.setLease(until)
+				if !c.lease.ignore {
+					c.lease.set(until)
 				}
 				return r.tbl, nil
 			}
@@ -267,7 +288,7 @@ func (m *Maintainer) commitJob(ctx context.Context, step string, props iceberg.P
 		},
 		Reload: reload,
 		Failed: func(attempt int, err, _ error) {
-			m.log.Info("maintenance commit lost to another commit; restaging on the newest table",
+			c.log.Info("maintenance commit lost to another commit; restaging on the newest table",
 				zap.String("step", step), zap.Int("attempt", attempt+1), zap.Error(err))
 		},
 	})

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // With the hand-off on, a conversion's two commits (the position deletes, then the drop of the
@@ -14,6 +16,7 @@ import (
 // later. Here "the writer" calls AfterCommit every 20 ms; a conversion whose second commit waited
 // for the next call would show two calls adopting one table each.
 func TestConversionCommitsRunInOneHandoff(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir)
 	m := newModel(h)
@@ -49,6 +52,6 @@ func TestConversionCommitsRunInOneHandoff(t *testing.T) {
 			calls.Load(), adopted.Load(), twice.Load())
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	h.close()
 }

@@ -5,22 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
-	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -32,19 +28,11 @@ var usersIdent = table.Identifier{"shop", "users"}
 var usersDef = sink.TableConfig{PrimaryKey: []string{"id"}, Columns: []sink.ColumnSpec{
 	{Name: "id", Type: "INT4"}, {Name: "name", Type: "WSTRING", Length: 20}, {Name: "amount", Type: "NUMERIC", Precision: 10, Scale: 2}}}
 
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) Done(n int) { c.n.Add(int64(n)) }
-
-type nopDLQ struct{}
-
-func (nopDLQ) DeadLetter(context.Context, change.DeadLetter) error { return nil }
-
 type harness struct {
 	t    *testing.T
 	cat  catalog.Catalog
 	s    *sink.Iceberg
-	ack  *counter
+	ack  *sinktest.Acks
 	done chan error
 }
 
@@ -68,8 +56,8 @@ func newHarnessFor(t *testing.T, dir string, def sink.TableConfig) *harness {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &harness{t: t, cat: cat, ack: &counter{}, done: make(chan error, 1)}
-	h.s, err = sink.New(cfg, cat, nopDLQ{}, sink.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
+	h := &harness{t: t, cat: cat, ack: &sinktest.Acks{}, done: make(chan error, 1)}
+	h.s, err = sink.New(cfg, cat, &sinktest.DLQ{}, sink.WithLogger(zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,8 +85,7 @@ func (h *harness) close() {
 
 func (h *harness) submit(shard string, seq int, op change.Op, cols ...change.Column) {
 	h.t.Helper()
-	ev := &change.Event{Schema: "shop", Table: "users", Op: op, Columns: cols,
-		Pos: change.Position{Stream: "st", Shard: shard, Seq: fmt.Sprint(seq)}, Raw: []byte(`{"raw":true}`), Ack: h.ack}
+	ev := sinktest.Event("st", shard, seq, "shop", "users", op, cols, nil, h.ack)
 	if err := h.s.Submit(context.Background(), ev); err != nil {
 		h.t.Fatal(err)
 	}
@@ -111,13 +98,11 @@ func (h *harness) flush() {
 	}
 }
 
-func num(name string, v int) change.Column {
-	return change.Column{Name: name, Value: change.Value{Kind: change.KindNumber, Text: fmt.Sprint(v)}}
-}
-
-func str(name, v string) change.Column {
-	return change.Column{Name: name, Value: change.Value{Kind: change.KindString, Text: v}}
-}
+// num and str are the columns the tests submit.
+var (
+	num = sinktest.Num
+	str = sinktest.Str
+)
 
 // model is the expected content of shop.users, applied alongside the submitted changes.
 type model struct {
@@ -200,11 +185,7 @@ func testMaintainer(t *testing.T, cat catalog.Catalog, cfg maintenance.Config) *
 
 func loadUsers(t *testing.T, cat catalog.Catalog) *table.Table {
 	t.Helper()
-	tbl, err := cat.LoadTable(context.Background(), usersIdent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tbl
+	return sinktest.LoadTable(t, cat, usersIdent)
 }
 
 func watermarks(tbl *table.Table) map[string]string {
@@ -221,74 +202,5 @@ func scanRows(t *testing.T, cat catalog.Catalog) ([]string, *table.Table) {
 // scanRowsOf is scanRows on tbl with opts (table.WithSnapshotID: a branch, an older snapshot).
 func scanRowsOf(t *testing.T, tbl *table.Table, opts ...table.ScanOption) []string {
 	t.Helper()
-	fields := tbl.Schema().Fields()
-	var out []string
-	_, it, err := tbl.Scan(opts...).ToArrowRecords(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rec, err := range it {
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < int(rec.NumRows()); i++ {
-			var parts []string
-			for _, f := range fields {
-				idx := rec.Schema().FieldIndices(f.Name)
-				if len(idx) == 0 {
-					continue
-				}
-				v, ok := dms.RenderArrow(rec.Column(idx[0]), i, f.Type)
-				if !ok {
-					v = "null"
-				}
-				parts = append(parts, f.Name+"="+v)
-			}
-			out = append(out, strings.Join(parts, ","))
-		}
-		rec.Release()
-	}
-	sort.Strings(out)
-	return out
-}
-
-func eq(t *testing.T, got []string, want ...string) {
-	t.Helper()
-	sort.Strings(want)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// manifestsOf returns tbl's file IO and the manifests of its current snapshot.
-func manifestsOf(t *testing.T, tbl *table.Table) (icebergio.IO, []iceberg.ManifestFile) {
-	t.Helper()
-	fs, err := tbl.FS(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	mans, err := tbl.CurrentSnapshot().Manifests(fs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fs, mans
-}
-
-// dataSeqs returns the data sequence number of every live data file of the current snapshot.
-func dataSeqs(t *testing.T, tbl *table.Table) map[string]int64 {
-	t.Helper()
-	fs, mans := manifestsOf(t, tbl)
-	out := map[string]int64{}
-	for _, mf := range mans {
-		if mf.ManifestContent() != iceberg.ManifestContentData {
-			continue
-		}
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			out[e.DataFile().FilePath()] = e.SequenceNum()
-		}
-	}
-	return out
+	return sinktest.Rows(t, tbl, nil, opts...)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // Conversions probe the data files' key columns through the process's key cache: the first
@@ -13,6 +14,7 @@ import (
 // rows come out the same. A bound too small for any column caches nothing and changes nothing
 // else; the cache never holds more than its bound.
 func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name    string
 		limit   int64
@@ -46,7 +48,7 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 					t.Fatalf("conversion %d: report %+v: want equality deletes converted", b, rep)
 				}
 				rows, tbl := scanRows(t, h.cat)
-				eq(t, rows, m.want()...)
+				sinktest.Eq(t, rows, m.want()...)
 				if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 					t.Fatalf("conversion %d: %d equality delete files left", b, eqFiles)
 				}
@@ -74,6 +76,7 @@ func TestConversionsProbeThroughTheKeyCache(t *testing.T) {
 // A committed compaction drops the cached columns of the data files it rewrote (no probe reads
 // them again), so the cache holds only live files' columns and the bound goes to them.
 func TestCompactionForgetsRewrittenColumns(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -97,7 +100,7 @@ func TestCompactionForgetsRewrittenColumns(t *testing.T) {
 		t.Fatalf("compaction: %+v, %v", rep, err)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	tasks, err := tbl.Scan().PlanFiles(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +141,7 @@ func cachedMaintainer(t *testing.T, h *harness, cfg maintenance.Config, limit in
 
 // A nil cache (key_cache_bytes 0) reads every file and reports nothing.
 func TestKeyCacheOff(t *testing.T) {
+	t.Parallel()
 	c := maintenance.NewKeyCache(0)
 	if c != nil {
 		t.Fatalf("NewKeyCache(0) = %v, want nil", c)
@@ -152,6 +156,7 @@ func TestKeyCacheOff(t *testing.T) {
 // after a compaction replaced the table's manifests, the old ones leave the cache two listings
 // later.
 func TestManifestCacheListsWhatTheManifestsHold(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 0)
 	mt := testMaintainer(t, h.cat, positionConfig())
@@ -170,7 +175,7 @@ func TestManifestCacheListsWhatTheManifestsHold(t *testing.T) {
 			compacted = true
 		}
 		tbl := loadUsers(t, h.cat)
-		_, mans := manifestsOf(t, tbl)
+		_, mans := sinktest.ManifestsOf(t, tbl)
 		cur := map[string]bool{}
 		for _, mf := range mans {
 			cur[mf.FilePath()] = true
@@ -190,7 +195,7 @@ func TestManifestCacheListsWhatTheManifestsHold(t *testing.T) {
 		prev = cur
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if !compacted {
 		t.Fatal("no compaction")
 	}

@@ -2,9 +2,12 @@ package maintenance
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/iceberg-go"
@@ -24,6 +27,23 @@ import (
 // backs off (its record is then treated as a foreign lease until it ends). The holder renews in
 // every maintenance commit and needs no validation while its lease has not ended.
 
+// leaseHolder holds a table's maintenance lease for one Maintainer: it acquires, validates,
+// renews and releases it. Its end is atomic: the writer's goroutine checks it before each
+// maintenance commit it runs; the rest is the maintenance goroutine's.
+type leaseHolder struct {
+	*maintained
+	owner       string       // cfg.Owner plus a token unique to this process
+	ignore      bool         // RunOptions.IgnoreLease
+	end         atomic.Int64 // unix nanoseconds: the lease this process validly holds ends then (0: none)
+	heldByOther string       // the foreign owner last logged
+}
+
+func newLeaseHolder(t *maintained) *leaseHolder {
+	var tok [4]byte
+	_, _ = rand.Read(tok[:])
+	return &leaseHolder{maintained: t, owner: t.cfg.Owner + "#" + hex.EncodeToString(tok[:])}
+}
+
 // ReadLease returns the lease recorded in a table's properties: its owner ("<owner>#<token>",
 // "" when none) and when it ends unless renewed.
 func ReadLease(p iceberg.Properties) (owner string, until time.Time) {
@@ -32,63 +52,63 @@ func ReadLease(p iceberg.Properties) (owner string, until time.Time) {
 
 // holds reports whether this process holds a lease that is not about to end. The margin covers
 // clock skew between workers and the time a commit takes.
-func (m *Maintainer) holds(now time.Time) bool {
-	return m.leaseUntil().After(now.Add(m.cfg.LeaseDuration / 10))
+func (l *leaseHolder) holds(now time.Time) bool {
+	return l.until().After(now.Add(l.cfg.LeaseDuration / 10))
 }
 
-// lease reports whether this process may maintain the table now, acquiring or renewing the
+// take reports whether this process may maintain the table now, acquiring or renewing the
 // lease when needed. tbl is a recent version of the table.
-func (m *Maintainer) lease(ctx context.Context, tbl *table.Table) bool {
-	if m.ignoreLease {
+func (l *leaseHolder) take(ctx context.Context, tbl *table.Table) bool {
+	if l.ignore {
 		return true
 	}
 	now := time.Now()
-	if m.holds(now) && m.leaseUntil().Sub(now) > m.cfg.LeaseDuration/2 {
+	if l.holds(now) && l.until().Sub(now) > l.cfg.LeaseDuration/2 {
 		return true
 	}
-	if !m.holds(now) && m.foreign(tbl.Properties(), now) {
+	if !l.holds(now) && l.foreign(tbl.Properties(), now) {
 		return false
 	}
-	ok, err := m.acquire(ctx)
+	ok, err := l.acquire(ctx)
 	if err != nil && ctx.Err() == nil {
-		m.metrics.MaintenanceFailed(m.name, "lease")
-		m.log.Warn("cannot acquire the maintenance lease", zap.Error(err))
+		l.metrics.MaintenanceFailed(l.name, "lease")
+		l.log.Warn("cannot acquire the maintenance lease", zap.Error(err))
 	}
 	return ok
 }
 
 // foreign reports a live lease in props that is not the one this process holds.
-func (m *Maintainer) foreign(props iceberg.Properties, now time.Time) bool {
+func (l *leaseHolder) foreign(props iceberg.Properties, now time.Time) bool {
 	owner, until := ReadLease(props)
-	if owner == "" || !until.After(now) || (owner == m.owner && until.Equal(m.leaseUntil())) {
+	if owner == "" || !until.After(now) || (owner == l.owner && until.Equal(l.until())) {
 		return false
 	}
-	if owner != m.heldByOther {
-		m.heldByOther = owner
-		m.log.Debug("maintenance lease held by another worker", zap.String("owner", owner), zap.Time("until", until))
+	if owner != l.heldByOther {
+		l.heldByOther = owner
+		l.log.Debug("maintenance lease held by another worker", zap.String("owner", owner), zap.Time("until", until))
 	}
 	return true
 }
 
-func (m *Maintainer) leaseUntil() time.Time {
-	if n := m.leaseEnd.Load(); n != 0 {
+func (l *leaseHolder) until() time.Time {
+	if n := l.end.Load(); n != 0 {
 		return time.Unix(0, n)
 	}
 	return time.Time{}
 }
 
-func (m *Maintainer) setLease(until time.Time) {
+func (l *leaseHolder) set(until time.Time) {
 	if until.IsZero() {
-		m.leaseEnd.Store(0)
+		l.end.Store(0)
 		return
 	}
-	m.leaseEnd.Store(until.UnixNano())
+	l.end.Store(until.UnixNano())
 }
 
 // renewWhileRunning keeps the lease renewed, with properties-only commits, while a long run
 // (a big compaction) is in progress, until stop is closed.
-func (m *Maintainer) renewWhileRunning(ctx context.Context, stop <-chan struct{}) {
-	tick := time.NewTicker(m.cfg.LeaseDuration / 4)
+func (l *leaseHolder) renewWhileRunning(ctx context.Context, stop <-chan struct{}) {
+	tick := time.NewTicker(l.cfg.LeaseDuration / 4)
 	defer tick.Stop()
 	for {
 		select {
@@ -99,62 +119,62 @@ func (m *Maintainer) renewWhileRunning(ctx context.Context, stop <-chan struct{}
 		case <-tick.C:
 		}
 		now := time.Now()
-		if !m.holds(now) || m.leaseUntil().Sub(now) > m.cfg.LeaseDuration*3/4 {
+		if !l.holds(now) || l.until().Sub(now) > l.cfg.LeaseDuration*3/4 {
 			continue
 		}
-		if until, ok := m.renew(ctx, now); ok && m.holds(time.Now()) {
-			m.setLease(until) // not lost meanwhile (then the record we wrote is foreign to us)
+		if until, ok := l.renew(ctx, now); ok && l.holds(time.Now()) {
+			l.set(until) // not lost meanwhile (then the record we wrote is foreign to us)
 		}
 	}
 }
 
 // renew commits a renewal of the lease decided at now, bounded by cfg.CommitTimeout.
-func (m *Maintainer) renew(ctx context.Context, now time.Time) (time.Time, bool) {
-	ctx, cancel := m.bounded(ctx)
+func (l *leaseHolder) renew(ctx context.Context, now time.Time) (time.Time, bool) {
+	ctx, cancel := bounded(ctx, l.cfg)
 	defer cancel()
-	tbl, err := m.cat.LoadTable(ctx, m.ident)
-	if err != nil || tableprop.CheckStateVersion(m.name, tbl.Properties()) != nil {
+	tbl, err := l.cat.LoadTable(ctx, l.ident)
+	if err != nil || tableprop.CheckStateVersion(l.name, tbl.Properties()) != nil {
 		return time.Time{}, false
 	}
-	until := now.Add(m.cfg.LeaseDuration)
+	until := now.Add(l.cfg.LeaseDuration)
 	txn := tbl.NewTransaction()
-	if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(until), tbl.Properties())); err != nil {
+	if err := txn.SetProperties(tableprop.Stamp(l.props(until), tbl.Properties())); err != nil {
 		return time.Time{}, false
 	}
 	if _, err := txn.Commit(ctx); err != nil {
-		m.log.Debug("cannot renew the maintenance lease", zap.Error(err))
+		l.log.Debug("cannot renew the maintenance lease", zap.Error(err))
 		return time.Time{}, false
 	}
 	return until, true
 }
 
-func (m *Maintainer) leaseProps(until time.Time) iceberg.Properties {
-	return iceberg.Properties{tableprop.MaintenanceOwner: m.owner, tableprop.MaintenanceUntil: formatTime(until)}
+func (l *leaseHolder) props(until time.Time) iceberg.Properties {
+	return iceberg.Properties{tableprop.MaintenanceOwner: l.owner, tableprop.MaintenanceUntil: formatTime(until)}
 }
 
 // acquire acquires or renews the lease with a properties-only commit.
-func (m *Maintainer) acquire(ctx context.Context) (bool, error) {
-	ctx, cancel := m.bounded(ctx)
+func (l *leaseHolder) acquire(ctx context.Context) (bool, error) {
+	ctx, cancel := bounded(ctx, l.cfg)
 	defer cancel()
-	base, err := m.cat.LoadTable(ctx, m.ident)
+	base, err := l.cat.LoadTable(ctx, l.ident)
 	if err != nil {
 		return false, err
 	}
-	return m.acquireOn(ctx, base, time.Now())
+	return l.acquireOn(ctx, base, time.Now())
 }
 
 // acquireOn acquires or renews the lease, deciding on base as read at now.
-func (m *Maintainer) acquireOn(ctx context.Context, base *table.Table, now time.Time) (bool, error) {
-	if err := tableprop.CheckStateVersion(m.name, base.Properties()); err != nil {
+func (l *leaseHolder) acquireOn(ctx context.Context, base *table.Table, now time.Time) (bool, error) {
+	if err := tableprop.CheckStateVersion(l.name, base.Properties()); err != nil {
 		return false, err
 	}
-	renewal := m.holds(now)
-	if !renewal && m.foreign(base.Properties(), now) {
+	renewal := l.holds(now)
+	if !renewal && l.foreign(base.Properties(), now) {
 		return false, nil
 	}
-	until := now.Add(m.cfg.LeaseDuration)
+	until := now.Add(l.cfg.LeaseDuration)
 	txn := base.NewTransaction()
-	if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(until), base.Properties())); err != nil {
+	if err := txn.SetProperties(tableprop.Stamp(l.props(until), base.Properties())); err != nil {
 		return false, err
 	}
 	committed, err := txn.Commit(ctx)
@@ -164,13 +184,13 @@ func (m *Maintainer) acquireOn(ctx context.Context, base *table.Table, now time.
 	if !renewal {
 		ok, err := validAcquisition(ctx, base, committed, now)
 		if !ok {
-			m.log.Info("maintenance lease acquisition raced with another worker; backing off", zap.Error(err))
+			l.log.Info("maintenance lease acquisition raced with another worker; backing off", zap.Error(err))
 			return false, nil
 		}
-		m.log.Info("maintenance lease acquired", zap.String("owner", m.owner), zap.Time("until", until))
+		l.log.Info("maintenance lease acquired", zap.String("owner", l.owner), zap.Time("until", until))
 	}
-	m.setLease(until)
-	m.heldByOther = ""
+	l.set(until)
+	l.heldByOther = ""
 	return true, nil
 }
 
@@ -206,23 +226,23 @@ func validAcquisition(ctx context.Context, base, committed *table.Table, now tim
 }
 
 // release ends a held lease early (at shutdown), so another worker can take over at once.
-func (m *Maintainer) release() {
-	if m.ignoreLease || !m.holds(time.Now()) {
+func (l *leaseHolder) release() {
+	if l.ignore || !l.holds(time.Now()) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	tbl, err := m.cat.LoadTable(ctx, m.ident)
-	if err != nil || tableprop.CheckStateVersion(m.name, tbl.Properties()) != nil {
+	tbl, err := l.cat.LoadTable(ctx, l.ident)
+	if err != nil || tableprop.CheckStateVersion(l.name, tbl.Properties()) != nil {
 		return
 	}
 	txn := tbl.NewTransaction()
-	if err := txn.SetProperties(tableprop.Stamp(m.leaseProps(time.Now()), tbl.Properties())); err != nil {
+	if err := txn.SetProperties(tableprop.Stamp(l.props(time.Now()), tbl.Properties())); err != nil {
 		return
 	}
 	if _, err := txn.Commit(ctx); err != nil {
-		m.log.Debug("cannot release the maintenance lease", zap.Error(err))
+		l.log.Debug("cannot release the maintenance lease", zap.Error(err))
 		return
 	}
-	m.setLease(time.Time{})
+	l.set(time.Time{})
 }

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 func TestLeaseAllowsOneMaintainer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir)
 	m := newModel(h)
@@ -76,6 +78,8 @@ func TestLeaseAllowsOneMaintainer(t *testing.T) {
 
 // A run longer than the lease keeps the lease: it is renewed in the background, so a big
 // compaction is not abandoned at its commit.
+// Not parallel: it measures renewals against a 3 s lease, which other tests on the same cores
+// would slow.
 func TestLeaseRenewedDuringLongRun(t *testing.T) {
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 50, 1)
@@ -94,6 +98,6 @@ func TestLeaseRenewedDuringLongRun(t *testing.T) {
 		t.Fatalf("long compaction: %v, %+v", err, rep)
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	h.close()
 }

@@ -2,8 +2,6 @@ package maintenance
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -14,6 +12,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -25,69 +24,75 @@ var (
 	// errLeaseLost stops a run when this process no longer holds the table's lease.
 	errLeaseLost = errors.New("maintenance lease lost")
 	// errSuperseded: another compaction rewrote some of this one's input files first.
-	errSuperseded = errors.New("superseded by another compaction")
+	errSuperseded = deletes.ErrSuperseded
 )
+
+// maintained is the table one Maintainer maintains, as each of its parts sees it: set by New (and
+// RunTable) before anything runs, read-only after.
+type maintained struct {
+	cat     catalog.Catalog
+	ident   table.Identifier
+	name    string
+	cfg     Config
+	log     *zap.Logger
+	metrics Metrics
+	// afterRewrite, for tests and the benchmark, is called after a compaction wrote its files
+	// and after a conversion planned.
+	afterRewrite func()
+}
+
+// reloading reports whether a DMS reload of tbl is in progress (tableprop.ReloadBefore): step
+// (compaction, position conversion) is then skipped, because the files it would write carry the
+// rows of files at or below the reload's sequence number above it, where the reload's replacing
+// commit would not remove them (design.md §12 "Reload"). A step planned before the reload
+// started writes files at its planning snapshot's sequence number (compaction: removed by the
+// replace) or position deletes naming such files (removed with them).
+func (t *maintained) reloading(tbl *table.Table, step string) bool {
+	if tbl.Properties()[tableprop.ReloadBefore] == "" {
+		return false
+	}
+	t.log.Debug("a reload of the table is in progress: skipped", zap.String("step", step))
+	return true
+}
 
 // Maintainer maintains one table beside its writer: it measures the table after the writer's
 // commits and every check interval, and when a threshold is crossed (and it holds the table's
 // lease) compacts, expires snapshots, rewrites manifests and removes orphan files. Its commits
 // are staged on the newest table and retried after losing to other commits, so the writer never
 // waits for it (design.md, "Maintenance"). See the package comment for who runs what.
+//
+// It schedules the steps; each step is its own type (compactor, converter, branchMover, cleaner),
+// as are the lease (leaseHolder), the commits and their hand-off to the writer (committer), the
+// deferred file deletions (deferredDeletes) and the delete planning (deletes.Planner).
 type Maintainer struct {
-	cat         catalog.Catalog
-	ident       table.Identifier
-	name        string
-	cfg         Config
-	owner       string // cfg.Owner plus a token unique to this process
-	log         *zap.Logger
-	metrics     Metrics
-	ignoreLease bool // RunOptions.IgnoreLease
-	// onDemand is a run of RunTable (dms2iceberg maintain): no writer hands it a table, and an
-	// operator waits for it, so a lost race is re-staged at once and does not use up its
-	// retries, as for a table writer; background maintenance yields to the writers instead.
-	onDemand bool
+	*maintained
+	lease     *leaseHolder
+	commits   *committer
+	deferred  *deferredDeletes
+	compactor *compactor
+	converter *converter
+	branch    *branchMover
+	cleaner   *cleaner
+	planner   *deletes.Planner // the conversions' and the writer's vectors' (its caches are locked)
 
 	kick   chan struct{}
 	latest atomic.Pointer[table.Table] // the writer's newest committed table, not yet measured
 
-	// Handoff of maintenance commits to the writer (zero handoffWait: none, as for RunTable).
-	// A job waits in slot for the writer's next commit, at most handoffWait.
-	handoffWait  atomic.Int64 // nanoseconds
-	slot         atomic.Pointer[commitJob]
-	filled       chan struct{} // signalled (buffered 1) when a job is put in slot
-	followUpWait time.Duration // followUpWait unless a test sets it
-	writerCommit atomic.Int64  // unix nanoseconds of the writer's last commit
-
-	// Owned by the goroutine that runs maintenance.
-	leaseEnd    atomic.Int64 // unix nanoseconds: the lease this process validly holds ends then (0: none)
-	base        counts       // what the last compaction left (and could not remove)
-	next        time.Time    // no compaction before (min interval, failure backoff)
-	failures    int
-	created     time.Time
-	lastRun     time.Time
-	lastFull    time.Time
-	metaBytes   int64
-	manifests   int
-	metaWarned  time.Time
-	heldByOther string
-	structural  time.Time // when the metadata-size or manifest trigger last fired
-	pauseUntil  time.Time // after a failed run, nothing runs before
-	pauses      int
-	eqSince     time.Time     // position mode: when equality deletes were first seen outstanding
-	lastPublish time.Time     // position mode: when the positional branch last moved
-	runSlots    *Slots        // shared with the process's other maintainers (nil: unbounded)
-	keys        *KeyCache     // key columns of data files, shared likewise (nil: none)
-	liveCache   manifestCache // live entries of the manifests conversions read
-	// Lists of files to delete later (deferred.go), and when storage was last listed for them.
-	deferred       []deferredList
-	deferredListed time.Time
-	clock          func() time.Time // when deferred lists are due (tests move it)
+	// Owned by the goroutine that runs maintenance: the schedule.
+	created    time.Time
+	lastRun    time.Time
+	lastFull   time.Time
+	metaBytes  int64
+	manifests  int
+	metaWarned time.Time
+	structural time.Time // when the metadata-size or manifest trigger last fired
+	pauseUntil time.Time // after a failed run, nothing runs before
+	pauses     int
+	runSlots   *Slots // shared with the process's other maintainers (nil: unbounded)
 
 	// For tests and the benchmark.
-	busy         atomic.Bool
-	runs         atomic.Int64
-	beforeCommit func(step string, attempt int) // called before each maintenance commit
-	afterRewrite func()                         // called after compaction wrote its files
+	busy atomic.Bool
+	runs atomic.Int64
 }
 
 // New returns the maintainer of one table; name is the table as logs and metrics show it
@@ -103,18 +108,22 @@ func New(cat catalog.Catalog, ident table.Identifier, name string, cfg Config, l
 	if log == nil {
 		log = zap.NewNop()
 	}
-	var tok [4]byte
-	_, _ = rand.Read(tok[:])
-	m := &Maintainer{cat: cat, ident: ident, name: name, cfg: cfg, owner: cfg.Owner + "#" + hex.EncodeToString(tok[:]),
-		log: log.Named("maintenance"), metrics: orNop(metrics), kick: make(chan struct{}, 1), filled: make(chan struct{}, 1), followUpWait: followUpWait,
-		created: time.Now(), lastRun: time.Now(), metaBytes: -1, manifests: -1}
-	m.handoffWait.Store(int64(handoffWait))
-	return m
+	t := &maintained{cat: cat, ident: ident, name: name, cfg: cfg, log: log.Named("maintenance"), metrics: orNop(metrics)}
+	lease := newLeaseHolder(t)
+	commits := newCommitter(t, lease, handoffWait)
+	deferred := &deferredDeletes{maintained: t}
+	planner := deletes.NewPlanner(nil)
+	branch := &branchMover{maintained: t, commits: commits}
+	return &Maintainer{maintained: t, lease: lease, commits: commits, deferred: deferred, planner: planner, branch: branch,
+		compactor: &compactor{maintained: t, commits: commits, planner: planner},
+		converter: &converter{maintained: t, commits: commits, planner: planner, branch: branch},
+		cleaner:   &cleaner{maintained: t, commits: commits, deferred: deferred},
+		kick:      make(chan struct{}, 1), created: time.Now(), lastRun: time.Now(), metaBytes: -1, manifests: -1}
 }
 
 // SetHandoffWait replaces the hand-off wait given to New; safe at any time (the benchmark runs
 // the writer on its own clock).
-func (m *Maintainer) SetHandoffWait(d time.Duration) { m.handoffWait.Store(int64(d)) }
+func (m *Maintainer) SetHandoffWait(d time.Duration) { m.commits.handoffWait.Store(int64(d)) }
 
 // Busy reports whether a maintenance run is in progress (for benchmarks).
 func (m *Maintainer) Busy() bool { return m.busy.Load() }
@@ -127,11 +136,11 @@ func (m *Maintainer) maintain(ctx context.Context, s steps) (Report, error) {
 	m.busy.Store(true)
 	defer m.busy.Store(false)
 	defer m.runs.Add(1)
-	if !m.ignoreLease {
+	if !m.lease.ignore {
 		stop, done := make(chan struct{}), make(chan struct{})
 		go func() {
 			defer close(done)
-			m.renewWhileRunning(ctx, stop)
+			m.lease.renewWhileRunning(ctx, stop)
 		}()
 		defer func() { close(stop); <-done }()
 	}
@@ -175,41 +184,27 @@ func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error
 	}
 	stop := false
 	if s.position {
-		stop = fail("position", m.convert(ctx, rep))
+		stop = fail("position", m.converter.convert(ctx, rep))
 	}
 	if !stop && s.compact {
-		stop = fail("compact", m.compact(ctx, rep, s.trigger))
+		stop = fail("compact", m.compactor.compact(ctx, rep, s.trigger))
 	}
 	if !stop && (s.expire || rep.Compacted) {
-		stop = fail("expire", m.expire(ctx, rep))
+		stop = fail("expire", m.cleaner.expire(ctx, rep))
 	}
 	if !stop && (s.manifests || rep.Compacted) {
-		stop = fail("manifests", m.rewriteManifests(ctx, rep))
+		stop = fail("manifests", m.cleaner.rewriteManifests(ctx, rep))
 	}
 	if !stop && s.purge {
-		stop = fail("purge", m.purge(ctx, rep))
+		stop = fail("purge", m.deferred.purge(ctx, rep))
 	}
 	if !stop && s.orphans {
-		stop = fail("orphans", m.removeOrphans(ctx, rep))
+		stop = fail("orphans", m.cleaner.removeOrphans(ctx, rep))
 	}
 	if !stop && m.cfg.positionMode() && (s.branch || rep.Compacted || rep.ManifestsRewritten > 0) {
-		m.followMain(ctx, nil, rep) // a no-op while main holds equality deletes
+		m.branch.followMain(ctx, nil, rep) // a no-op while main holds equality deletes
 	}
 	return errs
-}
-
-// reloading reports whether a DMS reload of tbl is in progress (tableprop.ReloadBefore): step
-// (compaction, position conversion) is then skipped, because the files it would write carry the
-// rows of files at or below the reload's sequence number above it, where the reload's replacing
-// commit would not remove them (design.md §12 "Reload"). A step planned before the reload
-// started writes files at its planning snapshot's sequence number (compaction: removed by the
-// replace) or position deletes naming such files (removed with them).
-func (m *Maintainer) reloading(tbl *table.Table, step string) bool {
-	if tbl.Properties()[tableprop.ReloadBefore] == "" {
-		return false
-	}
-	m.log.Debug("a reload of the table is in progress: skipped", zap.String("step", step))
-	return true
 }
 
 // shape reads a table's data files, delete files and snapshots, and its metadata size and
@@ -234,4 +229,19 @@ func snapshotID(tbl *table.Table) int64 {
 		return 0
 	}
 	return tbl.CurrentSnapshot().SnapshotID
+}
+
+// AfterCommit is called by the table's writer, on its goroutine, after each of its commits, with
+// the committed table. It runs the maintenance commit waiting for the writer, if any, on that
+// table (so the two never conflict) and passes the result to adopt; then it hands the newest
+// table to the maintainer and wakes it. Without a waiting commit it does not block.
+func (m *Maintainer) AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error) {
+	if m == nil || tbl == nil {
+		return
+	}
+	m.latest.Store(m.commits.runWaiting(ctx, tbl, adopt))
+	select {
+	case m.kick <- struct{}{}:
+	default:
+	}
 }

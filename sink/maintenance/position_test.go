@@ -14,6 +14,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/sink"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // deleteKinds counts the live equality- and position-delete files of the current snapshot.
@@ -24,22 +25,6 @@ func deleteKinds(t *testing.T, tbl *table.Table) (eq, pos int) {
 		t.Fatal(err)
 	}
 	return n.Equality, n.Position
-}
-
-// liveEntries returns every live file of the current snapshot.
-func liveEntries(t *testing.T, tbl *table.Table) []iceberg.DataFile {
-	t.Helper()
-	fs, mans := manifestsOf(t, tbl)
-	var out []iceberg.DataFile
-	for _, mf := range mans {
-		for e, err := range mf.Entries(fs, true) {
-			if err != nil {
-				t.Fatal(err)
-			}
-			out = append(out, e.DataFile())
-		}
-	}
-	return out
 }
 
 func positionConfig() maintenance.Config {
@@ -54,6 +39,7 @@ func positionConfig() maintenance.Config {
 // keeps its new image: the equality delete does not apply to its own commit's data file, and
 // neither does the position delete that replaces it.
 func TestPositionConversionKeepsRows(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 200, 4)
 	m.upsert("s0", 5, "same-commit") // delete of the old image and the new image in one commit
@@ -61,7 +47,7 @@ func TestPositionConversionKeepsRows(t *testing.T) {
 	m.upsert("s0", 6, "reinserted")
 	h.flush()
 	before, tbl := scanRows(t, h.cat)
-	eq(t, before, m.want()...)
+	sinktest.Eq(t, before, m.want()...)
 	if n, _ := deleteKinds(t, tbl); n == 0 {
 		t.Fatal("no equality deletes to convert")
 	}
@@ -77,13 +63,13 @@ func TestPositionConversionKeepsRows(t *testing.T) {
 		t.Fatalf("report %+v: want equality deletes converted into position deletes", rep)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	eqFiles, posFiles := deleteKinds(t, tbl)
 	if eqFiles != 0 || posFiles == 0 {
 		t.Fatalf("%d equality and %d position delete files after conversion, want 0 and some", eqFiles, posFiles)
 	}
 	// Every data file survives: nothing was rewritten.
-	if got, want := len(dataSeqs(t, tbl)), 6; got != want {
+	if got, want := len(sinktest.DataSeqs(t, tbl)), 6; got != want {
 		t.Fatalf("%d data files after conversion, want %d (one per commit)", got, want)
 	}
 	// A second conversion has nothing to do; new CDC commits are converted by the next one.
@@ -93,7 +79,7 @@ func TestPositionConversionKeepsRows(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, tbl = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 		t.Fatalf("%d equality delete files after the second conversion (%+v)", eqFiles, rep)
 	}
@@ -103,6 +89,7 @@ func TestPositionConversionKeepsRows(t *testing.T) {
 // A table partitioned by bucket on the key: the equality deletes are partition-scoped, and the
 // position deletes carry their data file's partition.
 func TestPositionConversionPartitioned(t *testing.T) {
+	t.Parallel()
 	for _, v := range []int{2, 3} {
 		t.Run(fmt.Sprintf("format=v%d", v), func(t *testing.T) { testPositionConversionPartitioned(t, v) })
 	}
@@ -137,7 +124,7 @@ func testPositionConversionPartitioned(t *testing.T, formatVersion int) {
 			t.Fatal(err)
 		}
 		rows, tbl := scanRows(t, h.cat)
-		eq(t, rows, m.want()...)
+		sinktest.Eq(t, rows, m.want()...)
 		eqFiles, posFiles := deleteKinds(t, tbl)
 		if eqFiles != 0 || posFiles == 0 || rep.PositionDeletesWritten == 0 {
 			t.Fatalf("round %d: %d equality and %d position delete files after conversion (%+v)", round, eqFiles, posFiles, rep)
@@ -151,7 +138,7 @@ func testPositionConversionPartitioned(t *testing.T, formatVersion int) {
 	// the same spec and partition: every one must carry its data file's.
 	parts := map[string]string{}
 	var posDels []iceberg.DataFile
-	for _, df := range liveEntries(t, tbl) {
+	for _, df := range sinktest.LiveEntries(t, tbl) {
 		switch df.ContentType() {
 		case iceberg.EntryContentData:
 			parts[df.FilePath()] = fmt.Sprint(df.SpecID(), df.Partition())
@@ -187,6 +174,7 @@ func testPositionConversionPartitioned(t *testing.T, formatVersion int) {
 // A load writes deletes for its own keys, which apply to no older file: the conversion writes no
 // position delete for them and drops them.
 func TestPositionConversionDropsDeletesThatApplyToNothing(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir)
 	m := newModel(h)
@@ -200,7 +188,7 @@ func TestPositionConversionDropsDeletesThatApplyToNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if eqFiles, posFiles := deleteKinds(t, tbl); eqFiles != 0 || posFiles != 0 || rep.PositionDeletesWritten != 0 {
 		t.Fatalf("%d equality and %d position delete files (%d positions written), want none", eqFiles, posFiles, rep.PositionDeletesWritten)
 	}
@@ -211,6 +199,7 @@ func TestPositionConversionDropsDeletesThatApplyToNothing(t *testing.T) {
 // the newest table and lands; the CDC commit's own equality delete (not in the plan) stays for
 // the next conversion, and the rows are right throughout.
 func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 3)
 	mt := testMaintainer(t, h.cat, positionConfig())
@@ -234,7 +223,7 @@ func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
 		t.Fatalf("conflicts %d, report %+v: want 4 equality deletes converted after a lost first attempt", conflicts, rep)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 1 {
 		t.Fatalf("%d equality delete files, want 1 (the concurrent commit's)", eqFiles)
 	}
@@ -243,7 +232,7 @@ func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, tbl = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 		t.Fatalf("%d equality delete files after the second conversion (%+v)", eqFiles, rep)
 	}
@@ -254,6 +243,7 @@ func TestPositionConversionRestagedAfterCDCCommit(t *testing.T) {
 // probed before the conversion commits: the conversion gives up without committing anything,
 // and the rows are right.
 func TestPositionConversionSupersededByCompaction(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 3)
 	ctx := context.Background()
@@ -270,7 +260,7 @@ func TestPositionConversionSupersededByCompaction(t *testing.T) {
 		t.Fatalf("a: %v, report %+v: want superseded without error", err, rep)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if _, posFiles := deleteKinds(t, tbl); posFiles != 0 {
 		t.Fatalf("%d position delete files committed by a superseded conversion", posFiles)
 	}
@@ -304,6 +294,7 @@ func runConverter(t *testing.T, h *harness, handoff time.Duration) (*maintenance
 // In position mode the maintainer converts every commit's equality deletes by itself, far below
 // the compaction thresholds.
 func TestPositionModeConvertsInTheBackground(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir)
 	m := newModel(h)
@@ -326,7 +317,7 @@ func TestPositionModeConvertsInTheBackground(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	h.close()
 }
 
@@ -335,7 +326,7 @@ func TestPositionModeConvertsInTheBackground(t *testing.T) {
 func posDeletesPerDataFile(t *testing.T, tbl *table.Table) map[string]int {
 	t.Helper()
 	out := map[string]int{}
-	for _, df := range liveEntries(t, tbl) {
+	for _, df := range sinktest.LiveEntries(t, tbl) {
 		if df.ContentType() != iceberg.EntryContentPosDeletes {
 			continue
 		}
@@ -358,6 +349,7 @@ func posDeletesPerDataFile(t *testing.T, tbl *table.Table) map[string]int {
 // conversion adds a file to every data file it touches, and scans (and the delete-files trigger
 // of compaction) grow with the number of conversions, not with the rows deleted.
 func TestPositionConversionMergesADataFilesPositionDeletes(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarness(t, dir)
 	m := newModel(h)
@@ -375,7 +367,7 @@ func TestPositionConversionMergesADataFilesPositionDeletes(t *testing.T) {
 		}
 		var rows []string
 		rows, tbl = scanRows(t, h.cat)
-		eq(t, rows, m.want()...)
+		sinktest.Eq(t, rows, m.want()...)
 		if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 			t.Fatalf("conversion %d: %d equality delete files left (%+v)", b, eqFiles, rep)
 		}
@@ -407,6 +399,7 @@ func dvDef() sink.TableConfig {
 // stay the model's after every conversion, and after a compaction that rewrites files with
 // deletion vectors.
 func TestDVConversionKeepsOneDeletionVectorPerDataFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -432,12 +425,12 @@ func TestDVConversionKeepsOneDeletionVectorPerDataFile(t *testing.T) {
 		}
 		var rows []string
 		rows, tbl = scanRows(t, h.cat)
-		eq(t, rows, m.want()...)
+		sinktest.Eq(t, rows, m.want()...)
 		eqFiles, posFiles := deleteKinds(t, tbl)
 		if eqFiles != 0 || posFiles == 0 {
 			t.Fatalf("conversion %d: %d equality and %d position delete files, want 0 and some (%+v)", b, eqFiles, posFiles, rep)
 		}
-		for _, df := range liveEntries(t, tbl) {
+		for _, df := range sinktest.LiveEntries(t, tbl) {
 			if df.ContentType() == iceberg.EntryContentPosDeletes && !table.IsDeletionVector(df) {
 				t.Fatalf("conversion %d: %s is a Parquet position-delete file in a v3 table", b, df.FilePath())
 			}
@@ -450,8 +443,8 @@ func TestDVConversionKeepsOneDeletionVectorPerDataFile(t *testing.T) {
 	}
 	// The load's data file carries the positions of all four batches, in one deletion vector.
 	var loadDV iceberg.DataFile
-	seqs := dataSeqs(t, tbl)
-	for _, df := range liveEntries(t, tbl) {
+	seqs := sinktest.DataSeqs(t, tbl)
+	for _, df := range sinktest.LiveEntries(t, tbl) {
 		if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil && seqs[*ref] == 1 {
 			loadDV = df
 		}
@@ -465,12 +458,12 @@ func TestDVConversionKeepsOneDeletionVectorPerDataFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if !rep.Compacted {
 		t.Fatalf("report %+v: want a compaction", rep)
 	}
 	live := map[string]bool{}
-	for path := range dataSeqs(t, tbl) {
+	for path := range sinktest.DataSeqs(t, tbl) {
 		live[path] = true
 	}
 	for path := range posDeletesPerDataFile(t, tbl) {
@@ -487,7 +480,7 @@ func replaceDV(t *testing.T, tbl *table.Table, path string) {
 	t.Helper()
 	ctx := context.Background()
 	var old iceberg.DataFile
-	for _, df := range liveEntries(t, tbl) {
+	for _, df := range sinktest.LiveEntries(t, tbl) {
 		if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil && *ref == path {
 			old = df
 		}
@@ -525,6 +518,7 @@ func replaceDV(t *testing.T, tbl *table.Table, path string) {
 // place of the one it planned on, which is no longer live (vectors_test.go has a writer's
 // vector with new positions).
 func TestDVConversionMergesAnotherEnginesVector(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -539,7 +533,7 @@ func TestDVConversionMergesAnotherEnginesVector(t *testing.T) {
 		t.Fatalf("first conversion: %v %+v", err, rep)
 	}
 	loadFile := ""
-	for path, seq := range dataSeqs(t, loadUsers(t, h.cat)) {
+	for path, seq := range sinktest.DataSeqs(t, loadUsers(t, h.cat)) {
 		if seq == 1 {
 			loadFile = path
 		}
@@ -551,7 +545,7 @@ func TestDVConversionMergesAnotherEnginesVector(t *testing.T) {
 		t.Fatalf("conversion beside another vector: %v, report %+v: want converted, the newer vector merged", err, rep)
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	a.AfterRewrite(nil)
 	if rep, err := a.Maintain(ctx, maintenance.PositionOnly); err != nil || rep.Converted {
 		t.Fatalf("the next conversion: %v %+v: want nothing left to convert", err, rep)

@@ -7,6 +7,7 @@ import (
 	"github.com/apache/iceberg-go"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
@@ -14,6 +15,7 @@ import (
 // the rewritten files would carry the rows from before the reload above its sequence number,
 // where the reload's replace would not remove them. Once the mark is gone it compacts again.
 func TestNoCompactionWhileReloading(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 3)
 	ctx := context.Background()
@@ -45,6 +47,6 @@ func TestNoCompactionWhileReloading(t *testing.T) {
 		t.Fatalf("not compacted (%v) after the reload ended", err)
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	h.close()
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // deferredLists returns the deferred-deletion lists under dir and the files they name.
@@ -51,6 +52,7 @@ func localPath(p string) string { return strings.TrimPrefix(p, "file://") }
 // that started on one of them still reads. A later run (here a restarted process, which finds the
 // list in storage) deletes them when due.
 func TestMaxSnapshotsExpiresEarlyAndDefersFileDeletion(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 300, 5) // 6 snapshots, all seconds old
 	ctx := context.Background()
@@ -97,7 +99,7 @@ func TestMaxSnapshotsExpiresEarlyAndDefersFileDeletion(t *testing.T) {
 		t.Fatalf("no data or delete file among the %d deferred (the compaction replaced some)", len(files))
 	}
 	rows, _ := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 
 	// Not due yet: a run deletes nothing.
 	mt2 := testMaintainer(t, h.cat, cfg)
@@ -120,16 +122,17 @@ func TestMaxSnapshotsExpiresEarlyAndDefersFileDeletion(t *testing.T) {
 		}
 	}
 	rows, _ = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	// CDC goes on over the expired history.
 	m.batch(21, 300)
 	rows, _ = scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	h.close()
 }
 
 // Without the cap, snapshots inside snapshot_retention stay, whatever their number.
 func TestNoMaxSnapshotsKeepsRetention(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, _ := seeded(t, dir, 50, 15)
 	cfg := testConfig()

@@ -75,7 +75,7 @@ func (m *Maintainer) Run(ctx context.Context) error {
 	}
 	tick := time.NewTicker(every)
 	defer tick.Stop()
-	defer m.release()
+	defer m.lease.release()
 	for {
 		select {
 		case <-ctx.Done():
@@ -115,7 +115,7 @@ func (m *Maintainer) check(ctx context.Context) {
 		return
 	}
 	defer release()
-	if !m.lease(ctx, tbl) {
+	if !m.lease.take(ctx, tbl) {
 		return
 	}
 	_, err = m.maintain(ctx, s)
@@ -140,9 +140,9 @@ func (m *Maintainer) status(st tableState, now time.Time) Status {
 	}
 	return Status{Table: m.name, DeleteFiles: st.deleteFiles, DataFiles: st.dataFiles,
 		DeleteRows: st.deleteRows, Records: st.records,
-		NewDataFiles: max(0, st.dataFiles-m.base.dataFiles), NewDeleteFiles: max(0, st.deleteFiles-m.base.deleteFiles),
+		NewDataFiles: max(0, st.dataFiles-m.compactor.base.dataFiles), NewDeleteFiles: max(0, st.deleteFiles-m.compactor.base.deleteFiles),
 		Snapshots: st.snapshots, Expirable: st.expirable, MetadataBytes: st.metaBytes, Manifests: st.manifests,
-		LeaseHeld: m.ignoreLease || m.holds(now), LeaseOwner: owner, LastCompaction: st.lastCompaction,
+		LeaseHeld: m.lease.ignore || m.lease.holds(now), LeaseOwner: owner, LastCompaction: st.lastCompaction,
 		BranchBehind: st.behind, HasBranch: st.hasBranch}
 }
 
@@ -167,9 +167,9 @@ func (m *Maintainer) measure(ctx context.Context, tbl *table.Table, now time.Tim
 	if full {
 		m.lastFull = now
 		m.metaBytes, m.manifests = fileStats(ctx, tbl)
-		m.listDeferred(ctx, tbl, now)
+		m.deferred.list(ctx, tbl, now)
 	}
-	st.deferredDue = m.deferredDue(m.now())
+	st.deferredDue = m.deferred.due(m.deferred.now())
 	st.metaBytes, st.manifests = m.metaBytes, m.manifests
 	return st
 }
@@ -250,22 +250,22 @@ func (m *Maintainer) due(st tableState, now time.Time) steps {
 	var s steps
 	c := m.cfg
 	interval := now.Sub(m.lastRun) >= c.Interval
-	if !now.Before(m.next) {
+	if !now.Before(m.compactor.next) {
 		m.dueCompaction(&s, st, interval)
 	}
 	if c.positionMode() && st.deleteRows > 0 {
 		// Equality deletes outstanding: convert them once the oldest has waited PositionDelay,
 		// and always before a compaction (which would otherwise rewrite what they apply to).
-		if m.eqSince.IsZero() {
-			m.eqSince = now
+		if m.converter.eqSince.IsZero() {
+			m.converter.eqSince = now
 		}
-		if s.compact || now.Sub(m.eqSince) >= c.PositionDelay {
+		if s.compact || now.Sub(m.converter.eqSince) >= c.PositionDelay {
 			s.position = true
 			s.why("position")
 		}
 	} else {
-		m.eqSince = time.Time{}
-		if c.positionMode() && c.PositionalBranch != "" && st.branchBehind && now.Sub(m.lastPublish) >= c.PositionDelay {
+		m.converter.eqSince = time.Time{}
+		if c.positionMode() && c.PositionalBranch != "" && st.branchBehind && now.Sub(m.branch.lastPublish) >= c.PositionDelay {
 			// No equality delete on main: the positional branch follows it (at most every
 			// PositionDelay: a table taking only appends moves main at every commit).
 			s.branch = true
@@ -320,16 +320,16 @@ func (m *Maintainer) due(st tableState, now time.Time) steps {
 func (m *Maintainer) dueCompaction(s *steps, st tableState, interval bool) {
 	c := m.cfg
 	switch {
-	case st.deleteFiles-m.base.deleteFiles >= c.MaxDeleteFiles:
+	case st.deleteFiles-m.compactor.base.deleteFiles >= c.MaxDeleteFiles:
 		s.compact = true
 		s.why("delete-files")
-	case !c.positionMode() && st.deleteRows-m.base.deleteRows >= c.MaxDeleteRows:
+	case !c.positionMode() && st.deleteRows-m.compactor.base.deleteRows >= c.MaxDeleteRows:
 		s.compact = true
 		s.why("delete-rows")
-	case st.dataFiles-m.base.dataFiles >= c.MaxSmallFiles:
+	case st.dataFiles-m.compactor.base.dataFiles >= c.MaxSmallFiles:
 		s.compact = true
 		s.why("small-files")
-	case interval && (st.deleteFiles > m.base.deleteFiles || st.dataFiles > m.base.dataFiles+1):
+	case interval && (st.deleteFiles > m.compactor.base.deleteFiles || st.dataFiles > m.compactor.base.dataFiles+1):
 		s.compact = true
 		s.why("interval")
 	}

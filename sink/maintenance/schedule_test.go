@@ -8,6 +8,7 @@ import (
 )
 
 func TestExpirable(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h, _ := seeded(t, dir, 5, 5)
 	meta := loadUsers(t, h.cat).Metadata()

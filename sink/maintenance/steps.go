@@ -16,18 +16,27 @@ import (
 
 // The steps besides compaction (compact.go): snapshot expiry, manifest rewrite, orphan cleanup.
 
+// cleaner runs the steps that keep a table's metadata and storage small: snapshot expiry (with
+// the deletion of the files only expired snapshots referenced, now or deferred), manifest
+// rewrite and orphan cleanup.
+type cleaner struct {
+	*maintained
+	commits  *committer
+	deferred *deferredDeletes
+}
+
 // expire removes the snapshots outside the retention window (snapshot_retention, shortened by
 // max_snapshots), then the files only they referenced. The file removal runs here, after the
 // commit, not inside it: the commit may run on the writer's goroutine. When a snapshot younger
 // than snapshot_retention was expired (the count cap), the files are listed for deletion once
 // it would have aged out (deferred.go), so readers in flight keep them for the full window.
-func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
-	c, err := m.commit(ctx, "expire", nil, func(_ context.Context, txn *table.Transaction, head *table.Table, _ int) error {
-		n, age := m.cfg.expiry(head.Metadata(), time.Now())
+func (c *cleaner) expire(ctx context.Context, rep *Report) error {
+	done, err := c.commits.commit(ctx, "expire", nil, func(_ context.Context, txn *table.Transaction, head *table.Table, _ int) error {
+		n, age := c.cfg.expiry(head.Metadata(), time.Now())
 		if n == 0 {
 			return errNothingToDo
 		}
-		return txn.ExpireSnapshots(table.WithRetainLast(m.cfg.KeepLast), table.WithOlderThan(age),
+		return txn.ExpireSnapshots(table.WithRetainLast(c.cfg.KeepLast), table.WithOlderThan(age),
 			table.WithPostCommit(false))
 	})
 	if errors.Is(err, errNothingToDo) {
@@ -36,7 +45,7 @@ func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	tbl, pre := c.tbl, c.head
+	tbl, pre := done.tbl, done.head
 	kept := make(map[int64]bool)
 	for _, s := range tbl.Metadata().Snapshots() {
 		kept[s.SnapshotID] = true
@@ -51,27 +60,27 @@ func (m *Maintainer) expire(ctx context.Context, rep *Report) error {
 	var due time.Time // when the youngest expired snapshot would have aged out
 	for _, id := range ids {
 		if s := pre.Metadata().SnapshotByID(id); s != nil {
-			if d := time.UnixMilli(s.TimestampMs).Add(m.cfg.SnapshotRetention); d.After(due) {
+			if d := time.UnixMilli(s.TimestampMs).Add(c.cfg.SnapshotRetention); d.After(due) {
 				due = d
 			}
 		}
 	}
 	if !due.After(time.Now()) {
 		if err := table.NewRemoveSnapshotsUpdate(ids, true).PostCommit(ctx, pre, tbl); err != nil && !onlyNotExist(err) {
-			m.log.Warn("removing the files of expired snapshots failed (orphan cleanup will remove them)", zap.Error(err))
+			c.log.Warn("removing the files of expired snapshots failed (orphan cleanup will remove them)", zap.Error(err))
 		}
-		m.log.Info("expired snapshots", zap.Int("expired", len(ids)), zap.Int("left", len(kept)))
+		c.log.Info("expired snapshots", zap.Int("expired", len(ids)), zap.Int("left", len(kept)))
 		return nil
 	}
 	files, err := filesOfExpired(ctx, pre, tbl, ids)
 	if err == nil && len(files) > 0 {
-		err = m.deferDeletes(ctx, tbl, files, due)
+		err = c.deferred.add(ctx, tbl, files, due)
 	}
 	if err != nil {
-		m.log.Warn("listing the files of expired snapshots for deletion failed (orphan cleanup will remove them)", zap.Error(err))
+		c.log.Warn("listing the files of expired snapshots for deletion failed (orphan cleanup will remove them)", zap.Error(err))
 	}
 	rep.FilesDeferred += len(files)
-	m.log.Info("expired snapshots (max_snapshots); their files are deleted once snapshot_retention has passed",
+	c.log.Info("expired snapshots (max_snapshots); their files are deleted once snapshot_retention has passed",
 		zap.Int("expired", len(ids)), zap.Int("left", len(kept)), zap.Int("files", len(files)), zap.Time("delete_after", due))
 	return nil
 }
@@ -92,9 +101,9 @@ func onlyNotExist(err error) bool {
 }
 
 // rewriteManifests merges the current snapshot's data manifests (every commit adds one).
-func (m *Maintainer) rewriteManifests(ctx context.Context, rep *Report) error {
+func (c *cleaner) rewriteManifests(ctx context.Context, rep *Report) error {
 	var res *table.RewriteManifestsResult
-	_, err := m.commit(ctx, "manifests", nil, func(ctx context.Context, txn *table.Transaction, _ *table.Table, _ int) error {
+	_, err := c.commits.commit(ctx, "manifests", nil, func(ctx context.Context, txn *table.Transaction, _ *table.Table, _ int) error {
 		r, err := txn.RewriteManifests(ctx)
 		if err != nil {
 			return err
@@ -113,27 +122,27 @@ func (m *Maintainer) rewriteManifests(ctx context.Context, rep *Report) error {
 	}
 	rep.ManifestsRewritten += len(res.RewrittenManifests)
 	rep.ManifestsAdded += len(res.AddedManifests)
-	m.log.Info("rewrote manifests", zap.Int("rewritten", len(res.RewrittenManifests)), zap.Int("added", len(res.AddedManifests)))
+	c.log.Info("rewrote manifests", zap.Int("rewritten", len(res.RewrittenManifests)), zap.Int("added", len(res.AddedManifests)))
 	return nil
 }
 
 // removeOrphans deletes files under the table's location that no metadata references and that
 // are older than OrphanMinAge (files being written are younger), then records the time.
-func (m *Maintainer) removeOrphans(ctx context.Context, rep *Report) error {
-	tbl, err := m.cat.LoadTable(ctx, m.ident)
+func (c *cleaner) removeOrphans(ctx context.Context, rep *Report) error {
+	tbl, err := c.cat.LoadTable(ctx, c.ident)
 	if err != nil {
 		return err
 	}
-	res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(m.cfg.OrphanMinAge))
+	res, err := tbl.DeleteOrphanFiles(ctx, table.WithFilesOlderThan(c.cfg.OrphanMinAge))
 	if err != nil {
 		return fmt.Errorf("orphan cleanup: %w", err)
 	}
 	rep.OrphansRemoved += len(res.DeletedFiles)
 	rep.OrphanBytes += res.TotalSizeBytes
 	if len(res.DeletedFiles) > 0 {
-		m.log.Info("removed orphan files", zap.Int("files", len(res.DeletedFiles)), zap.Int64("bytes", res.TotalSizeBytes))
+		c.log.Info("removed orphan files", zap.Int("files", len(res.DeletedFiles)), zap.Int64("bytes", res.TotalSizeBytes))
 	}
-	_, err = m.commit(ctx, "orphans", iceberg.Properties{tableprop.LastOrphanCleanup: formatTime(time.Now())},
+	_, err = c.commits.commit(ctx, "orphans", iceberg.Properties{tableprop.LastOrphanCleanup: formatTime(time.Now())},
 		func(context.Context, *table.Transaction, *table.Table, int) error { return nil })
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // unansweredCommits is a catalog whose next commits are never answered: the first len(landing)
@@ -53,6 +54,8 @@ func (c *unansweredCommits) LoadTable(ctx context.Context, ident table.Identifie
 // A maintenance commit that the catalog never answers is bounded by CommitTimeout
 // (sink.commit_timeout) and tried again: one that did not land is committed by the next
 // attempt, one that landed is recognised, and the compaction ends with the table's rows intact.
+// Not parallel: every other commit of the run must land within its 300 ms bound, which other
+// tests on the same cores would make it miss.
 func TestMaintenanceCommitBoundsAnUnansweredCommit(t *testing.T) {
 	dir := t.TempDir()
 	h, m := seeded(t, dir, 100, 4)
@@ -70,7 +73,7 @@ func TestMaintenanceCommitBoundsAnUnansweredCommit(t *testing.T) {
 			t.Fatalf("landing %v: %d commits left unanswered, want 1", landing, cat.hung)
 		}
 		rows, after := scanRows(t, h.cat)
-		eq(t, rows, m.want()...)
+		sinktest.Eq(t, rows, m.want()...)
 		if _, deletes := maintenance.SummaryCounts(after.CurrentSnapshot()); !rep.Compacted || deletes != 0 {
 			t.Fatalf("landing %v: compacted %v, %d delete files left: %+v", landing, rep.Compacted, deletes, rep)
 		}

@@ -2,16 +2,20 @@ package maintenance_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strconv"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // vectorMaintainer is a dv-mode maintainer with writer vectors on, a key cache and the lease.
@@ -33,7 +37,7 @@ func vectorMaintainer(t *testing.T, h *harness) *maintenance.Maintainer {
 func vectorsOnly(t *testing.T, h *harness, m *model) *table.Table {
 	t.Helper()
 	rows, tbl := scanRows(t, h.cat)
-	eq(t, rows, m.want()...)
+	sinktest.Eq(t, rows, m.want()...)
 	if eqFiles, _ := deleteKinds(t, tbl); eqFiles != 0 {
 		t.Fatalf("%d equality-delete files", eqFiles)
 	}
@@ -70,7 +74,7 @@ func writeKeyDeletes(t *testing.T, tbl *table.Table, ids []int) []iceberg.DataFi
 	}
 	sc := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int32,
 		Metadata: arrow.NewMetadata([]string{table.ArrowParquetFieldIDKey}, []string{strconv.Itoa(f.ID)})}}, nil)
-	b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	b := array.NewRecordBuilder(sinktest.Allocator(t), sc)
 	defer b.Release()
 	for _, id := range ids {
 		b.Field(0).(*array.Int32Builder).Append(int32(id))
@@ -121,6 +125,7 @@ func commitVectors(t *testing.T, h *harness, mt *maintenance.Maintainer, m *mode
 // later batch's), keep one vector per data file (merged with the live one, which they replace),
 // and leave no equality delete: the table reads the model's rows.
 func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
+	t.Parallel()
 	h, m, mt := converted(t, 300) // batch 1 updates keys of the load: their old images stay in its file
 	updated := []int{}
 	for id := 1; id <= 300; id += 7 {
@@ -141,6 +146,7 @@ func TestWriterVectorsDeleteKeysInEveryDataFile(t *testing.T) {
 // Vectors declines (the writer then commits its equality deletes) outside dv mode with writer
 // vectors on and without a key cache; the lease does not matter.
 func TestWriterVectorsDecline(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	h := newHarnessFor(t, dir, dvDef())
 	m := newModel(h)
@@ -174,6 +180,109 @@ func TestWriterVectorsDecline(t *testing.T) {
 	h.close()
 }
 
+// Deleted keys held in memory (VectorsOfKeys) make the deletion vectors the same keys' equality
+// deletes make (Vectors): the same data files probed, the same live vectors replaced, the same
+// positions in each data file's vector; committed, the table reads the model's rows. Keys that
+// no file holds and an empty batch change nothing; outside dv mode VectorsOfKeys declines.
+func TestWriterVectorsOfKeysMatchEqualityDeletes(t *testing.T) {
+	t.Parallel()
+	h, m, mt := converted(t, 300)
+	ctx := context.Background()
+	ids := []int{1, 8, 15, 22, 2, 3, 5, 299, 300, 1000} // 1000: no such key
+	tbl := loadUsers(t, h.cat)
+	eqDels := writeKeyDeletes(t, tbl, ids)
+	byFiles, err := mt.Vectors(ctx, tbl, eqDels)
+	if err != nil || byFiles == nil {
+		t.Fatalf("Vectors: %+v %v", byFiles, err)
+	}
+	removeFiles(t, tbl, eqDels)
+	keyID := tbl.Schema().IdentifierFieldIDs[0]
+	keys := make([]int64, len(ids))
+	for i, id := range ids {
+		keys[i] = int64(id)
+	}
+	byKeys, err := mt.VectorsOfKeys(ctx, tbl, keyID, []deletes.Keys{{Values: keys}})
+	if err != nil || byKeys == nil {
+		t.Fatalf("VectorsOfKeys: %+v %v", byKeys, err)
+	}
+	if byKeys.Probed != byFiles.Probed || byKeys.Positions != byFiles.Positions || byKeys.Positions == 0 {
+		t.Fatalf("from keys: %d files probed, %d positions; from equality deletes: %d, %d",
+			byKeys.Probed, byKeys.Positions, byFiles.Probed, byFiles.Positions)
+	}
+	if got, want := paths(byKeys.Remove), paths(byFiles.Remove); !slices.Equal(got, want) {
+		t.Fatalf("replaced vectors %v, want %v", got, want)
+	}
+	if got, want := vectorPositions(t, tbl, byKeys.Add), vectorPositions(t, tbl, byFiles.Add); !maps.EqualFunc(got, want, slices.Equal[[]uint64]) {
+		t.Fatalf("positions from keys %v, from equality deletes %v", got, want)
+	}
+	removeFiles(t, tbl, byFiles.Add)
+	commit := func(v *maintenance.WriterVectors) {
+		t.Helper()
+		txn := tbl.NewTransaction()
+		rd := txn.NewRowDelta(nil).AddDeletes(v.Add...)
+		if len(v.Remove) > 0 {
+			rd.RemoveDeletes(v.Remove...)
+		}
+		if err := rd.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := txn.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit(byKeys)
+	for _, id := range ids {
+		delete(m.rows, id)
+	}
+	tbl = vectorsOnly(t, h, m)
+	if v, err := mt.VectorsOfKeys(ctx, tbl, keyID, []deletes.Keys{{Values: []int64{5000}}}); err != nil || len(v.Add) != 0 || v.Positions != 0 {
+		t.Fatalf("keys no file holds: %+v %v, want no vector", v, err)
+	}
+	if v, err := mt.VectorsOfKeys(ctx, tbl, keyID, nil); v != nil || err != nil {
+		t.Fatalf("no keys: %+v %v, want nil", v, err)
+	}
+	off := testConfig()
+	off.DeleteMode, off.WriterVectors = maintenance.DeleteModeDV, false
+	declines := testMaintainer(t, h.cat, off)
+	declines.UseKeyCache(maintenance.NewKeyCache(1 << 20))
+	if v, err := declines.VectorsOfKeys(ctx, tbl, keyID, []deletes.Keys{{Values: keys}}); v != nil || err != nil {
+		t.Fatalf("writer_vectors off: %+v %v, want nil", v, err)
+	}
+	h.close()
+}
+
+// paths returns the sorted paths of files (with a vector's offset, which names it in its file).
+func paths(files []iceberg.DataFile) []string {
+	var out []string
+	for _, df := range files {
+		p := df.FilePath()
+		if off := df.ContentOffset(); off != nil {
+			p += "@" + strconv.FormatInt(*off, 10)
+		}
+		out = append(out, p)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// vectorPositions reads deletion vectors: the positions of each by the data file it references.
+func vectorPositions(t *testing.T, tbl *table.Table, vectors []iceberg.DataFile) map[string][]uint64 {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]uint64{}
+	for _, df := range vectors {
+		bm, err := dv.ReadDV(fs, df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[*df.ReferencedDataFile()] = slices.Collect(bm.Positions())
+	}
+	return out
+}
+
 func removeFiles(t *testing.T, tbl *table.Table, files []iceberg.DataFile) {
 	t.Helper()
 	fs, err := tbl.FS(context.Background())
@@ -190,6 +299,7 @@ func removeFiles(t *testing.T, tbl *table.Table, files []iceberg.DataFile) {
 // no vector is left on a removed file, and the new files' vectors hold exactly those rows. A
 // compaction that gave up instead would never commit beside a writer with random keys.
 func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
+	t.Parallel()
 	h, m, mt := converted(t, 200)
 	ctx := context.Background()
 	// Another worker's writer, while the compaction rewrites: keys of the load (whose file
@@ -210,9 +320,9 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 		t.Fatalf("compaction beside a writer's vectors: %v, report %+v: want compacted", err, rep)
 	}
 	tbl := vectorsOnly(t, h, m)
-	live := dataSeqs(t, tbl)
+	live := sinktest.DataSeqs(t, tbl)
 	carried := int64(0)
-	for _, df := range liveEntries(t, tbl) {
+	for _, df := range sinktest.LiveEntries(t, tbl) {
 		ref := df.ReferencedDataFile()
 		if !table.IsDeletionVector(df) || ref == nil {
 			continue
@@ -232,6 +342,7 @@ func TestCompactionCarriesVectorsCommittedSinceItsPlan(t *testing.T) {
 // merges the newer vectors when it commits: the table keeps both the conversion's positions
 // and the writer's, one vector per data file.
 func TestConversionMergesVectorsAWriterReplaced(t *testing.T) {
+	t.Parallel()
 	h, m, mt := converted(t, 200)
 	ctx := context.Background()
 	m.batch(2, 200) // equality deletes for the next conversion

@@ -1,4 +1,4 @@
-package maintenance
+package deletes
 
 import (
 	"container/list"
@@ -11,7 +11,7 @@ import (
 )
 
 // KeyCache keeps the integer key column of data files in memory for the position conversion's
-// probe (design.md §11.1), shared by every table's Maintainer in the process and bounded in
+// probe (design.md §11.1), shared by every table's Planner in the process and bounded in
 // bytes (least recently used out). A conversion on a big table with random keys reads the key
 // column of every data file below the equality deletes' sequence number, every few seconds; the
 // data files never change, so after the first read a probe needs no Parquet decoding. Profiled on
@@ -147,15 +147,12 @@ func (c *KeyCache) Stats() (held, hits, reads int64) {
 	return c.held, c.hits, c.reads
 }
 
-// UseKeyCache makes m's conversions probe through c (nil: read every file). Call it before Run.
-func (m *Maintainer) UseKeyCache(c *KeyCache) { m.keys = c }
-
-// probeInts calls fn with the key and position of the rows of a data file whose key may be in
+// ProbeInts calls fn with the key and position of the rows of a data file whose key may be in
 // want (sorted): exactly those rows when the column is cached (looked up, design.md §11.1),
 // else every non-null row, read from the file (and the column is cached if it fits), so fn must
 // still check each key. rows is the file's row count (from its manifest entry), so that a column
 // read for the cache is allocated once at its size instead of grown.
-func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, rows int64, want []int64, fn func(key, pos int64)) error {
+func (c *KeyCache) ProbeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, rows int64, want []int64, fn func(key, pos int64)) error {
 	if c == nil {
 		return probeInts(ctx, fs, path, keyID, fn)
 	}
@@ -179,10 +176,10 @@ func (c *KeyCache) probeInts(ctx context.Context, fs icebergio.IO, path string, 
 	return nil
 }
 
-// keysAt calls fn with the key at each of the given positions of a data file's key column
+// KeysAt calls fn with the key at each of the given positions of a data file's key column
 // (null keys are skipped): from the cached column when there is one, else read from the file
 // (and not cached: the file is being rewritten). c may be nil.
-func (c *KeyCache) keysAt(ctx context.Context, fs icebergio.IO, path string, keyID int, at func(pos int64) bool, fn func(key int64)) error {
+func (c *KeyCache) KeysAt(ctx context.Context, fs icebergio.IO, path string, keyID int, at func(pos int64) bool, fn func(key int64)) error {
 	if c != nil {
 		if col := c.get(keyColumnID{path, keyID}); col != nil {
 			for i, k := range col.keys {
@@ -204,9 +201,9 @@ func (c *KeyCache) keysAt(ctx context.Context, fs icebergio.IO, path string, key
 	})
 }
 
-// forget drops the cached columns of data files a committed compaction removed from their table:
+// Forget drops the cached columns of data files a committed compaction removed from their table:
 // no probe reads them again, and the bound is better spent on live files. c may be nil.
-func (c *KeyCache) forget(paths map[string]struct{}) {
+func (c *KeyCache) Forget(paths map[string]struct{}) {
 	if c == nil || len(paths) == 0 {
 		return
 	}
@@ -257,4 +254,18 @@ func (c *KeyCache) put(col *keyColumn) {
 	}
 	c.byKey[col.id] = c.lru.PushFront(col)
 	c.held += n
+}
+
+// CachedPaths lists the data files whose key columns c holds (none for a nil cache).
+func (c *KeyCache) CachedPaths() []string {
+	if c == nil {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for id := range c.byKey {
+		out = append(out, id.path)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package maintenance
+package deletes
 
 import (
 	"cmp"
@@ -14,6 +14,7 @@ import (
 // keys, a want list shorter and longer than the column, and a column already in key order
 // (kept without positions).
 func TestKeyColumnLooksUpKeys(t *testing.T) {
+	t.Parallel()
 	rnd := rand.New(rand.NewPCG(1, 2))
 	type row struct{ key, pos int64 }
 	for _, tc := range []struct {
@@ -67,6 +68,7 @@ func TestKeyColumnLooksUpKeys(t *testing.T) {
 // put evicts the least recently used columns to stay within the bound, and a hit refreshes a
 // column's place.
 func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
+	t.Parallel()
 	col := func(path string, n int) *keyColumn {
 		return &keyColumn{id: keyColumnID{path, 1}, keys: make([]int64, n)}
 	}
@@ -81,8 +83,8 @@ func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if cache.get(b.id) != nil || cache.get(a.id) == nil || cache.get(c.id) == nil {
 		t.Fatal("want b evicted, a and c cached")
 	}
-	if Held(cache) != 2*a.bytes() {
-		t.Fatalf("held %d, want %d", Held(cache), 2*a.bytes())
+	if held, _, _ := cache.Stats(); held != 2*a.bytes() {
+		t.Fatalf("held %d, want %d", held, 2*a.bytes())
 	}
 	cache.put(col("big", 1000)) // larger than the bound: not cached, nothing evicted
 	if cache.get(keyColumnID{"big", 1}) != nil || cache.get(a.id) == nil {
@@ -92,7 +94,7 @@ func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 
 // BenchmarkKeyColumnLookup is a conversion's probe of one cached 1M-row column for the keys of
 // five 1,000-change commits: the sorted lookup against a visit of every row through the
-// scope's bit set (the probe before 2026-12-06, session 20).
+// scope's bit set (the probe before 2026-12-06).
 func BenchmarkKeyColumnLookup(b *testing.B) {
 	const rows, wanted = 1_000_000, 5000
 	rnd := rand.New(rand.NewPCG(3, 4))

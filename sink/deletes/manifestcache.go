@@ -1,4 +1,4 @@
-package maintenance
+package deletes
 
 import (
 	"sync"
@@ -7,7 +7,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 )
 
-// manifestCache keeps the live entries of the manifests a Maintainer's conversions read, by
+// ManifestCache keeps the live entries of the manifests a Planner's plans read, by
 // manifest path. A manifest file never changes once written, and its entries' inherited sequence
 // numbers are fixed when it is first committed, so its live entries can be reused by every later
 // listing of a snapshot that holds it. A conversion lists its snapshot's files once to plan and
@@ -18,19 +18,20 @@ import (
 //
 // It holds the manifests of the last two listings only (the plan's snapshot and the head it is
 // checked on), so it is bounded by the table's live manifests.
-type manifestCache struct {
+type ManifestCache struct {
 	mu      sync.Mutex
 	entries map[string]manifestFiles
 	prev    map[string]bool // the manifests of the listing before the last
 }
 
 // manifestFiles are one manifest's live files by kind.
-type manifestFiles struct{ data, eqDels, posDels []liveFile }
+type manifestFiles struct{ data, eqDels, posDels []LiveFile }
 
-// liveFiles is liveFilesAll through the cache (c may be nil: no cache).
-func (c *manifestCache) liveFiles(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels []liveFile, err error) {
+// LiveFiles is LiveFilesAll through the cache (c may be nil: no cache). Its zero value is
+// ready to use.
+func (c *ManifestCache) LiveFiles(fs icebergio.IO, snap *table.Snapshot) (data, eqDels, posDels []LiveFile, err error) {
 	if c == nil {
-		return liveFilesAll(fs, snap)
+		return LiveFilesAll(fs, snap)
 	}
 	mans, err := snap.Manifests(fs)
 	if err != nil {
@@ -67,4 +68,15 @@ func (c *manifestCache) liveFiles(fs icebergio.IO, snap *table.Snapshot) (data, 
 	c.prev = cur
 	c.mu.Unlock()
 	return data, eqDels, posDels, nil
+}
+
+// Cached lists the paths of the manifests whose live entries c holds.
+func (c *ManifestCache) Cached() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]string, 0, len(c.entries))
+	for path := range c.entries {
+		out = append(out, path)
+	}
+	return out
 }

@@ -1,4 +1,4 @@
-package maintenance
+package deletes
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
-// The probe of the position conversion (position.go): the deleted keys of a scope, and the
+// The probe of a delete plan (plan.go): the deleted keys of a scope, and the
 // readers of the key and position columns of Parquet files (column projection by field id, no
 // other column decoded).
 
@@ -110,14 +110,14 @@ func (s *keyScope) with(o *keyScope) []int64 {
 
 // mayHold reports whether data file d's key-column bounds can hold one of the scope's keys (true
 // when the key or the bounds do not allow the check).
-func (s *keyScope) mayHold(d liveFile, keyIDs []int, t iceberg.Type) bool {
+func (s *keyScope) mayHold(d LiveFile, keyIDs []int, t iceberg.Type) bool {
 	if s.empty() {
 		return false
 	}
 	if len(keyIDs) != 1 {
 		return true
 	}
-	lo, hi := d.df.LowerBoundValues()[keyIDs[0]], d.df.UpperBoundValues()[keyIDs[0]]
+	lo, hi := d.File.LowerBoundValues()[keyIDs[0]], d.File.UpperBoundValues()[keyIDs[0]]
 	if lo == nil || hi == nil {
 		return true
 	}

@@ -1,4 +1,4 @@
-package maintenance
+package deletes
 
 import (
 	"math/rand/v2"
@@ -11,6 +11,7 @@ import (
 // map answers then), but never stops one that is: a deleted row missed is a row the conversion
 // would leave visible once the equality delete is dropped.
 func TestKeyScopeIntegerKeys(t *testing.T) {
+	t.Parallel()
 	for _, n := range []int{1, 7, 1000, 50_000} {
 		rng := rand.New(rand.NewPCG(uint64(n), 1))
 		s := newKeyScope()

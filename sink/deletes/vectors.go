@@ -1,0 +1,135 @@
+package deletes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/apache/iceberg-go"
+	"github.com/apache/iceberg-go/table"
+)
+
+// Deletion vectors for a writer's batch (design.md §11.1): the batch's deleted keys are probed
+// in every live data file of the head the writer commits on (all lie below the commit's sequence
+// number, as equality deletes would apply to all of them), and each touched file's vector is
+// merged with its live one, which the commit replaces. A commit that loses a race is restaged on
+// the newer head and planned again, so the vectors always hold the head's positions.
+
+// Vectors are a writer's batch deletes as deletion vectors on the table it commits on: Add the
+// vectors to add, Remove the live ones they replace (RowDelta.RemoveDeletes).
+type Vectors struct {
+	Add, Remove []iceberg.DataFile
+	Positions   int64 // deleted positions in Add, the replaced vectors' included
+	Probed      int   // data files whose key column was looked up
+}
+
+// vectors is the plan as a writer commits it.
+func (p *Plan) vectors() *Vectors {
+	return &Vectors{Add: p.PosDels, Remove: p.ReplacedDVs, Positions: p.Rows, Probed: len(p.Probed)}
+}
+
+// Keys are deleted keys held in memory: values of a table's key column, a single int or long
+// column (int values widened). With a nil Partition they are deleted in every data file, as an
+// equality delete of an unpartitioned spec is; else only in the data files of partition
+// Partition of spec SpecID (a data file's SpecID and Partition), as an equality-delete file
+// written in that partition is. Partition is keyed by partition field id and its values must
+// print (fmt's %v) as those of the partition's data files do (DataFile.Partition).
+type Keys struct {
+	SpecID    int32
+	Partition map[int]any
+	Values    []int64
+}
+
+// VectorsOfKeys plans the deletes of keys, the values of key column keyID deleted by a batch a
+// writer is about to commit on head, as deletion vectors on head, with no equality-delete file
+// written or read: what VectorsOfFiles makes of the equality deletes holding the same keys.
+// head must be at format version 3, and keyID one int or long column of its schema.
+func (pl *Planner) VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []Keys) (*Vectors, error) {
+	meta := head.Metadata()
+	if meta.Version() < 3 {
+		return nil, errors.New("deletion vectors need format version 3")
+	}
+	if !IntKeyed(head.Schema(), []int{keyID}) {
+		return nil, fmt.Errorf("key column %d is not one int or long column of the table", keyID)
+	}
+	snap := head.CurrentSnapshot()
+	if snap == nil {
+		return &Vectors{}, nil // nothing to delete from
+	}
+	fs, err := head.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data, _, posDels, err := pl.manifests.LiveFiles(fs, snap)
+	if err != nil {
+		return nil, err
+	}
+	p, w, err := pl.start(head, snap, fs, posDels)
+	if err != nil {
+		return nil, err
+	}
+	dk := newDeletedKeys(head.Schema(), []int{keyID})
+	dk.maxSeq = snap.SequenceNumber + 1 // the commit's: above every live file
+	for _, k := range keys {
+		sc := dk.global
+		if k.Partition != nil {
+			sc = dk.scope(meta, k.SpecID, k.Partition)
+		}
+		for _, v := range k.Values {
+			sc.intSeq[v] = dk.maxSeq
+		}
+	}
+	dk.index()
+	p.maxSeq = dk.maxSeq
+	if err := pl.probeAll(ctx, p, w, data, dk); err != nil {
+		return nil, err
+	}
+	return p.vectors(), nil
+}
+
+// VectorsOfFiles turns eqDels, the equality deletes a writer wrote for a batch it is about to
+// commit on head (not committed), into deletion vectors on head. head must be at format version
+// 3.
+func (pl *Planner) VectorsOfFiles(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*Vectors, error) {
+	snap := head.CurrentSnapshot()
+	if snap == nil {
+		return &Vectors{}, nil // nothing to delete from
+	}
+	fs, err := head.FS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	data, _, posDels, err := pl.manifests.LiveFiles(fs, snap)
+	if err != nil {
+		return nil, err
+	}
+	own := make([]LiveFile, len(eqDels))
+	for i, df := range eqDels {
+		own[i] = LiveFile{File: df, Seq: snap.SequenceNumber + 1} // the commit's: above every live file
+	}
+	p, err := pl.Plan(ctx, head, snap, fs, data, own, posDels)
+	if err != nil {
+		return nil, err
+	}
+	return p.vectors(), nil
+}
+
+// IntKeyed reports whether the key columns keyIDs are one int or long column of schema, which
+// the key cache looks up without reading the data files' columns again.
+func IntKeyed(schema *iceberg.Schema, keyIDs []int) bool {
+	if len(keyIDs) != 1 {
+		return false
+	}
+	f, ok := schema.FindFieldByID(keyIDs[0])
+	return ok && intKey(keyIDs, f.Type)
+}
+
+// IntIdentifier returns the field id of head's key (its identifier fields) when it is one int or
+// long column, else -1.
+func IntIdentifier(head *table.Table) int {
+	sc := head.Schema()
+	if ids := sc.IdentifierFieldIDs; IntKeyed(sc, ids) {
+		return ids[0]
+	}
+	return -1
+}
