@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -56,6 +57,25 @@ const (
 	// codeThroughput is the error code of throughput exceeded, in both services.
 	codeThroughput = "ProvisionedThroughputExceededException"
 )
+
+// DynamoDBTarget matches the X-Amz-Target of the DynamoDB operations ops (for Rule.Target),
+// every operation when there is none: DynamoDBTarget("UpdateItem", "PutItem").
+func DynamoDBTarget(ops ...string) *regexp.Regexp { return targetRegexp(dynamoPrefix, ops) }
+
+// KinesisTarget matches the X-Amz-Target of the Kinesis operations ops (for Rule.Target),
+// every operation when there is none: KinesisTarget("GetRecords").
+func KinesisTarget(ops ...string) *regexp.Regexp { return targetRegexp(kinesisPrefix, ops) }
+
+func targetRegexp(prefix string, ops []string) *regexp.Regexp {
+	if len(ops) == 0 {
+		return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix))
+	}
+	quoted := make([]string, len(ops))
+	for i, op := range ops {
+		quoted[i] = regexp.QuoteMeta(op)
+	}
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `(` + strings.Join(quoted, "|") + `)$`)
+}
 
 // awsError is one error answer of the AWS JSON protocol.
 type awsError struct {

@@ -138,19 +138,26 @@ func TestTargetSelects(t *testing.T) {
 	}
 }
 
-// awsErrorCase is one injected AWS JSON error and what the SDK must surface of it.
-type awsErrorCase struct {
-	name   string
-	op     string // X-Amz-Target
-	kind   Kind
-	status int // Rule.Status for KindStatus
-	// want checks the SDK's error.
-	want     func(error) bool
-	wantCode string // the smithy.APIError code
-	wantHTTP int
+// AWSErrorCase is one injected AWS JSON error and what the SDK must surface of it (shared with
+// the emulator tests).
+type AWSErrorCase struct {
+	Name   string
+	Op     string // X-Amz-Target
+	Kind   Kind
+	Status int // Rule.Status for KindStatus
+	// Want checks the SDK error's type.
+	Want     func(error) bool
+	WantCode string // the smithy.APIError code
+	WantHTTP int
 }
 
-func awsErrorCases() []awsErrorCase {
+// Rule is a rule that injects the case's fault into every request of its operation.
+func (c AWSErrorCase) Rule() Rule {
+	return Rule{Name: c.Name, Target: target(c.Op), Kinds: []Kind{c.Kind}, Prob: 1, Status: c.Status}
+}
+
+// AWSErrorCases lists the AWS JSON errors on DynamoDB UpdateItem and Kinesis GetRecords.
+func AWSErrorCases() []AWSErrorCase {
 	is := func(target any) func(error) bool { return func(err error) bool { return errors.As(err, target) } }
 	var (
 		ddbThroughput *ddbtypes.ProvisionedThroughputExceededException
@@ -161,7 +168,7 @@ func awsErrorCases() []awsErrorCase {
 		generic       *smithy.GenericAPIError
 	)
 	const upd, get = "DynamoDB_20120810.UpdateItem", "Kinesis_20131202.GetRecords"
-	return []awsErrorCase{
+	return []AWSErrorCase{
 		{"ddb-throughput", upd, KindThroughput, 0, is(&ddbThroughput), "ProvisionedThroughputExceededException", 400},
 		{"ddb-throttling", upd, KindThrottling, 0, is(&ddbThrottling), "ThrottlingException", 400},
 		{"ddb-500", upd, KindStatus, 500, is(&ddbInternal), "InternalServerError", 500},
@@ -173,9 +180,9 @@ func awsErrorCases() []awsErrorCase {
 	}
 }
 
-// check fails t unless err is the error c wants, as the SDK surfaces it: its type, its
-// code and the HTTP status.
-func (c awsErrorCase) check(t *testing.T, err error) {
+// Check fails t unless err is the error c wants, as the SDK surfaces it: its type, its code,
+// the HTTP status and the message from the body.
+func (c AWSErrorCase) Check(t *testing.T, err error) {
 	t.Helper()
 	if err == nil {
 		t.Fatal("want an error, got an answer")
@@ -183,19 +190,19 @@ func (c awsErrorCase) check(t *testing.T, err error) {
 	var api smithy.APIError
 	var re *awshttp.ResponseError
 	switch {
-	case !c.want(err):
-		t.Fatalf("error %T %v: not the type the SDK decodes %s into", err, err, c.wantCode)
-	case !errors.As(err, &api) || api.ErrorCode() != c.wantCode:
-		t.Fatalf("error %v: want code %s", err, c.wantCode)
-	case !errors.As(err, &re) || re.HTTPStatusCode() != c.wantHTTP:
-		t.Fatalf("error %v: want HTTP %d", err, c.wantHTTP)
+	case !c.Want(err):
+		t.Fatalf("error %T %v: not the type the SDK decodes %s into", err, err, c.WantCode)
+	case !errors.As(err, &api) || api.ErrorCode() != c.WantCode:
+		t.Fatalf("error %v: want code %s", err, c.WantCode)
+	case !errors.As(err, &re) || re.HTTPStatusCode() != c.WantHTTP:
+		t.Fatalf("error %v: want HTTP %d", err, c.WantHTTP)
 	case !strings.Contains(api.ErrorMessage(), "faultproxy"):
 		t.Fatalf("error %v: want the message parsed from the body", err)
 	}
 }
 
-func (c awsErrorCase) call(ctx context.Context, endpoint string) error {
-	if strings.HasPrefix(c.op, "DynamoDB") {
+func (c AWSErrorCase) call(ctx context.Context, endpoint string) error {
+	if strings.HasPrefix(c.Op, "DynamoDB") {
 		return updateItem(ctx, dynamodb.NewFromConfig(SDKConfig(endpoint)))
 	}
 	return getRecords(ctx, kinesis.NewFromConfig(SDKConfig(endpoint)))
@@ -204,14 +211,14 @@ func (c awsErrorCase) call(ctx context.Context, endpoint string) error {
 // TestAWSErrors: every AWS JSON error answer reaches the SDK as the typed error AWS's own answer
 // gives, and the request is not forwarded; the fault is counted by kind and by rule and kind.
 func TestAWSErrors(t *testing.T) {
-	for _, c := range awsErrorCases() {
-		t.Run(c.name, func(t *testing.T) {
-			p, up := startAWS(t, Rule{Name: c.name, Target: target(c.op), Kinds: []Kind{c.kind}, Prob: 1, Status: c.status})
-			c.check(t, c.call(t.Context(), p.URL()))
+	for _, c := range AWSErrorCases() {
+		t.Run(c.Name, func(t *testing.T) {
+			p, up := startAWS(t, c.Rule())
+			c.Check(t, c.call(t.Context(), p.URL()))
 			if got := up.received(); len(got) != 0 {
 				t.Fatalf("upstream received %v, want nothing forwarded", got)
 			}
-			if p.Counts()[c.kind] != 1 || p.CountsByRule()[c.name][c.kind] != 1 || p.Total() != 1 {
+			if p.Counts()[c.Kind] != 1 || p.CountsByRule()[c.Name][c.Kind] != 1 || p.Total() != 1 {
 				t.Fatalf("counts %v by rule %v", p.Counts(), p.CountsByRule())
 			}
 			// The connection stays usable: the next call on the same client goes through.
@@ -309,7 +316,7 @@ func CheckPartialPut(t *testing.T, sent []string, out *kinesis.PutRecordsOutput,
 // failed at their indexes; with FailEntries 1 nothing is forwarded; operations other than
 // PutRecords are forwarded unchanged and count no fault.
 func TestPartialPut(t *testing.T) {
-	rule := Rule{Name: "put", Target: regexp.MustCompile(`^Kinesis_20131202\.PutRecords?$`), Kinds: []Kind{KindPartialPut}, Prob: 1}
+	rule := Rule{Name: "put", Target: KinesisTarget("PutRecords", "PutRecord"), Kinds: []Kind{KindPartialPut}, Prob: 1}
 	p, up := startAWS(t, rule)
 	kin := kinesis.NewFromConfig(SDKConfig(p.URL()))
 	sent := []string{"a", "b", "c", "d", "e", "f", "g", "h", "i", "j"}
@@ -359,6 +366,32 @@ func TestMergePutRecords(t *testing.T) {
 	want := []string{string(failedEntry), `{"SequenceNumber":"1","ShardId":"s"}`, string(failedEntry), `{"ErrorCode":"InternalFailure","ErrorMessage":"m"}`}
 	if upFailed != 1 || strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Fatalf("merged %v (upstream failed %d), want %v", got, upFailed, want)
+	}
+}
+
+// TestTargetRegexps: DynamoDBTarget and KinesisTarget match their service's operations named,
+// or all of them, and nothing else.
+func TestTargetRegexps(t *testing.T) {
+	for _, c := range []struct {
+		re    *regexp.Regexp
+		match []string
+		not   []string
+	}{
+		{DynamoDBTarget("UpdateItem", "PutItem"), []string{"DynamoDB_20120810.UpdateItem", "DynamoDB_20120810.PutItem"},
+			[]string{"DynamoDB_20120810.GetItem", "DynamoDB_20120810.UpdateItemX", "Kinesis_20131202.PutItem", ""}},
+		{DynamoDBTarget(), []string{"DynamoDB_20120810.Scan"}, []string{"Kinesis_20131202.GetRecords"}},
+		{KinesisTarget("GetRecords"), []string{"Kinesis_20131202.GetRecords"}, []string{"Kinesis_20131202.GetShardIterator"}},
+	} {
+		for _, s := range c.match {
+			if !c.re.MatchString(s) {
+				t.Errorf("%s does not match %q", c.re, s)
+			}
+		}
+		for _, s := range c.not {
+			if c.re.MatchString(s) {
+				t.Errorf("%s matches %q", c.re, s)
+			}
+		}
 	}
 }
 
