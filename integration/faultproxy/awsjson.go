@@ -39,7 +39,9 @@ const (
 	// entries are dropped from the request, only the others are forwarded, and the answer
 	// gets the synthetic failed entries back at their indexes. The client thus sees exactly
 	// the entries with a SequenceNumber stored, and the others not, as from Kinesis. Other
-	// operations are forwarded unchanged (and count no fault).
+	// operations are forwarded unchanged (and count no fault, nor against Rule.Max).
+	// The rewritten request keeps the client's SigV4 signature, which no longer matches its
+	// body: the emulators do not check signatures, real Kinesis would refuse it.
 	KindPartialPut Kind = "putrecords-partial"
 )
 
@@ -75,6 +77,12 @@ func targetRegexp(prefix string, ops []string) *regexp.Regexp {
 		quoted[i] = regexp.QuoteMeta(op)
 	}
 	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `(` + strings.Join(quoted, "|") + `)$`)
+}
+
+// appliesTo reports whether kind can fault r: KindPartialPut only a Kinesis PutRecords; every
+// other kind any request.
+func appliesTo(kind Kind, r *http.Request) bool {
+	return kind != KindPartialPut || r.Header.Get(headerTarget) == kinesisPrefix+"PutRecords"
 }
 
 // awsError is one error answer of the AWS JSON protocol.
@@ -230,17 +238,17 @@ func (p *Proxy) partialPut(w http.ResponseWriter, r *http.Request, rule *Rule, e
 	ans := putRecords{fields: map[string]json.RawMessage{}}
 	header := http.Header{}
 	if len(kept.records) > 0 {
-		resp, upBody, err := p.send(r, kept.marshal())
-		if err != nil || resp.StatusCode != http.StatusOK {
-			p.answer(w, r, resp, upBody, err)
+		up, err := p.send(r, kept.marshal())
+		if err != nil || up.status != http.StatusOK {
+			p.answer(w, r, up, err)
 			return
 		}
-		if ans, err = parsePutRecords(upBody); err != nil || len(ans.records) != len(kept.records) {
+		if ans, err = parsePutRecords(up.body); err != nil || len(ans.records) != len(kept.records) {
 			writeError(w, r, http.StatusBadGateway, fmt.Sprintf("faultproxy: PutRecords answer of %d entries for %d: %v",
 				len(ans.records), len(kept.records), err))
 			return
 		}
-		ev.Upstream, header = resp.StatusCode, resp.Header
+		ev.Upstream, header = up.status, up.header
 	}
 	merged, upFailed := mergePutRecords(ans, fail)
 	ans.records = merged
@@ -276,33 +284,40 @@ func mergePutRecords(up putRecords, fail []bool) ([]json.RawMessage, int) {
 	return out, upFailed
 }
 
+// upstreamAnswer is an upstream's answer, read in full.
+type upstreamAnswer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
 // send forwards r with body and reads the upstream's answer in full.
-func (p *Proxy) send(r *http.Request, body []byte) (*http.Response, []byte, error) {
+func (p *Proxy) send(r *http.Request, body []byte) (upstreamAnswer, error) {
 	resp, err := p.roundTripBody(r, bytes.NewReader(body), int64(len(body)))
 	if err != nil {
-		return nil, nil, err
+		return upstreamAnswer{}, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
-	return resp, b, err
+	return upstreamAnswer{resp.StatusCode, resp.Header, b}, err
 }
 
 // relay forwards r with body (already read) and passes the answer on unchanged.
 func (p *Proxy) relay(w http.ResponseWriter, r *http.Request, body []byte) {
-	resp, b, err := p.send(r, body)
-	p.answer(w, r, resp, b, err)
+	a, err := p.send(r, body)
+	p.answer(w, r, a, err)
 }
 
 // answer passes an upstream answer on unchanged (a forwarded request), or a 502 when the
 // upstream failed by itself.
-func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, resp *http.Response, body []byte, err error) {
+func (p *Proxy) answer(w http.ResponseWriter, r *http.Request, a upstreamAnswer, err error) {
 	if err != nil {
 		writeError(w, r, http.StatusBadGateway, "faultproxy: upstream: "+err.Error())
 		return
 	}
-	copyHeader(w.Header(), resp.Header)
-	w.WriteHeader(resp.StatusCode)
-	_, _ = w.Write(body)
+	copyHeader(w.Header(), a.header)
+	w.WriteHeader(a.status)
+	_, _ = w.Write(a.body)
 	p.mu.Lock()
 	p.forwarded++
 	p.mu.Unlock()

@@ -332,23 +332,27 @@ func TestPartialPut(t *testing.T) {
 		t.Fatalf("events %+v counts %v", e, p.CountsByRule())
 	}
 
-	// A single PutRecord is not a PutRecords: forwarded, no fault.
+	// A single PutRecord is not a PutRecords: forwarded, no fault, Max's budget kept for the
+	// PutRecords that follows; with FailEntries 1 nothing of it is forwarded.
+	rule.Max, rule.FailEntries = 1, 1
+	p.SetRules(rule)
 	if _, err := kin.PutRecord(t.Context(), &kinesis.PutRecordInput{StreamName: aws.String("cdc"), Data: []byte("x"), PartitionKey: aws.String("k")}); err != nil {
 		t.Fatal(err)
 	}
 	if p.Total() != 1 {
 		t.Fatalf("PutRecord counted a fault: %v", p.Counts())
 	}
-
-	rule.FailEntries = 1
-	p.SetRules(rule)
 	before := len(up.received())
 	out, err = putEntries(t.Context(), kin, "x", "y")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(up.received()) != before || *out.FailedRecordCount != 2 || p.Events()[1].Failed != 2 || p.Events()[1].Upstream != 0 {
+	if len(up.received()) != before || *out.FailedRecordCount != 2 || p.Total() != 2 || p.Events()[1].Failed != 2 || p.Events()[1].Upstream != 0 {
 		t.Fatalf("all failing: forwarded %v, answer %+v, events %+v", up.received()[before:], out, p.Events())
+	}
+	// Max reached: the retry is forwarded whole.
+	if out, err = putEntries(t.Context(), kin, "x", "y"); err != nil || *out.FailedRecordCount != 0 || p.Total() != 2 {
+		t.Fatalf("after Max: %+v %v, faults %v", out, err, p.Counts())
 	}
 }
 

@@ -297,8 +297,12 @@ func (p *Proxy) decide(r *http.Request) (*Rule, Kind) {
 		if rule.matched <= rule.Skip || p.rng.Float64() >= rule.Prob {
 			return nil, ""
 		}
+		kind := rule.Kinds[p.rng.IntN(len(rule.Kinds))]
+		if !appliesTo(kind, r) {
+			return nil, "" // forwarded, and Max's budget kept
+		}
 		rule.injected++
-		return rule, rule.Kinds[p.rng.IntN(len(rule.Kinds))]
+		return rule, kind
 	}
 	return nil, ""
 }
