@@ -113,16 +113,16 @@ type Proxy struct {
 	srv      *http.Server
 	tr       *http.Transport
 
-	mu        sync.Mutex
-	rng       *rand.Rand
-	rules     []*Rule
-	enabled   bool
-	forwarded int
-	counts    map[Kind]int
-	byRule    map[string]int
-	byRuleKnd map[string]map[Kind]int
-	events    []Event
-	onInject  func(Event)
+	mu         sync.Mutex
+	rng        *rand.Rand
+	rules      []*Rule
+	enabled    bool
+	forwarded  int
+	counts     map[Kind]int
+	byRule     map[string]int
+	byRuleKind map[string]map[Kind]int
+	events     []Event
+	onInject   func(Event)
 }
 
 // Options configure New.
@@ -149,7 +149,7 @@ func New(upstream string, o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{upstream: u, ln: ln, enabled: true, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)),
-		counts: map[Kind]int{}, byRule: map[string]int{}, byRuleKnd: map[string]map[Kind]int{}, onInject: o.OnInject,
+		counts: map[Kind]int{}, byRule: map[string]int{}, byRuleKind: map[string]map[Kind]int{}, onInject: o.OnInject,
 		tr: &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64,
 			IdleConnTimeout: 30 * time.Second, ResponseHeaderTimeout: 2 * time.Minute}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
@@ -251,8 +251,8 @@ func (p *Proxy) Summary() string {
 func (p *Proxy) CountsByRule() map[string]map[Kind]int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make(map[string]map[Kind]int, len(p.byRuleKnd))
-	for name, byKind := range p.byRuleKnd {
+	out := make(map[string]map[Kind]int, len(p.byRuleKind))
+	for name, byKind := range p.byRuleKind {
 		m := make(map[Kind]int, len(byKind))
 		for k, v := range byKind {
 			m[k] = v
@@ -318,10 +318,10 @@ func (p *Proxy) record(e Event) {
 	p.mu.Lock()
 	p.counts[e.Kind]++
 	p.byRule[e.Rule]++
-	if p.byRuleKnd[e.Rule] == nil {
-		p.byRuleKnd[e.Rule] = map[Kind]int{}
+	if p.byRuleKind[e.Rule] == nil {
+		p.byRuleKind[e.Rule] = map[Kind]int{}
 	}
-	p.byRuleKnd[e.Rule][e.Kind]++
+	p.byRuleKind[e.Rule][e.Kind]++
 	p.events = append(p.events, e)
 	cb := p.onInject
 	p.mu.Unlock()
