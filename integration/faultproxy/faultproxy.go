@@ -14,6 +14,11 @@
 //   - KindLost5xx: the same, but the client gets a 502 instead of the answer (a gateway that
 //     lost its upstream's answer; Iceberg's REST spec calls a 5xx on commit "state unknown").
 //
+// In front of an AWS JSON protocol service (DynamoDB, Kinesis: POST / with an X-Amz-Target
+// header) rules also select by operation (Rule.Target) and have the service's own error answers
+// (AWSKinds, awsjson.go): throttling, an expired shard iterator, and a PutRecords answer with
+// failed entries. Their 5xx answers carry the protocol's JSON error body.
+//
 // Rules are matched in order; the first that matches a request and has budget left decides, by
 // its probability, whether a fault is injected and draws its kind. The draw is seeded, so a
 // single-client sequence replays; with concurrent clients the order of requests decides.
@@ -62,6 +67,10 @@ type Rule struct {
 	Method string
 	// Path matches the request path (nil any).
 	Path *regexp.Regexp
+	// Target matches the X-Amz-Target header of AWS JSON protocol requests, e.g.
+	// `^DynamoDB_20120810\.UpdateItem$` or `^Kinesis_20131202\.GetRecords$` (nil any; a
+	// request without the header has "" matched).
+	Target *regexp.Regexp
 	// Kinds are the faults drawn from, uniformly.
 	Kinds []Kind
 	// Prob is the chance that a matching request gets a fault (1: every one).
@@ -74,6 +83,9 @@ type Rule struct {
 	Status int
 	// Hold bounds how long KindTimeout holds a request (default 5 s).
 	Hold time.Duration
+	// FailEntries is the chance that each entry of a PutRecords request fails under
+	// KindPartialPut (default 0.5); at least one entry fails.
+	FailEntries float64
 
 	matched, injected int
 }
@@ -84,9 +96,14 @@ type Event struct {
 	Kind   Kind
 	Method string
 	Path   string
+	// Target is the request's X-Amz-Target header ("" outside the AWS JSON protocol).
+	Target string
 	// Upstream is the status the dependency answered before the answer was lost (KindLost,
-	// KindLost5xx), 0 when nothing was forwarded or forwarding failed.
+	// KindLost5xx) or rewritten (KindPartialPut), 0 when nothing was forwarded or forwarding
+	// failed.
 	Upstream int
+	// Failed is the number of PutRecords entries KindPartialPut failed (not forwarded).
+	Failed int
 }
 
 // Proxy is a running proxy.
@@ -96,15 +113,16 @@ type Proxy struct {
 	srv      *http.Server
 	tr       *http.Transport
 
-	mu        sync.Mutex
-	rng       *rand.Rand
-	rules     []*Rule
-	enabled   bool
-	forwarded int
-	counts    map[Kind]int
-	byRule    map[string]int
-	events    []Event
-	onInject  func(Event)
+	mu         sync.Mutex
+	rng        *rand.Rand
+	rules      []*Rule
+	enabled    bool
+	forwarded  int
+	counts     map[Kind]int
+	byRule     map[string]int
+	byRuleKind map[string]map[Kind]int
+	events     []Event
+	onInject   func(Event)
 }
 
 // Options configure New.
@@ -131,7 +149,7 @@ func New(upstream string, o Options) (*Proxy, error) {
 		return nil, err
 	}
 	p := &Proxy{upstream: u, ln: ln, enabled: true, rng: rand.New(rand.NewPCG(o.Seed, 0x5eed)),
-		counts: map[Kind]int{}, byRule: map[string]int{}, onInject: o.OnInject,
+		counts: map[Kind]int{}, byRule: map[string]int{}, byRuleKind: map[string]map[Kind]int{}, onInject: o.OnInject,
 		tr: &http.Transport{Proxy: nil, DisableCompression: true, MaxIdleConnsPerHost: 64,
 			IdleConnTimeout: 30 * time.Second, ResponseHeaderTimeout: 2 * time.Minute}}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second}
@@ -205,14 +223,43 @@ func (p *Proxy) Events() []Event {
 	return append([]Event(nil), p.events...)
 }
 
-// Summary formats the counts as "kind=n ..." in Kinds order.
+// Summary formats the counts as "kind=n ..." in Kinds order, followed by the AWSKinds that a
+// rule names or that were injected.
 func (p *Proxy) Summary() string {
 	c := p.Counts()
-	parts := make([]string, 0, len(Kinds))
+	named := map[Kind]bool{}
+	p.mu.Lock()
+	for _, r := range p.rules {
+		for _, k := range r.Kinds {
+			named[k] = true
+		}
+	}
+	p.mu.Unlock()
+	parts := make([]string, 0, len(Kinds)+len(AWSKinds))
 	for _, k := range Kinds {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
 	}
+	for _, k := range AWSKinds {
+		if named[k] || c[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, c[k]))
+		}
+	}
 	return strings.Join(parts, " ")
+}
+
+// CountsByRule returns the faults injected so far by rule name and kind.
+func (p *Proxy) CountsByRule() map[string]map[Kind]int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make(map[string]map[Kind]int, len(p.byRuleKind))
+	for name, byKind := range p.byRuleKind {
+		m := make(map[Kind]int, len(byKind))
+		for k, v := range byKind {
+			m[k] = v
+		}
+		out[name] = m
+	}
+	return out
 }
 
 // SummaryByRule formats the faults per rule as "rule=n ...", sorted by rule name.
@@ -243,26 +290,38 @@ func (p *Proxy) decide(r *http.Request) (*Rule, Kind) {
 		return nil, ""
 	}
 	for _, rule := range p.rules {
-		if rule.Method != "" && rule.Method != r.Method || rule.Path != nil && !rule.Path.MatchString(r.URL.Path) {
-			continue
-		}
-		if rule.Max > 0 && rule.injected >= rule.Max || len(rule.Kinds) == 0 {
+		if !rule.selects(r) || rule.Max > 0 && rule.injected >= rule.Max || len(rule.Kinds) == 0 {
 			continue
 		}
 		rule.matched++
 		if rule.matched <= rule.Skip || p.rng.Float64() >= rule.Prob {
 			return nil, ""
 		}
+		kind := rule.Kinds[p.rng.IntN(len(rule.Kinds))]
+		if !appliesTo(kind, r) {
+			return nil, "" // forwarded, and Max's budget kept
+		}
 		rule.injected++
-		return rule, rule.Kinds[p.rng.IntN(len(rule.Kinds))]
+		return rule, kind
 	}
 	return nil, ""
+}
+
+// selects reports whether r is one of the requests the rule is about.
+func (rule *Rule) selects(r *http.Request) bool {
+	return (rule.Method == "" || rule.Method == r.Method) &&
+		(rule.Path == nil || rule.Path.MatchString(r.URL.Path)) &&
+		(rule.Target == nil || rule.Target.MatchString(r.Header.Get(headerTarget)))
 }
 
 func (p *Proxy) record(e Event) {
 	p.mu.Lock()
 	p.counts[e.Kind]++
 	p.byRule[e.Rule]++
+	if p.byRuleKind[e.Rule] == nil {
+		p.byRuleKind[e.Rule] = map[Kind]int{}
+	}
+	p.byRuleKind[e.Rule][e.Kind]++
 	p.events = append(p.events, e)
 	cb := p.onInject
 	p.mu.Unlock()
@@ -278,7 +337,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r)
 		return
 	}
-	ev := Event{Rule: rule.Name, Kind: kind, Method: r.Method, Path: r.URL.Path}
+	ev := Event{Rule: rule.Name, Kind: kind, Method: r.Method, Path: r.URL.Path, Target: r.Header.Get(headerTarget)}
 	switch kind {
 	case KindStatus:
 		_, _ = io.Copy(io.Discard, r.Body)
@@ -318,6 +377,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		reset(w)
+	case KindThroughput, KindThrottling, KindExpiredIterator:
+		_, _ = io.Copy(io.Discard, r.Body)
+		p.record(ev)
+		writeAWSError(w, r, injectedAWSError(kind, ev.Target))
+	case KindPartialPut:
+		p.partialPut(w, r, rule, ev)
 	default:
 		p.forward(w, r)
 	}
@@ -330,12 +395,18 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 // roundTrip sends r to the upstream unchanged: same method, path and query (raw), headers and
 // Host header, and body.
 func (p *Proxy) roundTrip(r *http.Request) (*http.Response, error) {
-	u := *p.upstream
-	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
 	body := r.Body
 	if r.ContentLength == 0 {
 		body = http.NoBody
 	}
+	return p.roundTripBody(r, body, r.ContentLength)
+}
+
+// roundTripBody sends r to the upstream as roundTrip does, with body (n bytes, -1 unknown)
+// instead of r's.
+func (p *Proxy) roundTripBody(r *http.Request, body io.Reader, n int64) (*http.Response, error) {
+	u := *p.upstream
+	u.Path, u.RawPath, u.RawQuery = r.URL.Path, r.URL.RawPath, r.URL.RawQuery
 	out, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), r.Method, u.String(), body)
 	if err != nil {
 		return nil, err
@@ -346,7 +417,7 @@ func (p *Proxy) roundTrip(r *http.Request) (*http.Response, error) {
 		out.Header.Del(h)
 	}
 	out.Host = r.Host
-	out.ContentLength = r.ContentLength
+	out.ContentLength = n
 	return p.tr.RoundTrip(out)
 }
 
@@ -358,14 +429,7 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	for k, vs := range resp.Header {
-		for _, v := range vs {
-			w.Header().Add(k, v)
-		}
-	}
-	for _, h := range hopHeaders {
-		w.Header().Del(h)
-	}
+	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
 	p.mu.Lock()
@@ -390,9 +454,14 @@ func reset(w http.ResponseWriter) {
 	_ = conn.Close()
 }
 
-// writeError answers status with a body in the dependency's dialect: an Iceberg REST error
-// (JSON) for paths under /v1/, an S3 error (XML) otherwise.
+// writeError answers status with a body in the dependency's dialect: an AWS JSON protocol error
+// for requests with an X-Amz-Target header, an Iceberg REST error (JSON) for paths under /v1/,
+// an S3 error (XML) otherwise.
 func writeError(w http.ResponseWriter, r *http.Request, status int, msg string) {
+	if target := r.Header.Get(headerTarget); target != "" {
+		writeAWSError(w, r, serverAWSError(status, target, msg))
+		return
+	}
 	var b bytes.Buffer
 	if strings.HasPrefix(r.URL.Path, "/v1/") {
 		w.Header().Set("Content-Type", "application/json")
