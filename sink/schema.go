@@ -321,7 +321,7 @@ func (l *layout) columnStates() []dms.ColumnState {
 // for writing the rows again, which a re-planned batch does.
 func relayRows(rows *rowList, old, nu *layout) {
 	if old.schema.ID == nu.schema.ID {
-		return // the same schema (a reload or commit without a schema change)
+		return // the same schema (a refresh or commit without a schema change)
 	}
 	oldFields, nuFields := old.schema.Fields(), nu.schema.Fields()
 	oldPos := make(map[int]int, len(old.types))

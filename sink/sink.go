@@ -325,7 +325,7 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 		maintenance.HandoffWait(s.cfg.FlushInterval))
 	m.UseSlots(s.maintSlots)
 	m.UseKeyCache(s.keyCache)
-	w.maint = m
+	w.cm.maint = m
 	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {
 		defer s.wwg.Done()
@@ -450,10 +450,10 @@ func (s *Iceberg) Close(ctx context.Context) error {
 // it is called on a shard reader's goroutine while the reader waits for the budget.
 func (s *Iceberg) relieve(need int64) {
 	ws := s.snapshotWriters()
-	slices.SortFunc(ws, func(a, b *writer) int { return cmp.Compare(b.gauge.bytes.Load(), a.gauge.bytes.Load()) })
+	slices.SortFunc(ws, func(a, b *writer) int { return cmp.Compare(b.pl.gauge.bytes.Load(), a.pl.gauge.bytes.Load()) })
 	var got int64
 	for _, w := range ws {
-		n := w.gauge.bytes.Load()
+		n := w.pl.gauge.bytes.Load()
 		if n <= 0 || got >= need {
 			break
 		}
