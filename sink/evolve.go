@@ -63,13 +63,12 @@ func (sa *schemaApplier) open(ctx context.Context, ev *change.Event) error {
 	return sa.retryCatalog(ctx, func() error { return sa.openOnce(ctx, ev) })
 }
 
-// retryCatalog runs call until it returns no catalogCallError, at most commit_retries times
+// retryCatalog runs call until it returns no ErrCatalogCall, at most commit_retries times
 // more (until the context ends while closing), after the waits of a failed commit.
 func (sa *schemaApplier) retryCatalog(ctx context.Context, call func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := call()
-		var ce *catalogCallError
-		if err == nil || !errors.As(err, &ce) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrCatalogCall) || ctx.Err() != nil {
 			return err
 		}
 		if attempt >= sa.env.retries && !sa.cm.closing {
@@ -82,16 +81,31 @@ func (sa *schemaApplier) retryCatalog(ctx context.Context, call func() error) er
 	}
 }
 
-// catalogCallError is a failed catalog call of open: worth another attempt.
-type catalogCallError struct{ err error }
+// ErrCatalogCall marks a failed catalog call of opening a table (the load, the namespace or
+// the table creation): transient, a caller may retry it. The writer does, after the waits of a
+// failed commit and as often (retryCatalog).
+var ErrCatalogCall = errors.New("catalog call failed")
 
-func (e *catalogCallError) Error() string { return e.err.Error() }
-func (e *catalogCallError) Unwrap() error { return e.err }
+// ErrUncreatable marks a table that cannot be created as defined and configured (a key column
+// it would not have, a floating-point key, an invalid partition spec): permanent, a caller must
+// not retry it as it is. The writer pauses the table instead, until a table-def or a restart
+// with fixed configuration lets it be created.
+var ErrUncreatable = errors.New("table cannot be created as configured")
+
+// marked is err that errors.Is also matches to kind (ErrCatalogCall, ErrUncreatable); its
+// message is err's own.
+type marked struct{ kind, err error }
+
+func (m marked) Error() string   { return m.err.Error() }
+func (m marked) Unwrap() []error { return []error{m.kind, m.err} }
+
+// mark makes err match kind with errors.Is, keeping its message.
+func mark(kind, err error) error { return marked{kind: kind, err: err} }
 
 // catalogCall bounds one catalog call of open, load or create by sink.commit_timeout, as a commit
 // attempt is bounded: neither iceberg-go's REST client nor the AWS SDK sets a request timeout,
 // and a catalog that accepted the request and never answered held the writer for ever. The call
-// past it fails like any other (a catalogCallError, tried again).
+// past it fails like any other (an ErrCatalogCall, tried again).
 func (sa *schemaApplier) catalogCall(ctx context.Context, call func(ctx context.Context) error) error {
 	if sa.env.attemptTimeout > 0 {
 		var cancel context.CancelFunc
@@ -113,14 +127,13 @@ func (sa *schemaApplier) loadTable(ctx context.Context) (tbl *table.Table, err e
 func (sa *schemaApplier) openOnce(ctx context.Context, ev *change.Event) error {
 	tbl, err := sa.loadTable(ctx)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
-		var bad *schemaError
 		tbl, err = sa.create(ctx, ev)
-		if errors.As(err, &bad) {
-			sa.st.pause(bad.Error())
+		if errors.Is(err, ErrUncreatable) {
+			sa.st.pause(err.Error())
 			return nil
 		}
 	} else if err != nil {
-		err = &catalogCallError{err}
+		err = mark(ErrCatalogCall, err)
 	}
 	if err != nil {
 		return fmt.Errorf("open table %s: %w", sa.name, err)
@@ -148,18 +161,13 @@ func (sa *schemaApplier) loadOnce(ctx context.Context) (found bool, err error) {
 	case errors.Is(err, catalog.ErrNoSuchTable):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("open table %s: %w", sa.name, &catalogCallError{err})
+		return false, fmt.Errorf("open table %s: %w", sa.name, mark(ErrCatalogCall, err))
 	}
 	if err := sa.st.use(tbl); err != nil {
 		return false, err
 	}
 	return true, sa.opened(ctx)
 }
-
-// schemaError is a table that cannot be created as defined and configured.
-type schemaError struct{ err error }
-
-func (e *schemaError) Error() string { return e.err.Error() }
 
 func (sa *schemaApplier) create(ctx context.Context, ev *change.Event) (*table.Table, error) {
 	cat := sa.env.cat
@@ -169,7 +177,7 @@ func (sa *schemaApplier) create(ctx context.Context, ev *change.Event) (*table.T
 	}
 	schema, source, err := buildSchema(def, sa.set, ev)
 	if err != nil {
-		return nil, &schemaError{fmt.Errorf("schema for %s: %w", sa.src, err)}
+		return nil, mark(ErrUncreatable, fmt.Errorf("schema for %s: %w", sa.src, err))
 	}
 	props := maps.Clone(tableProperties)
 	if v := sa.set.tc.formatVersion(); v != 0 {
@@ -190,14 +198,14 @@ func (sa *schemaApplier) create(ctx context.Context, ev *change.Event) (*table.T
 	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
 	spec, err := sa.set.partitionSpec(schema)
 	if err != nil {
-		return nil, &schemaError{fmt.Errorf("table %s: %w", sa.src, err)}
+		return nil, mark(ErrUncreatable, fmt.Errorf("table %s: %w", sa.src, err))
 	}
 	if spec != nil {
 		opts = append(opts, catalog.WithPartitionSpec(spec))
 	}
 	ns := sa.ident[:len(sa.ident)-1]
 	if err := sa.catalogCall(ctx, func(ctx context.Context) error { return cat.CreateNamespace(ctx, ns, nil) }); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-		return nil, &catalogCallError{fmt.Errorf("create namespace %v: %w", ns, err)}
+		return nil, mark(ErrCatalogCall, fmt.Errorf("create namespace %v: %w", ns, err))
 	}
 	var tbl *table.Table
 	err = sa.catalogCall(ctx, func(ctx context.Context) (err error) {
@@ -208,12 +216,12 @@ func (sa *schemaApplier) create(ctx context.Context, ev *change.Event) (*table.T
 		// Another worker was first, or an earlier attempt whose answer was lost.
 		tbl, err = sa.loadTable(ctx)
 		if err != nil {
-			return nil, &catalogCallError{err}
+			return nil, mark(ErrCatalogCall, err)
 		}
 		return tbl, nil
 	}
 	if err != nil {
-		return nil, &catalogCallError{err}
+		return nil, mark(ErrCatalogCall, err)
 	}
 	sa.log.Info("created table", zap.String("schema_from", source), zap.Stringer("schema", tbl.Schema()))
 	sa.env.metrics.SchemaChanged(sa.name, "create_table", 1)
