@@ -496,3 +496,56 @@ func (cm *committer) freshen(ctx context.Context) error {
 	}
 	return err
 }
+
+// reloadQuiet ends a reload after the quiet period (sink.reload_quiet_period) when no CDC change
+// of the table followed its load rows (reloadTracker.quietEnd): one commit replaces the table's
+// content and publishes the reload branch.
+func (cm *committer) reloadQuiet(ctx context.Context) error {
+	m, ok := cm.rt.quietEnd(!cm.pl.buf.pending() && cm.queued() == 0 && cm.st.status == tableprop.StatusActive)
+	if !ok {
+		return nil
+	}
+	if err := cm.dq.awaitDeadLetters(ctx); err != nil {
+		return err
+	}
+	var rs *reloadStage
+	removed := 0
+	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
+		m, ok := cm.rt.reloading()
+		if !ok || m.rows == 0 {
+			rs = nil
+			return nil, nil // ended or restarted meanwhile
+		}
+		rs = &reloadStage{mark: m, end: true, replace: true}
+		props := tableprop.Stamp(iceberg.Properties{}, cm.st.tbl.Properties())
+		txn := cm.rt.dataTxn()
+		var err error
+		if removed, err = cm.rt.stageReload(ctx, txn, rs, props); err != nil {
+			return nil, err
+		}
+		if err := txn.SetProperties(props); err != nil {
+			return nil, fmt.Errorf("stage properties: %w", err)
+		}
+		tbl, err := cm.rt.publishReload(ctx, txn)
+		if err != nil {
+			return nil, err
+		}
+		return tbl, cm.st.adopt(tbl)
+	}
+	res, err := commit.Run(ctx, cm.env.cat, cm.ident, cm.st.tbl, cm.policy(), commit.Op{
+		Name: "replace " + cm.name + " after its reload", Stage: stage,
+		// Done when the refreshed table has no reload in progress any more, or another one.
+		Reloaded: cm.st.refreshedUse(func() bool {
+			n, ok := cm.rt.reloading()
+			return !ok || n.before != m.before
+		}),
+	})
+	if err != nil {
+		return err
+	}
+	if res.Table != nil && rs != nil {
+		cm.rt.reloadEnded(rs, removed, "quiet period")
+	}
+	cm.rt.reportReload()
+	return nil
+}

@@ -334,64 +334,19 @@ func (rt *reloadTracker) reloadEnded(rs *reloadStage, removed int, how string) {
 	rt.reportReload()
 }
 
-// reloadQuiet ends a reload after the quiet period (sink.reload_quiet_period) when no CDC change
-// of the table followed its load rows: nothing buffered or queued, load rows committed, and none
-// for the quiet period. A reload without load rows waits (DMS may load the table later; its
-// first CDC change cancels it).
-func (cm *committer) reloadQuiet(ctx context.Context) error {
-	m, ok := cm.rt.reloading()
-	if !ok || m.rows == 0 || cm.pl.buf.pending() || cm.queued() > 0 || cm.st.status != tableprop.StatusActive {
-		return nil
+// quietEnd returns the reload in progress that its quiet period (sink.reload_quiet_period)
+// ends now: load rows committed, and none for the quiet period; idle says that nothing is
+// buffered or queued and the table is active. A reload without load rows waits (DMS may load
+// the table later; its first CDC change cancels it).
+func (rt *reloadTracker) quietEnd(idle bool) (reloadMark, bool) {
+	m, ok := rt.reloading()
+	if !ok || m.rows == 0 || !idle {
+		return m, false
 	}
-	if cm.rt.loaded.IsZero() {
-		cm.rt.loaded = time.Now() // adopted from another worker's or an earlier run's commit
+	if rt.loaded.IsZero() {
+		rt.loaded = time.Now() // adopted from another worker's or an earlier run's commit
 	}
-	if time.Since(cm.rt.loaded) < cm.set.reloadQuiet {
-		return nil
-	}
-	if err := cm.dq.awaitDeadLetters(ctx); err != nil {
-		return err
-	}
-	var rs *reloadStage
-	removed := 0
-	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-		m, ok := cm.rt.reloading()
-		if !ok || m.rows == 0 {
-			rs = nil
-			return nil, nil // ended or restarted meanwhile
-		}
-		rs = &reloadStage{mark: m, end: true, replace: true}
-		props := tableprop.Stamp(iceberg.Properties{}, cm.st.tbl.Properties())
-		txn := cm.rt.dataTxn()
-		var err error
-		if removed, err = cm.rt.stageReload(ctx, txn, rs, props); err != nil {
-			return nil, err
-		}
-		if err := txn.SetProperties(props); err != nil {
-			return nil, fmt.Errorf("stage properties: %w", err)
-		}
-		tbl, err := cm.rt.publishReload(ctx, txn)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, cm.st.adopt(tbl)
-	}
-	res, err := commit.Run(ctx, cm.env.cat, cm.ident, cm.st.tbl, cm.policy(), commit.Op{
-		Name: "replace " + cm.name + " after its reload", Stage: stage,
-		// Done when the refreshed table has no reload in progress any more, or another one.
-		Reloaded: cm.st.refreshedUse(func() bool {
-			n, ok := cm.rt.reloading()
-			return !ok || n.before != m.before
-		}),
-	})
-	if err != nil {
-		return err
-	}
-	if res.Table != nil && rs != nil {
-		cm.rt.reloadEnded(rs, removed, "quiet period")
-	}
-	cm.rt.reportReload()
-	return nil
+	return m, time.Since(rt.loaded) >= rt.set.reloadQuiet
 }
 
 // filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence

@@ -15,26 +15,26 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// The table writer, one per target table, split by concept:
+// The table writer, one per target table: a loop over its queue (writer, this file) that hands
+// each event to the part that owns it. Each part is a type with its own fields; they share the
+// read-only tableScope:
 //
-//	writer.go        the queue loop and intake of one event (this file)
-//	convert.go       an event's images to a typed row
-//	buffer.go        the rows and acknowledgements since the last commit, and the dedupe plan (pure)
-//	order.go         the ordering guard's order: arrivals, source positions, limits, held events
-//	state.go         the loaded table, its layout and watermarks, the writer's status
-//	flush.go         the commit path: files, row delta and watermarks through commit.Run
-//	partial.go       partial update images completed from the table (absent_columns keep)
-//	evolve.go        control records: opening and creating the table, schema changes, drop, key
-//	control.go       the guards of control records: watermark and staleness, before and after refreshes
-//	key.go           the primary key: which columns may be key columns, giving a keyless table its key
-//	identity.go      the DMS record identity of keyless tables: re-sent records replace their copy
-//	truncate.go      control records on rows and names: truncate, rename-table
-//	reload.go        a DMS table reload: its start, its load rows, the replacing snapshot at its end
-//	writer_dlq.go    dead letters of the writer and waiting for them before a commit
-//	owner.go         one source per target table: the owner property, claiming, refusing
+//	writer          writer.go      the queue loop, intake of one event, the flush's walk over held events
+//	controlApplier  control.go     control records: schema changes, drop, their guards (and truncate.go:
+//	                               truncate, rename-table), re-checked on every refreshed table
+//	schemaApplier   evolve.go      opening, creating and evolving the table; its owner (owner.go), its
+//	                               key (key.go), the record identity of keyless tables (identity.go)
+//	committer       flush.go       the commit path of rows: files, row delta and watermarks through
+//	                               commit.Run; partial images (partial.go), contention (contention.go)
+//	reloadTracker   reload.go      a DMS table reload: its start, its load rows, the replacing snapshot
+//	planner         planner.go     the buffer (buffer.go), its order and the commit bound (order.go),
+//	                               an event's images to a row (convert.go), the buffer's gauge
+//	targetTable     state.go       the loaded table, its layout, table-def and status; adopting tables
+//	deadLetters     writer_dlq.go  dead letters of the writer and waiting for them before a commit
 //
-// Calls go down that list (intake → control records → commit path → state and buffer), never
-// back up.
+// Calls go down that list (intake → control records → schema → commit path → reload, planner,
+// state), never back up. A table is loaded again after a failed commit attempt ("refreshed",
+// commit.Op.Reloaded); "reload" means a DMS table reload only.
 
 // item is what a table writer's queue carries: an event, or a flush request.
 type item struct {
