@@ -185,7 +185,7 @@ func TestAbsentColumnsModes(t *testing.T) {
 }
 
 // The values a partial image keeps come from the snapshot its commit is staged on: when another
-// worker changed the row first, the conflict reloads the table and the lookup is repeated.
+// worker changed the row first, the conflict refreshes the table and the lookup is repeated.
 func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()

@@ -138,14 +138,34 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	if _, err := path.Match(name, ""); err != nil {
 		return fmt.Errorf("sink.tables[%s]: not a valid glob: %v", name, err)
 	}
+	cols, err := t.validColumns(field)
+	if err != nil {
+		return err
+	}
+	key, err := t.validKey(field, cols)
+	if err != nil {
+		return err
+	}
+	part, err := t.validPartition(field, key)
+	if err != nil {
+		return err
+	}
+	if err := t.validColumnLists(field, key, part, hashKey); err != nil {
+		return err
+	}
+	return t.validModes(field)
+}
+
+// validColumns checks the configured columns and returns their names.
+func (t TableConfig) validColumns(field func(string) string) (map[string]bool, error) {
 	cols := map[string]bool{}
 	var defs []change.ColumnDef
 	for i, col := range t.Columns {
 		if col.Name == "" || col.Type == "" {
-			return fmt.Errorf("%s[%d]: name and type are required", field("columns"), i)
+			return nil, fmt.Errorf("%s[%d]: name and type are required", field("columns"), i)
 		}
 		if cols[col.Name] {
-			return fmt.Errorf("%s[%d]: column %q declared twice", field("columns"), i, col.Name)
+			return nil, fmt.Errorf("%s[%d]: column %q declared twice", field("columns"), i, col.Name)
 		}
 		cols[col.Name] = true
 		defs = append(defs, col.def())
@@ -153,35 +173,51 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	vocab := dms.DetectVocabulary(defs)
 	for i, d := range defs {
 		if _, err := dms.IcebergType(d, vocab, dms.TypeOptions{}); err != nil {
-			return fmt.Errorf("%s[%d].type: %v", field("columns"), i, err)
+			return nil, fmt.Errorf("%s[%d].type: %v", field("columns"), i, err)
 		}
 	}
+	return cols, nil
+}
+
+// validKey checks primary_key against the configured columns cols and returns its columns.
+func (t TableConfig) validKey(field func(string) string, cols map[string]bool) (map[string]bool, error) {
 	key := map[string]bool{}
 	for i, k := range t.PrimaryKey {
 		switch {
 		case k == "":
-			return fmt.Errorf("%s[%d]: empty column name", field("primary_key"), i)
+			return nil, fmt.Errorf("%s[%d]: empty column name", field("primary_key"), i)
 		case key[k]:
-			return fmt.Errorf("%s[%d]: column %q listed twice", field("primary_key"), i, k)
+			return nil, fmt.Errorf("%s[%d]: column %q listed twice", field("primary_key"), i, k)
 		case len(cols) > 0 && !cols[k]:
-			return fmt.Errorf("%s[%d]: %q is not one of the configured columns", field("primary_key"), i, k)
+			return nil, fmt.Errorf("%s[%d]: %q is not one of the configured columns", field("primary_key"), i, k)
 		}
 		key[k] = true
 	}
+	return key, nil
+}
+
+// validPartition checks the partition fields against the key columns and returns their columns.
+func (t TableConfig) validPartition(field func(string) string, key map[string]bool) (map[string]bool, error) {
 	part := map[string]bool{}
 	if len(t.Partition) > 0 && len(t.PrimaryKey) == 0 {
-		return fmt.Errorf("%s: requires primary_key: equality deletes are partition-scoped, so partition columns must be key columns", field("partition"))
+		return nil, fmt.Errorf("%s: requires primary_key: equality deletes are partition-scoped, so partition columns must be key columns", field("partition"))
 	}
 	for i, p := range t.Partition {
 		f := fmt.Sprintf("%s[%d]", field("partition"), i)
 		if !key[p.Column] {
-			return fmt.Errorf("%s.column: %q is not a primary_key column %v (equality deletes are partition-scoped: a key whose partition changed could not be deleted)", f, p.Column, t.PrimaryKey)
+			return nil, fmt.Errorf("%s.column: %q is not a primary_key column %v (equality deletes are partition-scoped: a key whose partition changed could not be deleted)", f, p.Column, t.PrimaryKey)
 		}
 		if _, err := p.transform(); err != nil {
-			return fmt.Errorf("%s: %v", f, err)
+			return nil, fmt.Errorf("%s: %v", f, err)
 		}
 		part[p.Column] = true
 	}
+	return part, nil
+}
+
+// validColumnLists checks the column lists (exclude, hash, mask, timestamp types) against the
+// key and partition columns and each other.
+func (t TableConfig) validColumnLists(field func(string) string, key, part map[string]bool, hashKey []byte) error {
 	seen := map[string]string{}
 	lists := []struct {
 		name string
@@ -213,6 +249,11 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 			return fmt.Errorf("%s[%d]: %q is also in timestamp_columns", field("timestamptz_columns"), i, c)
 		}
 	}
+	return nil
+}
+
+// validModes checks the table's modes and flush thresholds.
+func (t TableConfig) validModes(field func(string) string) error {
 	if err := validAbsent(t.AbsentColumns); err != nil {
 		return fmt.Errorf("%s: %w", field("absent_columns"), err)
 	}
