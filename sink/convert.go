@@ -10,7 +10,7 @@ import (
 )
 
 // columnIndexes appends to dst each column's index in the layout (-1: not in it). take
-// resolves an event once into the writer's scratch, and both the check for new columns and
+// resolves an event once into the planner's scratch, and both the check for new columns and
 // convert read the result: the name comparison per value is a tenth of the writer's intake.
 func (l *layout) columnIndexes(cols []change.Column, dst []int32) []int32 {
 	for pos, c := range cols {

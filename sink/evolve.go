@@ -16,9 +16,9 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// Control records and the table's shape: opening and creating the table, schema changes from
-// table-defs and from data, drop-table, and the primary key. Every change commits through
-// commit.Run (flush.go's policy) and is adopted with use (state.go).
+// The table's shape: opening and creating the table, and schema changes from data (schema
+// changes from table-defs are control records: control.go). Every change commits through
+// commit.Run (the committer's policy) and is adopted with targetTable.use (state.go).
 
 // schemaApplier opens a table writer's table and shapes it: loading it, creating it (and its
 // namespace) on first sight, retrying failed catalog calls, claiming its owner (owner.go),
@@ -35,17 +35,6 @@ type schemaApplier struct {
 	truncWM map[string]string
 	// identityNoted: noteNoIdentity logged (identity.go).
 	identityNoted bool
-}
-
-// refreshedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
-// holds says the refreshed table already has the change (nil: never).
-func (t *targetTable) refreshedUse(holds func() bool) func(*table.Table) (bool, error) {
-	return func(tbl *table.Table) (bool, error) {
-		if err := t.use(tbl); err != nil {
-			return false, err
-		}
-		return holds != nil && holds(), nil
-	}
 }
 
 // open loads the target table, creating it (and its namespace) on first sight. A table that
@@ -285,8 +274,8 @@ func (sa *schemaApplier) addColumns(ctx context.Context, ev *change.Event, cols 
 	}
 	res, err := commit.Run(ctx, sa.env.cat, sa.ident, sa.st.tbl, sa.cm.policy(), commit.Op{
 		Name: "add columns to " + sa.name, Stage: stage,
-		// Another worker may have added them. The check resolves into a slice of its own: take's
-		// scratch (sa.cols) is in use under this call.
+		// Another worker may have added them. The check resolves into a slice of its own: resolve's
+		// scratch (planner.cols) is in use under this call.
 		Reloaded: sa.st.refreshedUse(func() bool { return len(sa.pl.unknownColumns(ev, sa.st.lay.columnIndexes(ev.Columns, nil))) == 0 }),
 	})
 	if err != nil || res.Table == nil {

@@ -35,7 +35,7 @@ type planner struct {
 	// gauge is the buffer's size for Buffers (gauges.go).
 	gauge bufferGauge
 	seen  []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
-	cols  []int32     // take's scratch: the layout index of each column of the event taken in (columnIndexes)
+	cols  []int32     // resolve's scratch: the layout index of each column of the event taken in (columnIndexes)
 	slab  []dms.Datum // what is left of the chunk convert carves rows' values from (datums)
 }
 

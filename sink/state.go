@@ -102,6 +102,17 @@ func (t *targetTable) use(tbl *table.Table) error {
 	return nil
 }
 
+// refreshedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
+// holds says the refreshed table already has the change (nil: never).
+func (t *targetTable) refreshedUse(holds func() bool) func(*table.Table) (bool, error) {
+	return func(tbl *table.Table) (bool, error) {
+		if err := t.use(tbl); err != nil {
+			return false, err
+		}
+		return holds != nil && holds(), nil
+	}
+}
+
 // setStatus changes the writer's state and publishes it.
 func (t *targetTable) setStatus(status, reason string) {
 	if t.status == status && t.reason == reason && !t.published().Since.IsZero() {
