@@ -284,7 +284,7 @@ func (ca *controlApplier) reconcile(ctx context.Context, ev *change.Event, def *
 	if clearDrop {
 		ca.st.setStatus(tableprop.StatusActive, "")
 	}
-	if op == "create-table" && !ca.st.lay.keyed() && len(ca.set.tc.PrimaryKey) == 0 && len(def.PrimaryKey) > 0 {
+	if op == "create-table" && !ca.st.lay.keyed() && len(ca.set.primaryKey) == 0 && len(def.PrimaryKey) > 0 {
 		// After a refresh the key is re-checked like the plan, except that the record's
 		// watermark is its own when the plan committed it.
 		settledKey := func() bool {

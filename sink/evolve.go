@@ -169,14 +169,10 @@ func (sa *schemaApplier) create(ctx context.Context, ev *change.Event) (*table.T
 		return nil, mark(ErrUncreatable, fmt.Errorf("schema for %s: %w", sa.src, err))
 	}
 	props := maps.Clone(tableProperties)
-	if v := sa.set.tc.formatVersion(); v != 0 {
+	if v := sa.set.formatVersion; v != 0 {
 		props["format-version"] = strconv.Itoa(v)
 	}
-	var configured []change.ColumnDef
-	for _, c := range sa.set.tc.Columns {
-		configured = append(configured, c.def())
-	}
-	maps.Copy(props, dictionaryProps(schema, uniqueText(def, configured)))
+	maps.Copy(props, dictionaryProps(schema, uniqueText(def, sa.set.columns)))
 	props[tableprop.Source] = sa.src
 	if def != nil && sa.st.defTS != "" {
 		controlTSProp(props, nil, sa.st.defTS)
@@ -240,8 +236,8 @@ func (sa *schemaApplier) opened(ctx context.Context) error {
 	if props[tableprop.Status] == tableprop.StatusDropped && sa.env.dropMark {
 		sa.st.setStatus(tableprop.StatusDropped, "marked dropped at "+props[tableprop.DroppedAt])
 	}
-	if len(sa.set.tc.PrimaryKey) > 0 {
-		_, err := sa.ensureKey(ctx, sa.set.tc.PrimaryKey, "sink.tables primary_key", nil)
+	if len(sa.set.primaryKey) > 0 {
+		_, err := sa.ensureKey(ctx, sa.set.primaryKey, "sink.tables primary_key", nil)
 		return err
 	}
 	return nil

@@ -40,8 +40,8 @@ func (s *Iceberg) Buffers() []BufferStat {
 	ws := s.snapshotWriters()
 	out := make([]BufferStat, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, BufferStat{Table: w.name, Queued: len(w.in), QueueCapacity: cap(w.in),
-			Rows: int(w.pl.gauge.rows.Load()), Bytes: w.pl.gauge.bytes.Load()})
+		rows, bytes := w.buffered()
+		out = append(out, BufferStat{Table: w.name, Queued: len(w.in), QueueCapacity: cap(w.in), Rows: rows, Bytes: bytes})
 	}
 	slices.SortFunc(out, func(a, b BufferStat) int { return strings.Compare(a.Table, b.Table) })
 	return out

@@ -25,8 +25,8 @@ func (st *settings) keyRule(key []string, from string) error {
 		cols []string
 		why  string
 	}{
-		{"exclude_columns", st.tc.ExcludeColumns, "an excluded column is not written"},
-		{"mask_columns", st.tc.MaskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
+		{"exclude_columns", st.excludeColumns, "an excluded column is not written"},
+		{"mask_columns", st.maskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
 	} {
 		for i, c := range l.cols {
 			if slices.Contains(key, c) {

@@ -57,6 +57,15 @@ func (pl *planner) stick(lim limit, pending bool) {
 	pl.stuck, pl.stuckSet = lim.gates(), pending
 }
 
+// leftOver notes that a flush at lim left rows buffered: what stays waits another flush
+// interval, and, guarded, until the bound or a gate moves (run).
+func (pl *planner) leftOver(lim limit) {
+	pl.buf.first = pl.buf.now()
+	if pl.guarded() {
+		pl.stick(lim, true)
+	}
+}
+
 // unstick notes that a commit took rows: nothing waits for the bound to move.
 func (pl *planner) unstick() { pl.stuckSet = false }
 

@@ -375,10 +375,23 @@ func (c Config) Target(src string) table.Identifier {
 	return table.Identifier{ns, name}
 }
 
-// settings is the resolved configuration of one table writer.
+// settings is the resolved configuration of one table writer. It holds no configuration type:
+// settingsFor resolves the sink's and the table's entries into it.
 type settings struct {
-	tc TableConfig
-	// tcKey is the sink.tables key tc came from ("" when none matched), for error messages.
+	// primaryKey is the configured key (sink.tables primary_key; nil: none), columns the
+	// configured columns; formatVersion is what the table is created with (0: tableProperties'),
+	// deleteMode its delete mode (for its maintainer).
+	primaryKey    []string
+	columns       []change.ColumnDef
+	formatVersion int
+	deleteMode    string
+	// excludeColumns and maskColumns are the lists of exclude and mask (keyRule names the entry).
+	excludeColumns, maskColumns []string
+	// specOf builds the configured partition spec against a new table's schema (nil:
+	// unpartitioned; partitionSpec).
+	specOf func(schema *iceberg.Schema) (*iceberg.PartitionSpec, error)
+	// tcKey is the sink.tables key the table's entry came from ("" when none matched), for
+	// error messages.
 	tcKey         string
 	flushInterval time.Duration
 	flushRows     int
@@ -414,7 +427,12 @@ func (c Config) settingsFor(src string) *settings {
 	if tc.FormatVersion == 0 {
 		tc.FormatVersion = c.FormatVersion
 	}
-	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
+	var columns []change.ColumnDef
+	for _, c := range tc.Columns {
+		columns = append(columns, c.def())
+	}
+	st := &settings{primaryKey: tc.PrimaryKey, columns: columns, formatVersion: tc.formatVersion(), deleteMode: tc.DeleteMode,
+		excludeColumns: tc.ExcludeColumns, maskColumns: tc.MaskColumns, specOf: partitionSpecOf(tc.Partition), tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
 		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval,
@@ -522,13 +540,27 @@ func (st *settings) value(name string, v change.Value) (change.Value, bool) {
 	return v, true
 }
 
-// partitionSpec builds the configured spec against a new table's schema.
+// partitionSpec builds the configured spec against a new table's schema; nil when unpartitioned.
 func (st *settings) partitionSpec(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
-	if len(st.tc.Partition) == 0 {
+	if st.specOf == nil {
 		return nil, nil
 	}
-	opts := make([]iceberg.PartitionOption, 0, len(st.tc.Partition))
-	for _, p := range st.tc.Partition {
+	return st.specOf(schema)
+}
+
+// partitionSpecOf returns what builds the spec of parts, the configured partition fields,
+// against a new table's schema (settings.specOf).
+func partitionSpecOf(parts []PartitionField) func(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
+	return func(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) { return buildSpec(parts, schema) }
+}
+
+// buildSpec builds the spec of parts against schema; nil without parts.
+func buildSpec(parts []PartitionField, schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	opts := make([]iceberg.PartitionOption, 0, len(parts))
+	for _, p := range parts {
 		t, err := p.transform()
 		if err != nil {
 			return nil, err

@@ -119,6 +119,29 @@ func newWriter(env writerEnv, src string, ident table.Identifier, set *settings,
 		st: st, pl: pl, cm: cm, sa: sa, ca: ca, rt: rt, dq: dq}
 }
 
+// What the sink reads of and hands to a writer from other goroutines than the writer's: its
+// queue (w.in), and these.
+
+// useMaintainer hands the writer its table's maintainer, before run.
+func (w *writer) useMaintainer(m maintainer) { w.cm.maint = m }
+
+// status is the writer's status as last published (any goroutine).
+func (w *writer) status() TableStatus { return w.st.published() }
+
+// buffered is the size of the buffer as the writer last published it (any goroutine).
+func (w *writer) buffered() (rows int, bytes int64) {
+	return int(w.pl.gauge.rows.Load()), w.pl.gauge.bytes.Load()
+}
+
+// nudgeFlush asks the writer to flush now; it never blocks (a request already waiting is
+// enough).
+func (w *writer) nudgeFlush() {
+	select {
+	case w.nudge <- struct{}{}:
+	default: // asked already
+	}
+}
+
 // run processes the queue until it is closed (graceful: flush and return) or ctx is done.
 func (w *writer) run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
@@ -383,11 +406,7 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	}
 	w.pl.logGated(lim)
 	if w.pl.buf.pending() {
-		w.pl.buf.first = w.pl.buf.now() // what stays waits another flush interval
-		if w.guarded() {
-			// ... or until the bound or a gate moves (run).
-			w.pl.stick(lim, true)
-		}
+		w.pl.leftOver(lim)
 	}
 	return nil
 }
