@@ -433,14 +433,6 @@ func (cm *committer) commitBatch(ctx context.Context, b *batch, f *staged, vec *
 	return tbl, removed, cm.st.adopt(tbl)
 }
 
-// adopt uses a table the writer just committed (detached from the commit's transaction, which
-// it would otherwise keep alive with every earlier version: commit.Detach). Its failure is not
-// retried: the commit landed, and a layout that cannot be built from the table will not be built
-// on another attempt.
-func (t *targetTable) adopt(tbl *table.Table) error {
-	return commit.Permanent(t.use(commit.Detach(tbl, t.env.cat, t.fsF)))
-}
-
 // completeThroughProp is the value of tableprop.CompleteThrough for through when it advances the
 // table's (never backwards: another worker may have committed a later bound).
 func completeThroughProp(props iceberg.Properties, through time.Time) (string, bool) {

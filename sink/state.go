@@ -113,6 +113,14 @@ func (t *targetTable) refreshedUse(holds func() bool) func(*table.Table) (bool, 
 	}
 }
 
+// adopt uses a table the writer just committed (detached from the commit's transaction, which
+// it would otherwise keep alive with every earlier version: commit.Detach). Its failure is not
+// retried: the commit landed, and a layout that cannot be built from the table will not be built
+// on another attempt.
+func (t *targetTable) adopt(tbl *table.Table) error {
+	return commit.Permanent(t.use(commit.Detach(tbl, t.env.cat, t.fsF)))
+}
+
 // setStatus changes the writer's state and publishes it.
 func (t *targetTable) setStatus(status, reason string) {
 	if t.status == status && t.reason == reason && !t.published().Since.IsZero() {
