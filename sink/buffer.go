@@ -309,46 +309,71 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 	out := batch{maxSeq: make(map[string]string)}
 	sel := b.selectRows(lim)
 	out.take = sel
-	if !l.keyed() {
-		var byID map[string]int // identity -> index into out.upserts
-		for _, i := range sel {
-			r := b.rows.at(i)
-			if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
-				out.trimmed++
-				continue
-			}
-			if lim.supersedes(r) {
-				out.noteSuperseded(r)
-				continue
-			}
-			out.noteSeq(r)
-			if l.identified() && !r.vals[l.idIdx].Null {
-				id := r.vals[l.idIdx]
-				if byID == nil {
-					byID = make(map[string]int)
-				}
-				if u, ok := byID[id.S]; ok {
-					out.upserts[u] = i // the same record again: one copy
-					continue
-				}
-				byID[id.S] = len(out.upserts)
-				out.deletes = append(out.deletes, []dms.Datum{id})
-			}
-			out.upserts = append(out.upserts, i)
+	if l.keyed() {
+		b.planKeyed(&out, l, &lim, sel)
+	} else {
+		b.planKeyless(&out, l, &lim, sel)
+	}
+	return out
+}
+
+// writes reports whether the batch writes r: not a change the table already holds (trimmed)
+// nor a superseded one (counted, its watermark advanced); a written row advances the
+// watermarks too (noteSeq).
+func (b *batch) writes(l *layout, lim *limit, r *row) bool {
+	if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
+		b.trimmed++
+		return false
+	}
+	if lim.supersedes(r) {
+		b.noteSuperseded(r)
+		return false
+	}
+	b.noteSeq(r)
+	return true
+}
+
+// planKeyless plans the rows sel of a keyless table into out: every row, one copy per DMS
+// record identity.
+func (b *buffer) planKeyless(out *batch, l *layout, lim *limit, sel []int) {
+	var byID map[string]int // identity -> index into out.upserts
+	for _, i := range sel {
+		r := b.rows.at(i)
+		if !out.writes(l, lim, r) {
+			continue
 		}
-		return out
+		if l.identified() && !r.vals[l.idIdx].Null {
+			id := r.vals[l.idIdx]
+			if byID == nil {
+				byID = make(map[string]int)
+			}
+			if u, ok := byID[id.S]; ok {
+				out.upserts[u] = i // the same record again: one copy
+				continue
+			}
+			byID[id.S] = len(out.upserts)
+			out.deletes = append(out.deletes, []dms.Datum{id})
+		}
+		out.upserts = append(out.upserts, i)
 	}
-	type state struct {
-		row int // index of the surviving image, -1 for a delete
-		key []dms.Datum
-		// src is the key whose stored row completes the surviving image when it is partial
-		// (absent_columns keep); nil when nothing can: the key was deleted in this batch.
-		src []dms.Datum
-		// by is the row whose change set the state.
-		by int
-	}
+}
+
+// keyState is what a keyed plan decided for one key so far.
+type keyState struct {
+	row int // index of the surviving image, -1 for a delete
+	key []dms.Datum
+	// src is the key whose stored row completes the surviving image when it is partial
+	// (absent_columns keep); nil when nothing can: the key was deleted in this batch.
+	src []dms.Datum
+	// by is the row whose change set the state.
+	by int
+}
+
+// planKeyed plans the rows sel of a keyed table into out: the last change per key, a partial
+// image completed from the latest earlier image of its key in the batch where there is one.
+func (b *buffer) planKeyed(out *batch, l *layout, lim *limit, sel []int) {
 	last := newKeyIndex(l, len(sel), &b.keyBuf) // key -> index into states
-	var states []state
+	var states []keyState
 	nk := len(l.keyIdx)
 	keys := make([]dms.Datum, b.rows.len()*nk) // every row's key, one allocation per plan
 	// set makes the change of row by (rowIdx: the surviving image, -1 for a delete) the key's
@@ -363,19 +388,13 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			return
 		}
 		last.put(key, len(states))
-		states = append(states, state{row: rowIdx, key: key, src: src, by: by})
+		states = append(states, keyState{row: rowIdx, key: key, src: src, by: by})
 	}
 	for _, i := range sel {
 		r := b.rows.at(i)
-		if !r.replay && checkpoint.Covered(l.watermark[r.shard], r.seq) {
-			out.trimmed++
+		if !out.writes(l, lim, r) {
 			continue
 		}
-		if lim.supersedes(r) {
-			out.noteSuperseded(r)
-			continue
-		}
-		out.noteSeq(r)
 		key := keys[i*nk : (i+1)*nk : (i+1)*nk]
 		for ki, ci := range l.keyIdx {
 			key[ki] = r.vals[ci]
@@ -406,23 +425,28 @@ func (b *buffer) plan(l *layout, lim limit) batch {
 			set(key, i, src, i)
 		}
 	}
+	out.takeStates(&b.rows, states)
+}
+
+// takeStates adds the keys' final states to the batch: a delete of every key, an upsert of
+// every surviving image, and what completes a partial one.
+func (b *batch) takeStates(rows *rowList, states []keyState) {
 	for _, st := range states {
-		out.deletes = append(out.deletes, st.key)
+		b.deletes = append(b.deletes, st.key)
 		if st.row < 0 {
 			continue
 		}
-		out.upserts = append(out.upserts, st.row)
-		switch r := b.rows.at(st.row); {
+		b.upserts = append(b.upserts, st.row)
+		switch r := rows.at(st.row); {
 		case r.absent == nil:
 		case len(r.absent) == 0:
-			out.fromBuffer++
+			b.fromBuffer++
 		case st.src != nil:
-			out.lookups = append(out.lookups, lookup{row: st.row, key: st.src})
+			b.lookups = append(b.lookups, lookup{row: st.row, key: st.src})
 		default:
-			out.missing++
+			b.missing++
 		}
 	}
-	return out
 }
 
 func (b *batch) noteSeq(r *row) {

@@ -26,10 +26,10 @@ type Config struct {
 	// final flush of a graceful stop is bounded by the shutdown deadline instead.
 	CommitRetries int `yaml:"commit_retries"`
 	// CommitTimeout bounds each commit attempt of a table writer (writing its files, staging,
-	// the catalog commit), each reload after a failed one, each catalog call that opens a
+	// the catalog commit), each refresh after a failed one, each catalog call that opens a
 	// writer's table (load, create), each commit attempt of the dead-letter table and each
 	// maintenance commit attempt (maintenance.Config.CommitTimeout). Default 2m. An attempt past it
-	// counts as failed with an unknown outcome: the table is reloaded and its watermarks tell
+	// counts as failed with an unknown outcome: the table is refreshed and its watermarks tell
 	// whether it landed. iceberg-go's REST client and the AWS SDK set no request timeout, so
 	// without it a dependency that accepts a request and never answers holds the writer.
 	CommitTimeout time.Duration `yaml:"commit_timeout"`

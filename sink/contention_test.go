@@ -28,8 +28,8 @@ func (m *attemptsMetrics) last() int {
 
 // Two workers commit to one table in turn. Each stages on the table as its own last commit left
 // it, so each loses its first attempt to the other's commit; after that lost race a writer
-// reloads the table before it stages, and its commits land at the first attempt.
-func TestContendedWriterReloadsBeforeItStages(t *testing.T) {
+// refreshes the table before it stages, and its commits land at the first attempt.
+func TestContendedWriterRefreshesBeforeItStages(t *testing.T) {
 	dir := t.TempDir()
 	ma, mb := &attemptsMetrics{}, &attemptsMetrics{}
 	tables := withTables(map[string]TableConfig{"shop.users": usersDef})
@@ -54,7 +54,7 @@ func TestContendedWriterReloadsBeforeItStages(t *testing.T) {
 		commitOn(a, "s0")
 		commitOn(b, "s1")
 		if ma.last() != 1 || mb.last() != 1 {
-			t.Fatalf("attempts %v and %v: a writer that lost a race must reload before it stages", ma.got, mb.got)
+			t.Fatalf("attempts %v and %v: a writer that lost a race must refresh before it stages", ma.got, mb.got)
 		}
 	}
 	rows, _ := scanRows(t, b.cat, "users")

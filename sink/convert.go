@@ -10,7 +10,7 @@ import (
 )
 
 // columnIndexes appends to dst each column's index in the layout (-1: not in it). take
-// resolves an event once into the writer's scratch, and both the check for new columns and
+// resolves an event once into the planner's scratch, and both the check for new columns and
 // convert read the result: the name comparison per value is a tenth of the writer's intake.
 func (l *layout) columnIndexes(cols []change.Column, dst []int32) []int32 {
 	for pos, c := range cols {
@@ -26,13 +26,13 @@ func (l *layout) columnIndexes(cols []change.Column, dst []int32) []int32 {
 // unknownColumns lists the columns of an upsert that the table does not have (excluded columns
 // are never unknown); idx is ev's columnIndexes. Deletes are applied by key and never evolve
 // the schema.
-func (w *writer) unknownColumns(ev *change.Event, idx []int32) []change.Column {
+func (pl *planner) unknownColumns(ev *change.Event, idx []int32) []change.Column {
 	if ev.Op == change.OpDelete {
 		return nil
 	}
 	var out []change.Column
 	for pos, c := range ev.Columns {
-		if idx[pos] < 0 && !w.set.exclude[c.Name] {
+		if idx[pos] < 0 && !pl.set.exclude[c.Name] {
 			out = append(out, c)
 		}
 	}
@@ -41,23 +41,23 @@ func (w *writer) unknownColumns(ev *change.Event, idx []int32) []change.Column {
 
 // convert turns the event's images into typed values. A non-empty reason means the record
 // cannot be applied and goes to the dead-letter place. idx is ev's columnIndexes.
-func (w *writer) convert(ev *change.Event, idx []int32) (row, string) {
-	l := w.st.lay
-	r := row{del: ev.Op == change.OpDelete, shard: ev.Pos.Shard, seq: ev.Pos.Seq, vals: w.datums(len(l.types))}
+func (pl *planner) convert(ev *change.Event, idx []int32) (row, string) {
+	l := pl.st.lay
+	r := row{del: ev.Op == change.OpDelete, shard: ev.Pos.Shard, seq: ev.Pos.Seq, vals: pl.datums(len(l.types))}
 	for i := range r.vals {
 		r.vals[i].Null = true
 	}
 	// With absent_columns keep, an update notes which columns its image carried: the live ones
 	// it leaves out keep their values (partial.go).
-	keep := w.set.keepAbsent && ev.Op == change.OpUpdate && len(l.live) > 0 && l.keyed()
+	keep := pl.set.keepAbsent && ev.Op == change.OpUpdate && len(l.live) > 0 && l.keyed()
 	if keep {
-		if cap(w.seen) < len(l.types) {
-			w.seen = make([]bool, len(l.types))
+		if cap(pl.seen) < len(l.types) {
+			pl.seen = make([]bool, len(l.types))
 		}
-		w.seen = w.seen[:len(l.types)]
-		clear(w.seen)
+		pl.seen = pl.seen[:len(l.types)]
+		clear(pl.seen)
 	}
-	if reason := w.replayedRedaction(ev); reason != "" {
+	if reason := pl.replayedRedaction(ev); reason != "" {
 		return r, reason
 	}
 	for pos, c := range ev.Columns {
@@ -66,11 +66,11 @@ func (w *writer) convert(ev *change.Event, idx []int32) (row, string) {
 			continue // excluded, a non-key column of a delete, or the identity (not a source column)
 		}
 		if keep {
-			w.seen[i] = true
+			pl.seen[i] = true
 		}
 		v := c.Value
-		if w.set.transformed() && ev.Redacted[c.Name] == "" {
-			v, _ = w.set.value(c.Name, v)
+		if pl.set.transformed() && ev.Redacted[c.Name] == "" {
+			v, _ = pl.set.value(c.Name, v)
 		}
 		d, err := dms.ConvertIn(l.types[i], l.domain(i), v)
 		if err != nil {
@@ -78,7 +78,7 @@ func (w *writer) convert(ev *change.Event, idx []int32) (row, string) {
 		}
 		r.vals[i] = d
 	}
-	if l.identified() && w.set.identity {
+	if l.identified() && pl.set.identity {
 		r.vals[l.idIdx] = identityDatum(ev)
 	}
 	for _, i := range l.keyIdx {
@@ -87,7 +87,7 @@ func (w *writer) convert(ev *change.Event, idx []int32) (row, string) {
 		}
 	}
 	if ev.Op == change.OpUpdate && l.keyed() && len(ev.Before) > 0 {
-		old, changed, reason := w.beforeKey(ev, r.vals)
+		old, changed, reason := pl.beforeKey(ev, r.vals)
 		if reason != "" {
 			return r, reason
 		}
@@ -96,7 +96,7 @@ func (w *writer) convert(ev *change.Event, idx []int32) (row, string) {
 		}
 	}
 	if keep {
-		r.absent = absentColumns(l, w.seen)
+		r.absent = absentColumns(l, pl.seen)
 	}
 	return r, ""
 }
@@ -109,19 +109,19 @@ const slabRows = 32
 // from it is released; rows leave the buffer in about the order they came, so that is at most
 // one chunk (a few KiB) more per writer than the rows themselves. The slice's capacity is its
 // length, so nothing appended to it can reach a neighbour's values.
-func (w *writer) datums(n int) []dms.Datum {
-	if len(w.slab) < n {
-		w.slab = make([]dms.Datum, n*slabRows)
+func (pl *planner) datums(n int) []dms.Datum {
+	if len(pl.slab) < n {
+		pl.slab = make([]dms.Datum, n*slabRows)
 	}
-	v := w.slab[:n:n]
-	w.slab = w.slab[n:]
+	v := pl.slab[:n:n]
+	pl.slab = pl.slab[n:]
 	return v
 }
 
 // beforeKey reads the old key from the before-image; changed is true when it differs from the
 // new key (a primary-key change).
-func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, bool, string) {
-	l := w.st.lay
+func (pl *planner) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, bool, string) {
+	l := pl.st.lay
 	old := make([]dms.Datum, len(l.keyIdx))
 	found := 0
 	for ki, i := range l.keyIdx {
@@ -131,8 +131,8 @@ func (w *writer) beforeKey(ev *change.Event, vals []dms.Datum) ([]dms.Datum, boo
 				continue
 			}
 			v := c.Value
-			if w.set.transformed() && ev.Redacted[c.Name] == "" {
-				v, _ = w.set.value(c.Name, v)
+			if pl.set.transformed() && ev.Redacted[c.Name] == "" {
+				v, _ = pl.set.value(c.Name, v)
 			}
 			d, err := dms.ConvertIn(l.types[i], l.domain(i), v)
 			if err != nil {
@@ -172,11 +172,11 @@ func absentColumns(l *layout, seen []bool) []int32 {
 // replayedRedaction refuses a replayed dead letter whose redacted columns (ev.Redacted) have
 // another rule now: the record holds the redacted value (a hash, "****") or nothing (excluded),
 // not the source value the new rule needs.
-func (w *writer) replayedRedaction(ev *change.Event) string {
+func (pl *planner) replayedRedaction(ev *change.Event) string {
 	if len(ev.Redacted) == 0 {
 		return ""
 	}
-	rules := tableRules{w.set}
+	rules := tableRules{pl.set}
 	for _, col := range slices.Sorted(maps.Keys(ev.Redacted)) {
 		if was, now := ev.Redacted[col], rules.Rule(col); was != now {
 			if now == "" {

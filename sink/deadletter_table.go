@@ -346,7 +346,7 @@ func (d *TableDeadLetters) commit(ctx context.Context, batch []dlItem) error {
 			}
 			return d.write(ctx, rows)
 		},
-		// A reload that fails leaves the table to open again before the next attempt.
+		// A refresh that fails leaves the table to open again before the next attempt.
 		Reload: func(ctx context.Context) (*table.Table, error) {
 			d.tbl = nil
 			if err := d.open(ctx); err != nil {

@@ -8,10 +8,11 @@
 //
 // Every commit (table batches, schema changes, drops, key changes, dead letters) goes through
 // sink/commit's one loop with a stage function; every persisted property name comes from
-// sink/tableprop. A table writer is split by concept (see writer.go): the pure buffer and dedupe
-// plan (buffer.go), the table state (state.go), the commit path (flush.go, partial.go) and control
-// records (evolve.go); it is built with its collaborators (writerEnv) and never reaches back
-// into the Iceberg value. Measurements go to one Metrics interface (NopMetrics by default); the
+// sink/tableprop. A table writer is a loop over parts that each own their fields (see writer.go):
+// the planner (the pure buffer and dedupe plan, the order and the commit bound), the table state
+// (targetTable), the committer (the commit path of rows), the schema and control appliers, the
+// reload tracker and the dead letters; it is built with its collaborators (writerEnv) and never
+// reaches back into the Iceberg value. Measurements go to one Metrics interface (NopMetrics by default); the
 // post-commit hook is a commit listener (WithCommitListener), called on the writer's goroutine
 // after each commit and before its records are acknowledged.
 //

@@ -5,46 +5,36 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
 	"strconv"
-	"strings"
-	"time"
 
-	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// Control records and the table's shape: opening and creating the table, schema changes from
-// table-defs and from data, drop-table, and the primary key. Every change commits through
-// commit.Run (flush.go's policy) and is adopted with use (state.go).
+// The table's shape: opening and creating the table, and schema changes from data (schema
+// changes from table-defs are control records: control.go). Every change commits through
+// commit.Run (the committer's policy) and is adopted with targetTable.use (state.go).
 
-// throughProp adds to the properties of a control record's commit what the table is complete
-// through: within a flush, the rows that arrived before the record were committed just before.
-func (w *writer) throughProp(props iceberg.Properties) {
-	if w.lim == nil {
-		return
-	}
-	if v, ok := completeThroughProp(w.st.tbl.Properties(), w.lim.completeThrough()); ok {
-		props[tableprop.CompleteThrough] = v
-	}
-}
-
-// reloadedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
-// holds says the reloaded table already has the change (nil: never).
-func (w *writer) reloadedUse(holds func() bool) func(*table.Table) (bool, error) {
-	return func(tbl *table.Table) (bool, error) {
-		if err := w.use(tbl); err != nil {
-			return false, err
-		}
-		return holds != nil && holds(), nil
-	}
+// schemaApplier opens a table writer's table and shapes it: loading it, creating it (and its
+// namespace) on first sight, retrying failed catalog calls, claiming its owner (owner.go),
+// giving a keyless table its key (key.go), noting a keyless table without the record identity
+// (identity.go) and adding the columns seen in data. Control records that change the schema
+// are the control applier's (reconcile).
+type schemaApplier struct {
+	*tableScope
+	st *targetTable
+	pl *planner   // which columns of an event the table lacks (unknownColumns)
+	cm *committer // commits the rows before a schema change, and its policy
+	// truncWM holds, per shard, the latest truncate that came before the table existed: the
+	// table is created with it as its watermark (truncate.go).
+	truncWM map[string]string
+	// identityNoted: noteNoIdentity logged (identity.go).
+	identityNoted bool
 }
 
 // open loads the target table, creating it (and its namespace) on first sight. A table that
@@ -58,192 +48,196 @@ func (w *writer) reloadedUse(holds func() bool) func(*table.Table) (bool, error)
 // again in process, like a failed commit, after the same waits and as often (commit_retries;
 // while closing, until shutdown_timeout): a catalog blip must not stop the service. A create
 // whose answer was lost finds its table on the next load.
-func (w *writer) open(ctx context.Context, ev *change.Event) error {
-	return w.retryCatalog(ctx, func() error { return w.openOnce(ctx, ev) })
+func (sa *schemaApplier) open(ctx context.Context, ev *change.Event) error {
+	return sa.retryCatalog(ctx, func() error { return sa.openOnce(ctx, ev) })
 }
 
-// retryCatalog runs call until it returns no catalogCallError, at most commit_retries times
+// retryCatalog runs call until it returns no ErrCatalogCall, at most commit_retries times
 // more (until the context ends while closing), after the waits of a failed commit.
-func (w *writer) retryCatalog(ctx context.Context, call func() error) error {
+func (sa *schemaApplier) retryCatalog(ctx context.Context, call func() error) error {
 	for attempt := 0; ; attempt++ {
 		err := call()
-		var ce *catalogCallError
-		if err == nil || !errors.As(err, &ce) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrCatalogCall) || ctx.Err() != nil {
 			return err
 		}
-		if attempt >= w.env.retries && !w.closing {
+		if attempt >= sa.env.retries && !sa.cm.closing {
 			return fmt.Errorf("%w (giving up after %d attempts)", err, attempt+1)
 		}
-		w.log.Warn("open table failed; trying again", zap.Int("attempt", attempt+1), zap.Error(err))
-		if err := commit.Sleep(ctx, commit.RetryDelay(attempt, false, w.closing)); err != nil {
+		sa.log.Warn("open table failed; trying again", zap.Int("attempt", attempt+1), zap.Error(err))
+		if err := commit.Sleep(ctx, commit.RetryDelay(attempt, false, sa.cm.closing)); err != nil {
 			return err
 		}
 	}
 }
 
-// catalogCallError is a failed catalog call of open: worth another attempt.
-type catalogCallError struct{ err error }
+// ErrCatalogCall marks a failed catalog call of opening a table (the load, the namespace or
+// the table creation): transient, a caller may retry it. The writer does, after the waits of a
+// failed commit and as often (retryCatalog).
+var ErrCatalogCall = errors.New("catalog call failed")
 
-func (e *catalogCallError) Error() string { return e.err.Error() }
-func (e *catalogCallError) Unwrap() error { return e.err }
+// ErrUncreatable marks a table that cannot be created as defined and configured (a key column
+// it would not have, a floating-point key, an invalid partition spec): permanent, a caller must
+// not retry it as it is. The writer pauses the table instead, until a table-def or a restart
+// with fixed configuration lets it be created.
+var ErrUncreatable = errors.New("table cannot be created as configured")
+
+// marked is err that errors.Is also matches to kind (ErrCatalogCall, ErrUncreatable); its
+// message is err's own.
+type marked struct{ kind, err error }
+
+func (m marked) Error() string   { return m.err.Error() }
+func (m marked) Unwrap() []error { return []error{m.kind, m.err} }
+
+// mark makes err match kind with errors.Is, keeping its message.
+func mark(kind, err error) error { return marked{kind: kind, err: err} }
 
 // catalogCall bounds one catalog call of open, load or create by sink.commit_timeout, as a commit
 // attempt is bounded: neither iceberg-go's REST client nor the AWS SDK sets a request timeout,
 // and a catalog that accepted the request and never answered held the writer for ever. The call
-// past it fails like any other (a catalogCallError, tried again).
-func (w *writer) catalogCall(ctx context.Context, call func(ctx context.Context) error) error {
-	if w.env.attemptTimeout > 0 {
+// past it fails like any other (an ErrCatalogCall, tried again).
+func (sa *schemaApplier) catalogCall(ctx context.Context, call func(ctx context.Context) error) error {
+	if sa.env.attemptTimeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, w.env.attemptTimeout)
+		ctx, cancel = context.WithTimeout(ctx, sa.env.attemptTimeout)
 		defer cancel()
 	}
 	return call(ctx)
 }
 
 // loadTable loads the writer's table within sink.commit_timeout (catalogCall).
-func (w *writer) loadTable(ctx context.Context) (tbl *table.Table, err error) {
-	err = w.catalogCall(ctx, func(ctx context.Context) error {
-		tbl, err = w.env.cat.LoadTable(ctx, w.ident)
+func (sa *schemaApplier) loadTable(ctx context.Context) (tbl *table.Table, err error) {
+	err = sa.catalogCall(ctx, func(ctx context.Context) error {
+		tbl, err = sa.env.cat.LoadTable(ctx, sa.ident)
 		return err
 	})
 	return tbl, err
 }
 
-func (w *writer) openOnce(ctx context.Context, ev *change.Event) error {
-	tbl, err := w.loadTable(ctx)
+func (sa *schemaApplier) openOnce(ctx context.Context, ev *change.Event) error {
+	tbl, err := sa.loadTable(ctx)
 	if errors.Is(err, catalog.ErrNoSuchTable) {
-		var bad *schemaError
-		tbl, err = w.create(ctx, ev)
-		if errors.As(err, &bad) {
-			w.pause(bad.Error())
+		tbl, err = sa.create(ctx, ev)
+		if errors.Is(err, ErrUncreatable) {
+			sa.st.pause(err.Error())
 			return nil
 		}
 	} else if err != nil {
-		err = &catalogCallError{err}
+		err = mark(ErrCatalogCall, err)
 	}
 	if err != nil {
-		return fmt.Errorf("open table %s: %w", w.name, err)
+		return fmt.Errorf("open table %s: %w", sa.name, err)
 	}
-	w.fsF = tbl.FS // a table from the catalog, for commit.Detach
-	if err := w.use(tbl); err != nil {
+	sa.st.fsF = tbl.FS // a table from the catalog, for commit.Detach
+	if err := sa.st.use(tbl); err != nil {
 		return err
 	}
-	return w.opened(ctx)
+	return sa.opened(ctx)
 }
 
 // load opens the table when it exists, never creating it; found reports whether it does. A
 // failed load is tried again as in open.
-func (w *writer) load(ctx context.Context) (found bool, err error) {
-	err = w.retryCatalog(ctx, func() error {
-		found, err = w.loadOnce(ctx)
+func (sa *schemaApplier) load(ctx context.Context) (found bool, err error) {
+	err = sa.retryCatalog(ctx, func() error {
+		found, err = sa.loadOnce(ctx)
 		return err
 	})
 	return found, err
 }
 
-func (w *writer) loadOnce(ctx context.Context) (found bool, err error) {
-	tbl, err := w.loadTable(ctx)
+func (sa *schemaApplier) loadOnce(ctx context.Context) (found bool, err error) {
+	tbl, err := sa.loadTable(ctx)
 	switch {
 	case errors.Is(err, catalog.ErrNoSuchTable):
 		return false, nil
 	case err != nil:
-		return false, fmt.Errorf("open table %s: %w", w.name, &catalogCallError{err})
+		return false, fmt.Errorf("open table %s: %w", sa.name, mark(ErrCatalogCall, err))
 	}
-	if err := w.use(tbl); err != nil {
+	if err := sa.st.use(tbl); err != nil {
 		return false, err
 	}
-	return true, w.opened(ctx)
+	return true, sa.opened(ctx)
 }
 
-// schemaError is a table that cannot be created as defined and configured.
-type schemaError struct{ err error }
-
-func (e *schemaError) Error() string { return e.err.Error() }
-
-func (w *writer) create(ctx context.Context, ev *change.Event) (*table.Table, error) {
-	cat := w.env.cat
-	def := w.def
+func (sa *schemaApplier) create(ctx context.Context, ev *change.Event) (*table.Table, error) {
+	cat := sa.env.cat
+	def := sa.st.def
 	if def == nil {
-		def = w.env.defs.get(w.src)
+		def = sa.env.defs.get(sa.src)
 	}
-	schema, source, err := buildSchema(def, w.set, ev)
+	schema, source, err := buildSchema(def, sa.set, ev)
 	if err != nil {
-		return nil, &schemaError{fmt.Errorf("schema for %s: %w", w.src, err)}
+		return nil, mark(ErrUncreatable, fmt.Errorf("schema for %s: %w", sa.src, err))
 	}
 	props := maps.Clone(tableProperties)
-	if v := w.set.tc.formatVersion(); v != 0 {
+	if v := sa.set.formatVersion; v != 0 {
 		props["format-version"] = strconv.Itoa(v)
 	}
-	var configured []change.ColumnDef
-	for _, c := range w.set.tc.Columns {
-		configured = append(configured, c.def())
+	maps.Copy(props, dictionaryProps(schema, uniqueText(def, sa.set.columns)))
+	props[tableprop.Source] = sa.src
+	if def != nil && sa.st.defTS != "" {
+		controlTSProp(props, nil, sa.st.defTS)
 	}
-	maps.Copy(props, dictionaryProps(schema, uniqueText(def, configured)))
-	props[tableprop.Source] = w.src
-	if def != nil && w.defTS != "" {
-		controlTSProp(props, nil, w.defTS)
-	}
-	for shard, seq := range w.truncWM {
-		props[tableprop.Watermark(w.env.stream, shard)] = seq
+	for shard, seq := range sa.truncWM {
+		props[tableprop.Watermark(sa.env.stream, shard)] = seq
 	}
 	opts := []catalog.CreateTableOpt{catalog.WithProperties(props)}
-	spec, err := w.set.partitionSpec(schema)
+	spec, err := sa.set.partitionSpec(schema)
 	if err != nil {
-		return nil, &schemaError{fmt.Errorf("table %s: %w", w.src, err)}
+		return nil, mark(ErrUncreatable, fmt.Errorf("table %s: %w", sa.src, err))
 	}
 	if spec != nil {
 		opts = append(opts, catalog.WithPartitionSpec(spec))
 	}
-	ns := w.ident[:len(w.ident)-1]
-	if err := w.catalogCall(ctx, func(ctx context.Context) error { return cat.CreateNamespace(ctx, ns, nil) }); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
-		return nil, &catalogCallError{fmt.Errorf("create namespace %v: %w", ns, err)}
+	ns := sa.ident[:len(sa.ident)-1]
+	if err := sa.catalogCall(ctx, func(ctx context.Context) error { return cat.CreateNamespace(ctx, ns, nil) }); err != nil && !errors.Is(err, catalog.ErrNamespaceAlreadyExists) {
+		return nil, mark(ErrCatalogCall, fmt.Errorf("create namespace %v: %w", ns, err))
 	}
 	var tbl *table.Table
-	err = w.catalogCall(ctx, func(ctx context.Context) (err error) {
-		tbl, err = cat.CreateTable(ctx, w.ident, schema, opts...)
+	err = sa.catalogCall(ctx, func(ctx context.Context) (err error) {
+		tbl, err = cat.CreateTable(ctx, sa.ident, schema, opts...)
 		return err
 	})
 	if errors.Is(err, catalog.ErrTableAlreadyExists) {
 		// Another worker was first, or an earlier attempt whose answer was lost.
-		tbl, err = w.loadTable(ctx)
+		tbl, err = sa.loadTable(ctx)
 		if err != nil {
-			return nil, &catalogCallError{err}
+			return nil, mark(ErrCatalogCall, err)
 		}
 		return tbl, nil
 	}
 	if err != nil {
-		return nil, &catalogCallError{err}
+		return nil, mark(ErrCatalogCall, err)
 	}
-	w.log.Info("created table", zap.String("schema_from", source), zap.Stringer("schema", tbl.Schema()))
-	w.env.metrics.SchemaChanged(w.name, "create_table", 1)
+	sa.log.Info("created table", zap.String("schema_from", source), zap.Stringer("schema", tbl.Schema()))
+	sa.env.metrics.SchemaChanged(sa.name, "create_table", 1)
 	return tbl, nil
 }
 
 // opened runs after the table was loaded or created: it checks the table's owner (owner.go),
 // picks up a dropped mark and applies a configured primary key to a table that has none.
-func (w *writer) opened(ctx context.Context) error {
-	if err := w.own(ctx); err != nil || w.refused != "" {
+func (sa *schemaApplier) opened(ctx context.Context) error {
+	if err := sa.own(ctx); err != nil || sa.st.refused != "" {
 		return err
 	}
-	if w.st.published().Since.IsZero() {
-		w.setStatus(tableprop.StatusActive, "")
+	if sa.st.published().Since.IsZero() {
+		sa.st.setStatus(tableprop.StatusActive, "")
 	}
-	if l := w.st.lay; l.keyed() {
+	if l := sa.st.lay; l.keyed() {
 		key := make([]string, len(l.keyIdx))
 		for i, k := range l.keyIdx {
 			key[i] = l.names[k]
 		}
-		if err := w.set.keyRule(key, "the table's identifier fields"); err != nil {
-			w.pause(err.Error()) // its records are dead-lettered until the configuration is fixed
+		if err := sa.set.keyRule(key, "the table's identifier fields"); err != nil {
+			sa.st.pause(err.Error()) // its records are dead-lettered until the configuration is fixed
 			return nil
 		}
 	}
-	props := w.st.tbl.Properties()
-	if props[tableprop.Status] == tableprop.StatusDropped && w.env.dropMark {
-		w.setStatus(tableprop.StatusDropped, "marked dropped at "+props[tableprop.DroppedAt])
+	props := sa.st.tbl.Properties()
+	if props[tableprop.Status] == tableprop.StatusDropped && sa.env.dropMark {
+		sa.st.setStatus(tableprop.StatusDropped, "marked dropped at "+props[tableprop.DroppedAt])
 	}
-	if len(w.set.tc.PrimaryKey) > 0 {
-		_, err := w.ensureKey(ctx, w.set.tc.PrimaryKey, "sink.tables primary_key", nil)
+	if len(sa.set.primaryKey) > 0 {
+		_, err := sa.ensureKey(ctx, sa.set.primaryKey, "sink.tables primary_key", nil)
 		return err
 	}
 	return nil
@@ -252,359 +246,38 @@ func (w *writer) opened(ctx context.Context) error {
 // addColumns evolves the schema for columns that appear in data but not in the table: they are
 // added as optional columns with a type inferred from the value. The rows that may commit are
 // committed first, because they were built for the old schema (the others are re-laid).
-func (w *writer) addColumns(ctx context.Context, ev *change.Event, cols []change.Column) error {
-	if err := w.commitRows(ctx); err != nil {
+func (sa *schemaApplier) addColumns(ctx context.Context, ev *change.Event, cols []change.Column) error {
+	if err := sa.cm.commitRows(ctx); err != nil {
 		return err
 	}
 	added := 0
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-		txn := w.st.tbl.NewTransaction()
+		txn := sa.st.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, false)
 		names := map[string]bool{}
 		for _, c := range cols {
-			if _, ok := w.st.lay.byName[c.Name]; ok || names[c.Name] {
+			if _, ok := sa.st.lay.byName[c.Name]; ok || names[c.Name] {
 				continue
 			}
 			names[c.Name] = true
-			us.AddColumn([]string{c.Name}, w.set.inferType(c), "", false, nil)
+			us.AddColumn([]string{c.Name}, sa.set.inferType(c), "", false, nil)
 		}
-		tbl, err := w.commitSchema(ctx, txn, us)
+		tbl, err := sa.st.commitSchema(ctx, txn, us)
 		if tbl != nil { // committed (adopting it may still fail)
 			added = len(names)
 		}
 		return tbl, err
 	}
-	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "add columns to " + w.name, Stage: stage,
-		// Another worker may have added them. The check resolves into a slice of its own: take's
-		// scratch (w.cols) is in use under this call.
-		Reloaded: w.reloadedUse(func() bool { return len(w.unknownColumns(ev, w.st.lay.columnIndexes(ev.Columns, nil))) == 0 }),
+	res, err := commit.Run(ctx, sa.env.cat, sa.ident, sa.st.tbl, sa.cm.policy(), commit.Op{
+		Name: "add columns to " + sa.name, Stage: stage,
+		// Another worker may have added them. The check resolves into a slice of its own: resolve's
+		// scratch (planner.cols) is in use under this call.
+		Reloaded: sa.st.refreshedUse(func() bool { return len(sa.pl.unknownColumns(ev, sa.st.lay.columnIndexes(ev.Columns, nil))) == 0 }),
 	})
 	if err != nil || res.Table == nil {
 		return err
 	}
-	w.log.Info("added columns seen in data", zap.Int("columns", len(cols)), zap.Stringer("schema", res.Table.Schema()))
-	w.env.metrics.SchemaChanged(w.name, "add_column", added)
-	return nil
-}
-
-// applyControl applies a control record in order with the table's data. The rules:
-//
-//   - create-table, add-column, drop-column, rename-column, column-type-change and
-//     change-columns with a table-def: create the table from it if it does not exist, else
-//     reconcile the table with it (dms.PlanSchema: add optional columns, widen, rename on
-//     rename-column, keep dropped columns and stop requiring them). A create-table also lifts a
-//     dropped mark, and gives a keyless table the table-def's primary key (when none is
-//     configured). Incompatible type changes are not applied: the control record is
-//     dead-lettered (class incompatible_schema) and the table keeps going with its type, records
-//     whose values do not convert being dead-lettered one by one.
-//   - without a table-def: nothing to apply (columns are added when they appear in data).
-//   - drop-table: sink.drop_table ignore logs it; mark commits dms2iceberg.status=dropped and the
-//     writer dead-letters the table's records until a create-table.
-//   - truncate (dms.IsTruncate): one snapshot removes every row older than it (truncate.go).
-//   - rename-table: not applied, dead-lettered with the manual step (truncate.go).
-//   - anything else: logged and acknowledged.
-//
-// Before a schema change the rows that may commit before the record are committed (they were
-// built for the old schema; with the ordering guard, the rows that arrived before it), and
-// the change commits with the control record's shard watermark, so a replayed control record
-// is skipped like a replayed data record.
-func (w *writer) applyControl(ctx context.Context, ev *change.Event) error {
-	op := ev.Control.Op
-	if !w.st.loaded() && w.st.status != tableprop.StatusPaused {
-		// Load an existing table (never create it here) so that its watermarks apply.
-		if _, err := w.load(ctx); err != nil {
-			return err
-		}
-	}
-	if w.refused != "" {
-		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
-	}
-	if !ev.Replay && w.st.covers(ev.Pos.Shard, ev.Pos.Seq) {
-		w.env.metrics.Skipped(w.name, 1)
-		ack(ev)
-		return nil
-	}
-	if dms.IsTruncate(op) {
-		return w.truncate(ctx, ev) // ordered by position, not by the table-def's timestamp
-	}
-	if w.st.loaded() && staleControl(w.st.tbl.Properties(), ev.Meta.Timestamp) {
-		w.log.Info("control record older than the last one applied: skipped", zap.String("operation", op),
-			zap.String("timestamp", ev.Meta.Timestamp), zap.String("last", w.st.tbl.Properties()[tableprop.ControlTimestamp]))
-		w.env.metrics.SchemaChanged(w.name, "stale_control", 1)
-		ack(ev)
-		return nil
-	}
-	switch op {
-	case "create-table", "add-column", "drop-column", "rename-column", "column-type-change", "change-columns":
-	case "drop-table":
-		return w.drop(ctx, ev)
-	case "rename-table":
-		return w.renameTable(ctx, ev)
-	default:
-		w.log.Info("control record not applied: unknown operation", zap.String("operation", op))
-		ack(ev)
-		return nil
-	}
-	def := ev.Control.TableDef
-	if def == nil || len(def.Columns) == 0 {
-		w.log.Info("control record without a table-def: nothing to apply", zap.String("operation", op))
-		ack(ev)
-		return nil
-	}
-	restore := w.takeDef(def, ev.Meta.Timestamp)
-	if !w.st.loaded() {
-		// The table does not exist yet: create it from this table-def.
-		if w.st.status == tableprop.StatusPaused {
-			w.setStatus(tableprop.StatusActive, "") // the table-def may make the table creatable
-		}
-		if err := w.open(ctx, nil); err != nil {
-			return err
-		}
-		ack(ev) // created from this table-def (or paused again: its records are dead-lettered)
-		return nil
-	}
-	superseded, err := w.reconcile(ctx, ev, def, op)
-	if superseded {
-		restore() // a newer table-def was applied instead of this one: keep the writer's
-	}
-	return err
-}
-
-// reconcile brings the existing table in line with a table-def. When a table reloaded after a
-// failed commit settles the record (controlSettled: applied, or a newer one was), it is
-// acknowledged without applying more of it; superseded reports the second case (stale).
-func (w *writer) reconcile(ctx context.Context, ev *change.Event, def *change.TableDef, op string) (superseded bool, err error) {
-	desired := w.set.desired(def)
-	clearDrop := op == "create-table" && w.st.status == tableprop.StatusDropped
-	planFor := func() dms.SchemaPlan { return dms.PlanSchema(w.st.lay.sourceStates(), desired, op == "rename-column") }
-	plan := planFor()
-	// A newer create-table of a table with data starts a reload (reload.go): its commit
-	// records the start with the record's watermark, even when the schema does not change.
-	reload := w.reloadStarts(ev, op)
-	nothing := func(p dms.SchemaPlan) bool { return p.Empty() && !clearDrop && len(p.Incompatible) == 0 && !reload }
-	committed := false // the plan's commit advanced the record's watermark
-	if !nothing(plan) {
-		if err := w.commitRows(ctx); err != nil {
-			return false, err
-		}
-		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-			plan = planFor()
-			reload = reload && w.reloadStarts(ev, op) // re-checked on a reloaded table
-			if nothing(plan) {
-				return nil, nil
-			}
-			tbl, err := w.commitPlan(ctx, ev, plan, clearDrop, reload)
-			if err != nil {
-				return nil, err
-			}
-			return tbl, w.adopt(tbl)
-		}
-		res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-			Name: fmt.Sprintf("apply %s to %s", op, w.name), Stage: stage, Reloaded: w.reloadedControl(ev),
-			Failed: func(attempt int, err, _ error) {
-				w.log.Warn("schema change failed", zap.String("operation", op), zap.Int("attempt", attempt+1), zap.Error(err))
-			},
-		})
-		if err != nil {
-			return false, err
-		}
-		if res.Landed {
-			return w.settledOnReload(ev), nil
-		}
-		if res.Table != nil {
-			committed = true
-			w.reportPlan(op, plan)
-			if reload {
-				w.reloadStarted(ev)
-			}
-		}
-	}
-	if clearDrop {
-		w.setStatus(tableprop.StatusActive, "")
-	}
-	if op == "create-table" && !w.st.lay.keyed() && len(w.set.tc.PrimaryKey) == 0 && len(def.PrimaryKey) > 0 {
-		// After a reload the key is re-checked like the plan, except that the record's
-		// watermark is its own when the plan committed it.
-		settledKey := func() bool {
-			if committed {
-				return staleControl(w.st.tbl.Properties(), ev.Meta.Timestamp)
-			}
-			return w.controlSettled(ev)
-		}
-		landed, err := w.ensureKey(ctx, def.PrimaryKey, "the create-table table-def", settledKey)
-		if err != nil {
-			return false, err
-		}
-		if landed && settledKey() {
-			if !committed {
-				return w.settledOnReload(ev), nil
-			}
-			w.log.Info("primary key of the create-table not applied: a newer control record was applied meanwhile")
-		}
-	}
-	if len(plan.Incompatible) > 0 {
-		var parts []string
-		for _, c := range plan.Incompatible {
-			parts = append(parts, fmt.Sprintf("%s %s→%s", c.Name, c.From, c.To))
-		}
-		return false, w.deadLetter(ctx, ev, ClassIncompatible, fmt.Sprintf("%s asks for type changes Iceberg cannot apply (%s): the table keeps its types; records whose values do not convert are dead-lettered",
-			op, strings.Join(parts, ", ")))
-	}
-	ack(ev)
-	return false, nil
-}
-
-// commitPlan commits the schema changes of plan together with the control record's watermark
-// and status properties.
-func (w *writer) commitPlan(ctx context.Context, ev *change.Event, plan dms.SchemaPlan, clearDrop, reload bool) (*table.Table, error) {
-	txn := w.st.tbl.NewTransaction()
-	if !plan.Empty() {
-		if err := stageSchemaPlan(txn, plan); err != nil {
-			return nil, err
-		}
-	}
-	props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
-	w.controlWatermark(props, ev)
-	if clearDrop {
-		props[tableprop.Status] = tableprop.StatusActive
-		props[tableprop.DroppedAt] = ""
-	}
-	controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
-	w.throughProp(props)
-	if reload {
-		w.markReload(props, ev)
-		// An empty snapshot moves main: a writer that staged rows on main before the mark loses
-		// its race, reloads and stages them on the reload branch instead.
-		if err := txn.AddFiles(ctx, nil, iceberg.Properties{tableprop.SummaryReload: tableprop.SummaryReloadStart}, false); err != nil {
-			return nil, fmt.Errorf("stage the start of %s's reload: %w", w.name, err)
-		}
-	}
-	if len(plan.Incompatible) > 0 {
-		c := plan.Incompatible[0]
-		props[tableprop.IncompatibleChange] = fmt.Sprintf("%s: %s→%s not applied (%s, %s)", c.Name, c.From, c.To, ev.Control.Op, ev.Meta.Timestamp)
-	}
-	if len(props) > 0 {
-		if err := txn.SetProperties(props); err != nil {
-			return nil, fmt.Errorf("stage properties: %w", err)
-		}
-	}
-	return txn.Commit(ctx)
-}
-
-// stageSchemaPlan stages the schema update of a non-empty plan on txn.
-func stageSchemaPlan(txn *table.Transaction, plan dms.SchemaPlan) error {
-	us := txn.UpdateSchema(true, false)
-	orig := map[string]string{}
-	for _, r := range plan.Rename {
-		us.RenameColumn([]string{r.From}, r.To)
-		orig[r.To] = r.From
-	}
-	path := func(name string) []string {
-		if o, ok := orig[name]; ok {
-			return []string{o}
-		}
-		return []string{name}
-	}
-	for _, c := range plan.Widen {
-		us.UpdateColumn(path(c.Name), table.ColumnUpdate{FieldType: iceberg.Optional[iceberg.Type]{Valid: true, Val: c.To}})
-	}
-	doc := droppedDoc + " (" + time.Now().UTC().Format(time.RFC3339) + ")"
-	for _, n := range plan.Drop {
-		u := table.ColumnUpdate{Doc: iceberg.Optional[string]{Valid: true, Val: doc}}
-		if slices.Contains(plan.MakeOptional, n) {
-			u.Required = iceberg.Optional[bool]{Valid: true, Val: false}
-		}
-		us.UpdateColumn([]string{n}, u)
-	}
-	for _, n := range plan.Revive {
-		us.UpdateColumn(path(n), table.ColumnUpdate{Doc: iceberg.Optional[string]{Valid: true, Val: ""}})
-	}
-	for _, c := range plan.Add {
-		us.AddColumn([]string{c.Name}, c.Type, "", false, nil)
-	}
-	if err := us.Commit(); err != nil {
-		return fmt.Errorf("stage schema update: %w", err)
-	}
-	return nil
-}
-
-func (w *writer) reportPlan(op string, plan dms.SchemaPlan) {
-	for _, k := range []struct {
-		kind string
-		n    int
-	}{
-		{"rename_column", len(plan.Rename)}, {"add_column", len(plan.Add)}, {"widen_column", len(plan.Widen)},
-		{"drop_column", len(plan.Drop)}, {"revive_column", len(plan.Revive)}, {"incompatible", len(plan.Incompatible)},
-	} {
-		if k.n > 0 {
-			w.env.metrics.SchemaChanged(w.name, k.kind, k.n)
-		}
-	}
-	if d := plan.Describe(); len(d) > 0 {
-		w.log.Info("applied control record", zap.String("operation", op), zap.Strings("changes", d), zap.Stringer("schema", w.st.tbl.Schema()))
-	}
-}
-
-// drop applies a drop-table control record.
-func (w *writer) drop(ctx context.Context, ev *change.Event) error {
-	if !w.env.dropMark {
-		w.log.Info("table dropped at the source; keeping the target table (sink.drop_table ignore)")
-		ack(ev)
-		return nil
-	}
-	if w.st.status == tableprop.StatusDropped {
-		ack(ev)
-		return nil
-	}
-	at := ev.Meta.Timestamp
-	if at == "" {
-		at = time.Now().UTC().Format(time.RFC3339Nano)
-	}
-	if !w.st.loaded() {
-		tbl, err := w.env.cat.LoadTable(ctx, w.ident)
-		if errors.Is(err, catalog.ErrNoSuchTable) {
-			w.setStatus(tableprop.StatusDropped, "dropped at the source at "+at+" before the target table existed")
-			ack(ev)
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("open table %s: %w", w.name, err)
-		}
-		if err := w.use(tbl); err != nil {
-			return err
-		}
-		if err := w.own(ctx); err != nil {
-			return err
-		}
-		if w.refused != "" {
-			return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
-		}
-	}
-	if err := w.commitRows(ctx); err != nil {
-		return err
-	}
-	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-		txn := w.st.tbl.NewTransaction()
-		props := tableprop.Stamp(iceberg.Properties{tableprop.Status: tableprop.StatusDropped, tableprop.DroppedAt: at}, w.st.tbl.Properties())
-		controlTSProp(props, w.st.tbl.Properties(), ev.Meta.Timestamp)
-		w.controlWatermark(props, ev)
-		w.throughProp(props)
-		return w.commitProps(ctx, txn, props)
-	}
-	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "mark " + w.name + " dropped", Stage: stage, Reloaded: w.reloadedControl(ev),
-	})
-	if err != nil {
-		return err
-	}
-	if res.Landed {
-		// Applied (by this attempt or another worker: the writer takes the table's mark) or
-		// superseded by a newer control record (a create-table that lifted it).
-		w.settledOnReload(ev)
-		return nil
-	}
-	w.setStatus(tableprop.StatusDropped, "dropped at the source at "+at)
-	ack(ev)
+	sa.log.Info("added columns seen in data", zap.Int("columns", len(cols)), zap.Stringer("schema", res.Table.Schema()))
+	sa.env.metrics.SchemaChanged(sa.name, "add_column", added)
 	return nil
 }

@@ -27,9 +27,9 @@ type bufferGauge struct {
 }
 
 // publish stores the buffer's size for Buffers; two atomic stores, no lock.
-func (w *writer) publish() {
-	w.gauge.rows.Store(int64(w.buf.rows.len() + len(w.buf.held)))
-	w.gauge.bytes.Store(w.buf.bytes)
+func (pl *planner) publish() {
+	pl.gauge.rows.Store(int64(pl.buf.rows.len() + len(pl.buf.held)))
+	pl.gauge.bytes.Store(pl.buf.bytes)
 }
 
 // Buffers returns, per table writer started so far and sorted by table, what it has queued and
@@ -40,8 +40,8 @@ func (s *Iceberg) Buffers() []BufferStat {
 	ws := s.snapshotWriters()
 	out := make([]BufferStat, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, BufferStat{Table: w.name, Queued: len(w.in), QueueCapacity: cap(w.in),
-			Rows: int(w.gauge.rows.Load()), Bytes: w.gauge.bytes.Load()})
+		rows, bytes := w.buffered()
+		out = append(out, BufferStat{Table: w.name, Queued: len(w.in), QueueCapacity: cap(w.in), Rows: rows, Bytes: bytes})
 	}
 	slices.SortFunc(out, func(a, b BufferStat) int { return strings.Compare(a.Table, b.Table) })
 	return out

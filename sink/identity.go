@@ -67,13 +67,13 @@ func identityField(id int) iceberg.NestedField {
 // deletes of the identity would apply to the data files written before it, which do not have
 // the column, and iceberg-go v0.7.0 refuses to read a table whose equality-delete column is
 // missing from a data file.
-func (w *writer) noteNoIdentity(ev *change.Event) {
-	l := w.st.lay
-	if w.identityNoted || !w.set.identity || l.keyed() || l.hasID || ev.Op != change.OpInsert || change.RecordIdentity(ev) == "" {
+func (sa *schemaApplier) noteNoIdentity(ev *change.Event) {
+	l := sa.st.lay
+	if sa.identityNoted || !sa.set.identity || l.keyed() || l.hasID || ev.Op != change.OpInsert || change.RecordIdentity(ev) == "" {
 		return
 	}
-	w.identityNoted = true
-	w.log.Warn("keyless table without the DMS record identity column: re-sent records are appended again (re-create the table to get the column)",
+	sa.identityNoted = true
+	sa.log.Warn("keyless table without the DMS record identity column: re-sent records are appended again (re-create the table to get the column)",
 		zap.String("column", KeylessIdentityColumn))
 }
 

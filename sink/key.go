@@ -25,8 +25,8 @@ func (st *settings) keyRule(key []string, from string) error {
 		cols []string
 		why  string
 	}{
-		{"exclude_columns", st.tc.ExcludeColumns, "an excluded column is not written"},
-		{"mask_columns", st.tc.MaskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
+		{"exclude_columns", st.excludeColumns, "an excluded column is not written"},
+		{"mask_columns", st.maskColumns, "masking it would merge every row into one (use hash_columns, or unmask it)"},
 	} {
 		for i, c := range l.cols {
 			if slices.Contains(key, c) {
@@ -41,43 +41,43 @@ func (st *settings) keyRule(key []string, from string) error {
 // or a create-table table-def): its columns become required identifier fields, so updates and
 // deletes apply from then on (earlier ones were dead-lettered and can be replayed). A table that
 // already has a key keeps it; a key naming missing, dropped or floating-point columns is not
-// applied (logged). settled (nil for a configured key) is asked on each table reloaded after a
+// applied (logged). settled (nil for a configured key) is asked on each table refreshed after a
 // failed attempt whether the control record the key comes from no longer applies
-// (controlSettled): the commit then ends with landed true, as it does when the reloaded table
+// (controlSettled): the commit then ends with landed true, as it does when the refreshed table
 // has a key.
-func (w *writer) ensureKey(ctx context.Context, keys []string, from string, settled func() bool) (landed bool, err error) {
-	l := w.st.lay
+func (sa *schemaApplier) ensureKey(ctx context.Context, keys []string, from string, settled func() bool) (landed bool, err error) {
+	l := sa.st.lay
 	if l.keyed() {
 		have := make([]string, len(l.keyIdx))
 		for i, k := range l.keyIdx {
 			have[i] = l.names[k]
 		}
 		if !slices.Equal(have, keys) {
-			w.log.Warn("primary key differs from the table's identifier fields; keeping the table's", zap.Strings("table", have), zap.Strings("from", keys), zap.String("source", from))
+			sa.log.Warn("primary key differs from the table's identifier fields; keeping the table's", zap.Strings("table", have), zap.Strings("from", keys), zap.String("source", from))
 		}
 		return false, nil
 	}
-	if err := w.set.keyRule(keys, from); err != nil {
-		w.pause(err.Error())
+	if err := sa.set.keyRule(keys, from); err != nil {
+		sa.st.pause(err.Error())
 		return false, nil
 	}
 	states := l.columnStates()
 	for _, k := range keys {
 		i, ok := l.byName[k]
 		if !ok || states[i].Dropped {
-			w.log.Warn("primary key not applied: the table has no such column", zap.String("column", k), zap.String("source", from))
+			sa.log.Warn("primary key not applied: the table has no such column", zap.String("column", k), zap.String("source", from))
 			return false, nil
 		}
 		if err := keyType(l.schema.Fields()[i]); err != nil {
-			w.log.Warn("primary key not applied", zap.Error(err), zap.String("source", from))
+			sa.log.Warn("primary key not applied", zap.Error(err), zap.String("source", from))
 			return false, nil
 		}
 	}
-	if err := w.commitRows(ctx); err != nil {
+	if err := sa.cm.commitRows(ctx); err != nil {
 		return false, err
 	}
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-		txn := w.st.tbl.NewTransaction()
+		txn := sa.st.tbl.NewTransaction()
 		us := txn.UpdateSchema(true, true)
 		paths := make([][]string, len(keys))
 		for i, k := range keys {
@@ -85,16 +85,16 @@ func (w *writer) ensureKey(ctx context.Context, keys []string, from string, sett
 			paths[i] = []string{k}
 		}
 		us.SetIdentifierField(paths)
-		return w.commitSchema(ctx, txn, us)
+		return sa.st.commitSchema(ctx, txn, us)
 	}
-	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "set primary key of " + w.name, Stage: stage,
-		Reloaded: w.reloadedUse(func() bool { return w.st.lay.keyed() || settled != nil && settled() }),
+	res, err := commit.Run(ctx, sa.env.cat, sa.ident, sa.st.tbl, sa.cm.policy(), commit.Op{
+		Name: "set primary key of " + sa.name, Stage: stage,
+		Reloaded: sa.st.refreshedUse(func() bool { return sa.st.lay.keyed() || settled != nil && settled() }),
 	})
 	if err != nil || res.Table == nil {
 		return res.Landed, err
 	}
-	w.log.Info("table now has a primary key", zap.Strings("key", keys), zap.String("source", from))
-	w.env.metrics.SchemaChanged(w.name, "set_primary_key", 1)
+	sa.log.Info("table now has a primary key", zap.Strings("key", keys), zap.String("source", from))
+	sa.env.metrics.SchemaChanged(sa.name, "set_primary_key", 1)
 	return false, nil
 }

@@ -294,7 +294,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			time.Since(t0).Round(time.Millisecond), (cpuNow() - c0).Round(time.Millisecond))
 	}
 	s.mu.Lock()
-	m, _ := s.writers["shop.bench"].maint.(*maintenance.Maintainer)
+	m, _ := s.writers["shop.bench"].cm.maint.(*maintenance.Maintainer)
 	s.mu.Unlock()
 	if m != nil {
 		m.SetHandoffWait(2 * p.interval) // the sink's flush interval is the benchmark's clock here

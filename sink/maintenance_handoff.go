@@ -12,7 +12,7 @@ import (
 // maintainer is all a table writer knows of its table's maintenance (maintenance.Maintainer):
 // after each of its commits it calls AfterCommit with the committed table, which may run one
 // waiting maintenance commit on that table (two for an equality-delete conversion, whose second
-// commit it waits for briefly) and pass each result to adopt (the writer's use), on the writer's
+// commit it waits for briefly) and pass each result to adopt (targetTable.use), on the writer's
 // goroutine.
 //
 // In dv mode the writer also asks it, for each commit attempt, for the batch's deletes as

@@ -195,7 +195,7 @@ func TestBackgroundMaintenanceBesideIngestion(t *testing.T) {
 	}
 	// Maintenance commits run between the writer's commits. A table whose writer looks idle for
 	// two flush intervals (a loaded machine, or the scans above) is maintained on its own, and the
-	// writer's next commit then reloads and re-stages once: correct, but scheduling-dependent,
+	// writer's next commit then refreshes and re-stages once: correct, but scheduling-dependent,
 	// so it is reported rather than asserted (the benchmark measures it).
 	if rec.commitFailed > 1 {
 		t.Logf("the writer re-staged %d commits after maintenance commits", rec.commitFailed)
@@ -463,7 +463,7 @@ func checkAllReferenced(t *testing.T, tbl *table.Table) {
 
 // Two workers write deletion vectors to one table, as DMS spreads a table's keys over shards
 // read by different workers (four shards, by key; the table from a create-table record). Each stages on the table as its own last commit left it, so each
-// loses its first attempt to the other's commit (TestContendedWriterReloadsBeforeItStages) and
+// loses its first attempt to the other's commit (TestContendedWriterRefreshesBeforeItStages) and
 // plans its vectors again on the newer table: the rows are the model's, no equality delete is
 // committed, and the refused attempts' vectors are removed.
 func TestWriterVectorsOfTwoWorkers(t *testing.T) {

@@ -50,7 +50,7 @@ type Metrics interface {
 	CommitFailed(table string)
 	// CommitUnknown counts a table batch commit attempt whose outcome was unknown (its request
 	// was sent and failed without a definite answer: a lost response, a timeout, a 5xx), once,
-	// when the reload after it resolved it: resolution is UnknownLanded (it took effect),
+	// when the refresh after it resolved it: resolution is UnknownLanded (it took effect),
 	// UnknownNotLanded (it did not; tried again) or UnknownAnotherWriter (another worker had
 	// committed the same records). Lost races with a definite answer are not counted.
 	CommitUnknown(table, resolution string)

@@ -418,21 +418,21 @@ func (s *shardSeen) note(shard string) bool {
 // noteRisk reports, once per table and kind, what ordering shard cannot order (issue 11 item 6):
 // the table's records come from more than one shard, or a primary-key-changing update on a
 // multi-shard stream (its old and new key may travel on different shards).
-func (w *writer) noteRisk(r *row) {
-	multi := w.env.shards.note(r.shard)
-	if w.riskShard == "" {
-		w.riskShard = r.shard
+func (pl *planner) noteRisk(r *row) {
+	multi := pl.env.shards.note(r.shard)
+	if pl.riskShard == "" {
+		pl.riskShard = r.shard
 	}
-	if r.shard != w.riskShard && !w.risked[0] {
-		w.risked[0] = true
-		w.env.metrics.OrderingRisk(w.name, RiskMultiShard)
-		w.log.Warn("ordering shard: this table's records come from more than one shard, whose order is not kept across shards (set sink.ordering arrival)",
-			zap.String("shard", w.riskShard), zap.String("other_shard", r.shard))
+	if r.shard != pl.riskShard && !pl.risked[0] {
+		pl.risked[0] = true
+		pl.env.metrics.OrderingRisk(pl.name, RiskMultiShard)
+		pl.log.Warn("ordering shard: this table's records come from more than one shard, whose order is not kept across shards (set sink.ordering arrival)",
+			zap.String("shard", pl.riskShard), zap.String("other_shard", r.shard))
 	}
-	if r.oldKey != nil && multi && !w.risked[1] {
-		w.risked[1] = true
-		w.env.metrics.OrderingRisk(w.name, RiskKeyChange)
-		w.log.Warn("ordering shard: a primary-key-changing update on a multi-shard stream; with primary-key partitioning its old key's records may be on another shard (set sink.ordering arrival)",
+	if r.oldKey != nil && multi && !pl.risked[1] {
+		pl.risked[1] = true
+		pl.env.metrics.OrderingRisk(pl.name, RiskKeyChange)
+		pl.log.Warn("ordering shard: a primary-key-changing update on a multi-shard stream; with primary-key partitioning its old key's records may be on another shard (set sink.ordering arrival)",
 			zap.String("shard", r.shard), zap.String("seq", r.seq))
 	}
 }

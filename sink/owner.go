@@ -84,36 +84,36 @@ func (c Config) validateTargets() error {
 // writer; a table without an owner (created before owners were recorded, or by someone else)
 // is claimed with a properties-only commit, which only one source can win (the catalog commits
 // against the metadata it was staged on).
-func (w *writer) own(ctx context.Context) error {
-	owner := w.st.tbl.Properties()[tableprop.Source]
+func (sa *schemaApplier) own(ctx context.Context) error {
+	owner := sa.st.tbl.Properties()[tableprop.Source]
 	if owner == "" {
 		stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-			if w.st.tbl.Properties()[tableprop.Source] != "" {
+			if sa.st.tbl.Properties()[tableprop.Source] != "" {
 				return nil, nil // another source claimed it meanwhile
 			}
-			txn := w.st.tbl.NewTransaction()
-			if err := txn.SetProperties(iceberg.Properties{tableprop.Source: w.src}); err != nil {
+			txn := sa.st.tbl.NewTransaction()
+			if err := txn.SetProperties(iceberg.Properties{tableprop.Source: sa.src}); err != nil {
 				return nil, fmt.Errorf("stage %s: %w", tableprop.Source, err)
 			}
 			tbl, err := txn.Commit(ctx)
 			if err != nil {
 				return nil, err
 			}
-			return tbl, w.adopt(tbl)
+			return tbl, sa.st.adopt(tbl)
 		}
-		if _, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-			Name: "claim " + w.name + " for " + w.src, Stage: stage,
-			Reloaded: w.reloadedUse(func() bool { return w.st.tbl.Properties()[tableprop.Source] != "" }),
+		if _, err := commit.Run(ctx, sa.env.cat, sa.ident, sa.st.tbl, sa.cm.policy(), commit.Op{
+			Name: "claim " + sa.name + " for " + sa.src, Stage: stage,
+			Reloaded: sa.st.refreshedUse(func() bool { return sa.st.tbl.Properties()[tableprop.Source] != "" }),
 		}); err != nil {
 			return err
 		}
-		owner = w.st.tbl.Properties()[tableprop.Source]
-		if owner == w.src {
-			w.log.Info("claimed table for its source", zap.String("source", w.src))
+		owner = sa.st.tbl.Properties()[tableprop.Source]
+		if owner == sa.src {
+			sa.log.Info("claimed table for its source", zap.String("source", sa.src))
 		}
 	}
-	if owner != w.src {
-		w.refuse(owner)
+	if owner != sa.src {
+		sa.st.refuse(owner)
 	}
 	return nil
 }
@@ -121,13 +121,13 @@ func (w *writer) own(ctx context.Context) error {
 // refuse makes the writer dead-letter every record of its source: the table belongs to owner.
 // The refusal is published as the writer's status only; the table's status metric stays its
 // owner's.
-func (w *writer) refuse(owner string) {
-	w.refused = fmt.Sprintf("source %s resolves to the target table %s, which source %s owns (%s): one table takes one source, "+
+func (t *targetTable) refuse(owner string) {
+	t.refused = fmt.Sprintf("source %s resolves to the target table %s, which source %s owns (%s): one table takes one source, "+
 		"or their watermarks would cover each other's records; set sink.tables[%q].namespace or name (or sink.namespace) so that each source has its own table",
-		w.src, w.name, owner, tableprop.Source, w.src)
-	w.st.status = StatusRefused
-	w.st.pubMu.Lock()
-	w.st.pub = TableStatus{Source: w.src, Table: w.name, Status: StatusRefused, Reason: w.refused, Since: time.Now()}
-	w.st.pubMu.Unlock()
-	w.log.Error("records of this source are dead-lettered: another source owns the target table", zap.String("source", w.src), zap.String("owner", owner))
+		t.src, t.name, owner, tableprop.Source, t.src)
+	t.status = StatusRefused
+	t.pubMu.Lock()
+	t.pub = TableStatus{Source: t.src, Table: t.name, Status: StatusRefused, Reason: t.refused, Since: time.Now()}
+	t.pubMu.Unlock()
+	t.log.Error("records of this source are dead-lettered: another source owns the target table", zap.String("source", t.src), zap.String("owner", owner))
 }

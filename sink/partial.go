@@ -27,7 +27,7 @@ import (
 //  2. The surviving images still lacking columns are completed from the rows the table holds:
 //     one scan per batch (flush.go → lookup), filtered on the first key column, matched exactly in
 //     memory, on the snapshot the commit is staged on. After a conflicting commit the table is
-//     reloaded; the lookup is repeated on the new snapshot, and the data files are rewritten
+//     refreshed; the lookup is repeated on the new snapshot, and the data files are rewritten
 //     when it found other values.
 //  3. A key the table does not have either: the absent columns stay NULL (logged per flush).
 //
@@ -36,32 +36,32 @@ import (
 
 // completed returns the values to write for a surviving partial image: its own, with the absent
 // columns taken from stored (the table's row; nil when the table does not have it: NULL).
-func (w *writer) completed(r *row, stored []dms.Datum) []dms.Datum {
+func (cm *committer) completed(r *row, stored []dms.Datum) []dms.Datum {
 	if len(r.absent) == 0 || stored == nil {
 		return r.vals
 	}
-	w.merged = append(w.merged[:0], r.vals...)
+	cm.merged = append(cm.merged[:0], r.vals...)
 	for _, c := range r.absent {
 		if int(c) < len(stored) {
-			w.merged[c] = stored[c]
+			cm.merged[c] = stored[c]
 		}
 	}
-	return w.merged
+	return cm.merged
 }
 
 // lookup reads the stored rows the batch's partial images need, on the current table, into
 // b.fill. changed reports whether the data files written for an earlier lookup (if any) are
 // stale: some image completes differently now.
-func (w *writer) lookup(ctx context.Context, b *batch) (changed bool, err error) {
-	snap := w.dataSnapshotID()
-	fill, err := w.storedRows(ctx, b.lookups)
+func (cm *committer) lookup(ctx context.Context, b *batch) (changed bool, err error) {
+	snap := cm.rt.dataSnapshotID()
+	fill, err := cm.storedRows(ctx, b.lookups)
 	if err != nil {
-		return false, fmt.Errorf("read the rows partial updates of %s keep values from: %w", w.name, err)
+		return false, fmt.Errorf("read the rows partial updates of %s keep values from: %w", cm.name, err)
 	}
 	changed = !b.filled
 	if !changed {
 		for _, lk := range b.lookups {
-			if !sameAbsent(w.buf.rows.at(lk.row).absent, b.fill[lk.row], fill[lk.row]) {
+			if !sameAbsent(cm.pl.buf.rows.at(lk.row).absent, b.fill[lk.row], fill[lk.row]) {
 				changed = true
 				break
 			}
@@ -88,10 +88,10 @@ func sameAbsent(absent []int32, a, b []dms.Datum) bool {
 // have is missing from the map). The scan is filtered with IN on the first key column; composite
 // keys are matched exactly here. The scanner applies the equality deletes, so it returns the
 // current rows.
-func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Datum, error) {
-	l := w.st.lay
+func (cm *committer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Datum, error) {
+	l := cm.st.lay
 	fill := make(map[int][]dms.Datum, len(lks))
-	head := w.dataHead() // the reload branch's while a reload is in progress
+	head := cm.rt.dataHead() // the reload branch's while a reload is in progress
 	if len(lks) == 0 || head == nil {
 		return fill, nil
 	}
@@ -108,7 +108,7 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 	for li, lk := range lks {
 		buf = encodeKey(l, buf[:0], lk.key)
 		want[string(buf)] = append(want[string(buf)], li)
-		for _, c := range w.buf.rows.at(lk.row).absent {
+		for _, c := range cm.pl.buf.rows.at(lk.row).absent {
 			needed[c] = true
 		}
 		buf = dms.AppendKey(buf[:0], l.types[k0], lk.key[0])
@@ -132,7 +132,7 @@ func (w *writer) storedRows(ctx context.Context, lks []lookup) (map[int][]dms.Da
 			fields = append(fields, n)
 		}
 	}
-	scan := w.st.tbl.Scan(table.WithSnapshotID(head.SnapshotID), table.WithRowFilter(filter), table.WithSelectedFields(fields...))
+	scan := cm.st.tbl.Scan(table.WithSnapshotID(head.SnapshotID), table.WithRowFilter(filter), table.WithSelectedFields(fields...))
 	defer func() { _ = scan.Close() }()
 	_, recs, err := scan.ToArrowRecords(ctx)
 	if err != nil {
@@ -216,7 +216,7 @@ func keyLiteral(t iceberg.Type, d dms.Datum) (iceberg.Literal, bool) {
 }
 
 // logPartial reports how the batch's partial images were completed.
-func (w *writer) logPartial(b *batch) {
+func (cm *committer) logPartial(b *batch) {
 	if b.fromBuffer == 0 && len(b.lookups) == 0 && b.missing == 0 {
 		return
 	}
@@ -227,10 +227,10 @@ func (w *writer) logPartial(b *batch) {
 		}
 	}
 	missing := b.missing + len(b.lookups) - fromTable
-	w.env.metrics.PartialImages(w.name, b.fromBuffer, fromTable, missing)
-	log := w.log.Debug
+	cm.env.metrics.PartialImages(cm.name, b.fromBuffer, fromTable, missing)
+	log := cm.log.Debug
 	if missing > 0 {
-		log = w.log.Info
+		log = cm.log.Info
 	}
 	log("partial update images completed (absent_columns keep)", zap.Int("from_batch", b.fromBuffer),
 		zap.Int("from_table", fromTable), zap.Int("not_found", missing))

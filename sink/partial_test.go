@@ -185,7 +185,7 @@ func TestAbsentColumnsModes(t *testing.T) {
 }
 
 // The values a partial image keeps come from the snapshot its commit is staged on: when another
-// worker changed the row first, the conflict reloads the table and the lookup is repeated.
+// worker changed the row first, the conflict refreshes the table and the lookup is repeated.
 func TestPartialUpdateLookupFollowsConflict(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -250,11 +250,10 @@ func TestConvertAllocations(t *testing.T) {
 		ev   *change.Event
 		want float64
 	}{{false, full, 0}, {false, partial, 0}, {true, full, 0}, {true, partial, 1}} {
-		w := &writer{set: &settings{keepAbsent: c.keep}}
-		w.st.lay = l
+		pl := &planner{tableScope: &tableScope{set: &settings{keepAbsent: c.keep}}, st: &targetTable{lay: l}}
 		var r row
 		idx := l.columnIndexes(c.ev.Columns, nil)
-		got := testing.AllocsPerRun(100, func() { r, _ = w.convert(c.ev, idx) })
+		got := testing.AllocsPerRun(100, func() { r, _ = pl.convert(c.ev, idx) })
 		if got != c.want {
 			t.Errorf("keep=%v, %d columns: %v allocations per convert, want %v", c.keep, len(c.ev.Columns), got, c.want)
 		}

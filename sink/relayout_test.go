@@ -10,7 +10,7 @@ import (
 )
 
 // Another worker evolves the schema (adds a column, widens a float) while this writer holds
-// rows built for the old schema. Its commit conflicts and reloads the new schema; when the batch
+// rows built for the old schema. Its commit conflicts and refreshes to the new schema; when the batch
 // must be written again (here: trimmed by the other worker's watermark), the buffered rows are
 // re-laid by field id (new columns null, widened values converted) instead of being written by
 // position.
@@ -29,13 +29,13 @@ func TestBufferedRowsFollowAnotherWorkersSchemaChange(t *testing.T) {
 	other.ctl("c", 1, "m", "create-table", "id*:INT4 r:REAL4 name:STRING")
 	other.ctl("c", 2, "m", "column-type-change", "id*:INT4 r:REAL8 name:STRING")
 	// The other worker also took over shard d0 and committed its record 2: this writer's batch
-	// is trimmed after the reload, so its files are written again, for the new schema.
+	// is trimmed after the refresh, so its files are written again, for the new schema.
 	other.data("d0", 2, "m", change.OpInsert, []change.Column{col("id", "2"), col("r", "2.25"), col("name", "'b'")}, nil)
 	other.data("d1", 1, "m", change.OpInsert, []change.Column{col("id", "3"), col("r", "3.125"), col("name", "'c'"), col("extra", "'x'")}, nil)
 	other.flush()
 	other.close()
 
-	mine.flush() // conflict, reload: (id, r double, name, extra)
+	mine.flush() // conflict, refresh: (id, r double, name, extra)
 	mine.close()
 	rows, _ := scanRows(t, mine.cat, "m")
 	eq(t, rows,

@@ -29,7 +29,7 @@ import (
 //     properties-only commit) records, with its watermark, tableprop.ReloadBefore: the table's
 //     last sequence number. Every file at or below it is the table before the reload. The same
 //     commit adds an empty snapshot to main (summary dms2iceberg.reload=start), so a writer of
-//     another process that staged a commit on main before it loses its race, reloads, sees the
+//     another process that staged a commit on main before it loses its race, refreshes, sees the
 //     reload and re-stages on the branch.
 //   - Load (write-audit-publish): while the mark is set, every data commit of the table goes to
 //     the branch tableprop.ReloadBranch, which forks from main at the first one. Load rows commit
@@ -56,6 +56,19 @@ import (
 // survives a restart (the restarted writer stages on it again), and a replayed create-table is
 // covered by its watermark (so it never moves the marker over committed load rows).
 
+// reloadTracker follows the DMS table reloads of one table (the rule above): whether one is in
+// progress on the table as last loaded, on which branch a data commit goes meanwhile, what a
+// commit stages to count its load rows or end it, and the reload metric. It commits nothing
+// itself: the committer stages what it plans, and the control applier commits the start.
+type reloadTracker struct {
+	*tableScope
+	st *targetTable // read only: the reload in progress is the table's
+	// loaded is when this writer last committed load rows of a reload in progress (or first
+	// saw one), for the quiet period; shown: the reload metric shows a reload.
+	loaded time.Time
+	shown  bool
+}
+
 // reloadMark is the reload in progress recorded in a table's properties.
 type reloadMark struct {
 	before  int64  // tableprop.ReloadBefore
@@ -78,11 +91,11 @@ func readReload(props iceberg.Properties) (reloadMark, bool) {
 }
 
 // reloading returns the reload in progress on the writer's table.
-func (w *writer) reloading() (reloadMark, bool) {
-	if !w.st.loaded() {
+func (rt *reloadTracker) reloading() (reloadMark, bool) {
+	if !rt.st.loaded() {
 		return reloadMark{}, false
 	}
-	return readReload(w.st.tbl.Properties())
+	return readReload(rt.st.tbl.Properties())
 }
 
 // reloadHead returns the head of tbl's reload branch, nil when it has none.
@@ -98,27 +111,27 @@ func reloadHead(tbl *table.Table) *table.Snapshot {
 
 // dataTxn starts a transaction for a commit of the table's rows: on the reload branch while a
 // reload is in progress (the branch forks from main at its first commit), on main otherwise.
-func (w *writer) dataTxn() *table.Transaction {
-	if _, ok := w.reloading(); ok {
-		return w.st.tbl.NewTransactionOnBranch(tableprop.ReloadBranch)
+func (rt *reloadTracker) dataTxn() *table.Transaction {
+	if _, ok := rt.reloading(); ok {
+		return rt.st.tbl.NewTransactionOnBranch(tableprop.ReloadBranch)
 	}
-	return w.st.tbl.NewTransaction()
+	return rt.st.tbl.NewTransaction()
 }
 
 // dataHead is the snapshot that holds the rows the writer's next data commit builds on: the
 // reload branch's head while a reload is in progress and the branch exists, main's otherwise.
-func (w *writer) dataHead() *table.Snapshot {
-	if _, ok := w.reloading(); ok {
-		if s := reloadHead(w.st.tbl); s != nil {
+func (rt *reloadTracker) dataHead() *table.Snapshot {
+	if _, ok := rt.reloading(); ok {
+		if s := reloadHead(rt.st.tbl); s != nil {
 			return s
 		}
 	}
-	return w.st.tbl.CurrentSnapshot()
+	return rt.st.tbl.CurrentSnapshot()
 }
 
 // dataSnapshotID is the id of dataHead, 0 when there is none.
-func (w *writer) dataSnapshotID() int64 {
-	if s := w.dataHead(); s != nil {
+func (rt *reloadTracker) dataSnapshotID() int64 {
+	if s := rt.dataHead(); s != nil {
 		return s.SnapshotID
 	}
 	return 0
@@ -130,18 +143,18 @@ func (w *writer) dataSnapshotID() int64 {
 // txn's property changes. It requires main and the branch to be where the writer's table has
 // them, so a commit of another writer on either in between makes this attempt lose its race.
 // The caller adopts the returned table.
-func (w *writer) publishReload(ctx context.Context, txn *table.Transaction) (*table.Table, error) {
+func (rt *reloadTracker) publishReload(ctx context.Context, txn *table.Transaction) (*table.Table, error) {
 	staged, err := txn.StagedTable()
 	if err != nil {
 		return nil, err
 	}
-	base, next := w.st.tbl.Metadata(), staged.Metadata()
+	base, next := rt.st.tbl.Metadata(), staged.Metadata()
 	if next.CurrentSchema().ID != base.CurrentSchema().ID || next.DefaultPartitionSpec() != base.DefaultPartitionSpec() {
-		return nil, commit.Permanent(fmt.Errorf("publish the reload of %s: the staged commit changes the schema or the partition spec", w.name))
+		return nil, commit.Permanent(fmt.Errorf("publish the reload of %s: the staged commit changes the schema or the partition spec", rt.name))
 	}
 	var updates []table.Update
 	var head int64
-	if b := reloadHead(w.st.tbl); b != nil {
+	if b := reloadHead(rt.st.tbl); b != nil {
 		head = b.SnapshotID
 	}
 	for _, s := range next.Snapshots() {
@@ -169,10 +182,10 @@ func (w *writer) publishReload(ctx context.Context, txn *table.Transaction) (*ta
 		updates = append(updates, table.NewRemovePropertiesUpdate(removed))
 	}
 	var mainID, branchID *int64
-	if s := w.st.tbl.CurrentSnapshot(); s != nil {
+	if s := rt.st.tbl.CurrentSnapshot(); s != nil {
 		mainID = &s.SnapshotID
 	}
-	if b := reloadHead(w.st.tbl); b != nil {
+	if b := reloadHead(rt.st.tbl); b != nil {
 		branchID = &b.SnapshotID
 		updates = append(updates, table.NewRemoveSnapshotRefUpdate(tableprop.ReloadBranch))
 	}
@@ -184,31 +197,31 @@ func (w *writer) publishReload(ctx context.Context, txn *table.Transaction) (*ta
 		table.AssertRefSnapshotID(table.MainBranch, mainID),
 		table.AssertRefSnapshotID(tableprop.ReloadBranch, branchID),
 	}
-	meta, loc, err := w.env.cat.CommitTable(ctx, w.ident, reqs, updates)
+	meta, loc, err := rt.env.cat.CommitTable(ctx, rt.ident, reqs, updates)
 	if err != nil {
 		return nil, err
 	}
-	return table.New(w.ident, meta, loc, w.st.tbl.FS, w.env.cat), nil
+	return table.New(rt.ident, meta, loc, rt.st.tbl.FS, rt.env.cat), nil
 }
 
 // reloadStarts reports whether the control record ev (of operation op), applied to the loaded
 // table, starts a reload: a create-table strictly newer than the last control record applied,
 // on a table with a snapshot, with the reload handling on. A re-sent copy of the create-table
 // (same timestamp) or a replay from the dead letters never starts one.
-func (w *writer) reloadStarts(ev *change.Event, op string) bool {
-	if op != "create-table" || ev.Replay || !w.set.reloadReplace || !w.st.loaded() || w.st.tbl.CurrentSnapshot() == nil {
+func (rt *reloadTracker) reloadStarts(ev *change.Event, op string) bool {
+	if op != "create-table" || ev.Replay || !rt.set.reloadReplace || !rt.st.loaded() || rt.st.tbl.CurrentSnapshot() == nil {
 		return false
 	}
-	props := w.st.tbl.Properties()
+	props := rt.st.tbl.Properties()
 	last, err1 := time.Parse(time.RFC3339Nano, props[tableprop.ControlTimestamp])
 	ts, err2 := time.Parse(time.RFC3339Nano, ev.Meta.Timestamp)
 	if err1 != nil || err2 != nil || !ts.After(last) {
 		return false
 	}
-	if !w.set.arrival {
+	if !rt.set.arrival {
 		// With ordering shard the load rows of other shards may commit before the create-table
 		// applies, and the replace would remove them.
-		w.log.Warn("create-table of a table that holds data (a DMS reload?) under ordering shard: applied as upserts, rows deleted at the source meanwhile stay (use ordering arrival)",
+		rt.log.Warn("create-table of a table that holds data (a DMS reload?) under ordering shard: applied as upserts, rows deleted at the source meanwhile stay (use ordering arrival)",
 			zap.String("timestamp", ev.Meta.Timestamp))
 		return false
 	}
@@ -217,35 +230,35 @@ func (w *writer) reloadStarts(ev *change.Event, op string) bool {
 
 // markReload adds to props, the properties of the create-table's commit staged on the writer's
 // table, the start of a reload.
-func (w *writer) markReload(props iceberg.Properties, ev *change.Event) {
-	props[tableprop.ReloadBefore] = strconv.FormatInt(w.st.tbl.Metadata().LastSequenceNumber(), 10)
+func (rt *reloadTracker) markReload(props iceberg.Properties, ev *change.Event) {
+	props[tableprop.ReloadBefore] = strconv.FormatInt(rt.st.tbl.Metadata().LastSequenceNumber(), 10)
 	props[tableprop.ReloadStarted] = ev.Meta.Timestamp
 	props[tableprop.ReloadRows] = "0"
 }
 
 // reloadStarted logs and reports a reload whose start was committed.
-func (w *writer) reloadStarted(ev *change.Event) {
-	m, _ := w.reloading()
-	w.reloadLoaded = time.Now()
-	w.log.Info("reload started: load rows replace the table's content when the reload ends",
+func (rt *reloadTracker) reloadStarted(ev *change.Event) {
+	m, _ := rt.reloading()
+	rt.loaded = time.Now()
+	rt.log.Info("reload started: load rows replace the table's content when the reload ends",
 		zap.String("create_table_timestamp", ev.Meta.Timestamp), zap.Int64("replaces_files_up_to_sequence", m.before))
-	w.env.metrics.SchemaChanged(w.name, "reload_start", 1)
-	w.reportReload()
+	rt.env.metrics.SchemaChanged(rt.name, "reload_start", 1)
+	rt.reportReload()
 	fault.Hit(fault.AfterReloadMark)
 }
 
 // reportReload publishes the reload in progress (rows staged, since when), or none.
-func (w *writer) reportReload() {
-	m, ok := w.reloading()
-	if !ok && !w.reloadShown {
+func (rt *reloadTracker) reportReload() {
+	m, ok := rt.reloading()
+	if !ok && !rt.shown {
 		return
 	}
-	w.reloadShown = ok
+	rt.shown = ok
 	var since time.Time
 	if ok {
 		since, _ = time.Parse(time.RFC3339Nano, m.started)
 	}
-	w.env.metrics.Reload(w.name, m.rows, since)
+	rt.env.metrics.Reload(rt.name, m.rows, since)
 }
 
 // reloadStage is what a batch commit does about a reload in progress: count its load rows, and
@@ -258,8 +271,8 @@ type reloadStage struct {
 }
 
 // reloadFor plans what the commit of b does about the reload in progress (nil: none).
-func (w *writer) reloadFor(b *batch) *reloadStage {
-	m, ok := w.reloading()
+func (rt *reloadTracker) reloadFor(b *batch) *reloadStage {
+	m, ok := rt.reloading()
 	if !ok {
 		return nil
 	}
@@ -273,15 +286,15 @@ func (w *writer) reloadFor(b *batch) *reloadStage {
 
 // stageReload stages on txn, after the batch's row delta (or alone), what rs does: the new row
 // count, or at the end the removal of every file at or below the mark and of the marker.
-func (w *writer) stageReload(ctx context.Context, txn *table.Transaction, rs *reloadStage, props iceberg.Properties) (removed int, err error) {
+func (rt *reloadTracker) stageReload(ctx context.Context, txn *table.Transaction, rs *reloadStage, props iceberg.Properties) (removed int, err error) {
 	if !rs.end {
 		props[tableprop.ReloadRows] = strconv.FormatInt(rs.mark.rows+int64(rs.loads), 10)
 		return 0, nil
 	}
 	if rs.replace {
-		data, deletes, err := filesUpTo(ctx, w.st.tbl, w.dataHead(), rs.mark.before)
+		data, deletes, err := filesUpTo(ctx, rt.st.tbl, rt.dataHead(), rs.mark.before)
 		if err != nil {
-			return 0, fmt.Errorf("list the files of %s before its reload: %w", w.name, err)
+			return 0, fmt.Errorf("list the files of %s before its reload: %w", rt.name, err)
 		}
 		removed = len(data) + len(deletes)
 		if removed > 0 {
@@ -294,91 +307,46 @@ func (w *writer) stageReload(ctx context.Context, txn *table.Transaction, rs *re
 			maps.Copy(summary, props) // the watermarks and complete-through, as on every commit
 			fault.Hit(fault.BeforeReloadReplace)
 			if err := txn.ReplaceFiles(ctx, data, nil, deletes, summary); err != nil {
-				return 0, fmt.Errorf("stage the replace of %s's reload: %w", w.name, err)
+				return 0, fmt.Errorf("stage the replace of %s's reload: %w", rt.name, err)
 			}
 		}
 	}
 	if err := txn.RemoveProperties(tableprop.ReloadProps); err != nil {
-		return 0, fmt.Errorf("stage the end of %s's reload: %w", w.name, err)
+		return 0, fmt.Errorf("stage the end of %s's reload: %w", rt.name, err)
 	}
 	return removed, nil
 }
 
 // reloadEnded logs and reports a reload that a commit ended.
-func (w *writer) reloadEnded(rs *reloadStage, removed int, how string) {
+func (rt *reloadTracker) reloadEnded(rs *reloadStage, removed int, how string) {
 	rows := rs.mark.rows + int64(rs.loads)
 	if rs.replace {
-		w.log.Info("reload replaced the table's content: rows not re-sent by the load are removed",
+		rt.log.Info("reload replaced the table's content: rows not re-sent by the load are removed",
 			zap.String("ended_by", how), zap.Int64("load_rows", rows), zap.Int("files_removed", removed),
-			zap.String("create_table_timestamp", rs.mark.started), zap.Int64("snapshot", snapshotID(w.st.tbl)))
-		w.env.metrics.SchemaChanged(w.name, "reload_replace", 1)
+			zap.String("create_table_timestamp", rs.mark.started), zap.Int64("snapshot", snapshotID(rt.st.tbl)))
+		rt.env.metrics.SchemaChanged(rt.name, "reload_replace", 1)
 		fault.Hit(fault.AfterReloadReplace)
 	} else {
-		w.log.Info("reload cancelled: no load rows followed the create-table (a task resumed without full load); nothing removed",
+		rt.log.Info("reload cancelled: no load rows followed the create-table (a task resumed without full load); nothing removed",
 			zap.String("create_table_timestamp", rs.mark.started))
-		w.env.metrics.SchemaChanged(w.name, "reload_cancel", 1)
+		rt.env.metrics.SchemaChanged(rt.name, "reload_cancel", 1)
 	}
-	w.reportReload()
+	rt.reportReload()
 }
 
-// reloadQuiet ends a reload after the quiet period (sink.reload_quiet_period) when no CDC change
-// of the table followed its load rows: nothing buffered or queued, load rows committed, and none
-// for the quiet period. A reload without load rows waits (DMS may load the table later; its
-// first CDC change cancels it).
-func (w *writer) reloadQuiet(ctx context.Context) error {
-	m, ok := w.reloading()
-	if !ok || m.rows == 0 || w.buf.pending() || len(w.in) > 0 || w.st.status != tableprop.StatusActive {
-		return nil
+// quietEnd returns the reload in progress that its quiet period (sink.reload_quiet_period)
+// ends now: load rows committed, and none for the quiet period; idle says that nothing is
+// buffered or queued and the table is active. A reload without load rows waits (DMS may load
+// the table later; its first CDC change cancels it).
+func (rt *reloadTracker) quietEnd(idle bool) (reloadMark, bool) {
+	m, ok := rt.reloading()
+	if !ok || m.rows == 0 || !idle {
+		return m, false
 	}
-	if w.reloadLoaded.IsZero() {
-		w.reloadLoaded = time.Now() // adopted from another worker's or an earlier run's commit
+	if rt.loaded.IsZero() {
+		rt.loaded = time.Now() // adopted from another worker's or an earlier run's commit
 	}
-	if time.Since(w.reloadLoaded) < w.set.reloadQuiet {
-		return nil
-	}
-	if err := w.awaitDeadLetters(ctx); err != nil {
-		return err
-	}
-	var rs *reloadStage
-	removed := 0
-	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
-		m, ok := w.reloading()
-		if !ok || m.rows == 0 {
-			rs = nil
-			return nil, nil // ended or restarted meanwhile
-		}
-		rs = &reloadStage{mark: m, end: true, replace: true}
-		props := tableprop.Stamp(iceberg.Properties{}, w.st.tbl.Properties())
-		txn := w.dataTxn()
-		var err error
-		if removed, err = w.stageReload(ctx, txn, rs, props); err != nil {
-			return nil, err
-		}
-		if err := txn.SetProperties(props); err != nil {
-			return nil, fmt.Errorf("stage properties: %w", err)
-		}
-		tbl, err := w.publishReload(ctx, txn)
-		if err != nil {
-			return nil, err
-		}
-		return tbl, w.adopt(tbl)
-	}
-	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "replace " + w.name + " after its reload", Stage: stage,
-		// Done when the reloaded table has no reload in progress any more, or another one.
-		Reloaded: w.reloadedUse(func() bool {
-			n, ok := w.reloading()
-			return !ok || n.before != m.before
-		}),
-	})
-	if err != nil {
-		return err
-	}
-	if res.Table != nil && rs != nil {
-		w.reloadEnded(rs, removed, "quiet period")
-	}
-	w.reportReload()
-	return nil
+	return m, time.Since(rt.loaded) >= rt.set.reloadQuiet
 }
 
 // filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence

@@ -16,9 +16,9 @@ import (
 )
 
 // The SQL catalog reports a lost race as a failed requirement without table.ErrCommitFailed;
-// the commit loop still recognises it after the reload by the moved table (commit.Moved), so the
+// the commit loop still recognises it after the refresh by the moved table (commit.Moved), so the
 // re-stage follows quickly.
-func TestLostRaceRecognisedAfterReload(t *testing.T) {
+func TestLostRaceRecognisedAfterRefresh(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{"shop.users": usersDef}))
@@ -41,21 +41,21 @@ func TestLostRaceRecognisedAfterReload(t *testing.T) {
 	if errors.Is(lost, table.ErrCommitFailed) {
 		t.Logf("this catalog wraps table.ErrCommitFailed: %v", lost)
 	}
-	// The writer's table is the stale one its commit was staged on; the reload finds the other
-	// commit. A reload with nothing new in between reports no race.
+	// The writer's table is the stale one its commit was staged on; the refresh finds the other
+	// commit. A refresh with nothing new in between reports no race.
 	fresh, err := h.cat.LoadTable(ctx, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !commit.Moved(stale, fresh) {
-		t.Fatalf("lost race not recognised after reload: %v", lost)
+		t.Fatalf("lost race not recognised after refresh: %v", lost)
 	}
 	again, err := h.cat.LoadTable(ctx, ident)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if commit.Moved(fresh, again) {
-		t.Fatal("a reload of an unchanged table counted as a lost race")
+		t.Fatal("a refresh of an unchanged table counted as a lost race")
 	}
 }
 

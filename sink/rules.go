@@ -52,8 +52,8 @@ func (r tableRules) Create(def *change.TableDef, ev *change.Event) ([]dms.Column
 
 // key is the table's primary key: the configured one, else defKey (the table-def's).
 func (st *settings) key(defKey []string) []string {
-	if len(st.tc.PrimaryKey) > 0 {
-		return st.tc.PrimaryKey
+	if len(st.primaryKey) > 0 {
+		return st.primaryKey
 	}
 	return defKey
 }

@@ -206,7 +206,6 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 	var cols []columnSource
 	var key []string
 	source := ""
-	tc := st.tc
 	switch {
 	case def != nil && len(def.Columns) > 0:
 		source = "table-def"
@@ -214,14 +213,10 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 			cols = append(cols, columnSource{name: c.Name, typ: c.Type, doc: c.Doc})
 		}
 		key = def.PrimaryKey
-	case len(tc.Columns) > 0:
+	case len(st.columns) > 0:
 		source = "configuration"
-		defs := make([]change.ColumnDef, 0, len(tc.Columns))
-		for _, c := range tc.Columns {
-			defs = append(defs, c.def())
-		}
-		vocab := dms.DetectVocabulary(defs)
-		for _, c := range defs {
+		vocab := dms.DetectVocabulary(st.columns)
+		for _, c := range st.columns {
 			if st.exclude[c.Name] {
 				continue
 			}
@@ -230,7 +225,7 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 				return nil, "", fmt.Errorf("column %s: %w", c.Name, err)
 			}
 			var doc string
-			if slices.Contains(tc.PrimaryKey, c.Name) {
+			if slices.Contains(st.primaryKey, c.Name) {
 				t, doc = dms.KeyType(c, t)
 			}
 			cols = append(cols, columnSource{name: c.Name, typ: t, doc: doc})
@@ -247,7 +242,7 @@ func buildSchema(def *change.TableDef, st *settings, ev *change.Event) (*iceberg
 		return nil, "", fmt.Errorf("no table-def, no configured columns and no values to infer a schema from")
 	}
 	keyFrom := "the " + source
-	if len(tc.PrimaryKey) > 0 {
+	if len(st.primaryKey) > 0 {
 		keyFrom = "sink.tables primary_key"
 	}
 	key = st.key(key)
@@ -321,7 +316,7 @@ func (l *layout) columnStates() []dms.ColumnState {
 // for writing the rows again, which a re-planned batch does.
 func relayRows(rows *rowList, old, nu *layout) {
 	if old.schema.ID == nu.schema.ID {
-		return // the same schema (a reload or commit without a schema change)
+		return // the same schema (a refresh or commit without a schema change)
 	}
 	oldFields, nuFields := old.schema.Fields(), nu.schema.Fields()
 	oldPos := make(map[int]int, len(old.types))

@@ -320,12 +320,12 @@ func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
 	}
 	// The table's maintainer runs beside its writer and stops when the writer has finished.
 	mcfg := s.cfg.Maintenance
-	mcfg.DeleteMode = w.set.tc.DeleteMode // the table's, else the sink's (settingsFor)
+	mcfg.DeleteMode = w.set.deleteMode // the table's, else the sink's (settingsFor)
 	m := maintenance.New(s.cat, w.ident, w.name, mcfg, w.log, s.mmetrics,
 		maintenance.HandoffWait(s.cfg.FlushInterval))
 	m.UseSlots(s.maintSlots)
 	m.UseKeyCache(s.keyCache)
-	w.maint = m
+	w.useMaintainer(m)
 	mctx, stopMaint := context.WithCancel(s.gctx)
 	s.group.Go(func() error {
 		defer s.wwg.Done()
@@ -366,7 +366,7 @@ func (s *Iceberg) TableStatuses() []TableStatus {
 	ws := s.snapshotWriters()
 	out := make([]TableStatus, 0, len(ws))
 	for _, w := range ws {
-		out = append(out, w.st.published())
+		out = append(out, w.status())
 	}
 	slices.SortFunc(out, func(a, b TableStatus) int { return strings.Compare(a.Table, b.Table) })
 	return out
@@ -450,17 +450,18 @@ func (s *Iceberg) Close(ctx context.Context) error {
 // it is called on a shard reader's goroutine while the reader waits for the budget.
 func (s *Iceberg) relieve(need int64) {
 	ws := s.snapshotWriters()
-	slices.SortFunc(ws, func(a, b *writer) int { return cmp.Compare(b.gauge.bytes.Load(), a.gauge.bytes.Load()) })
+	slices.SortFunc(ws, func(a, b *writer) int {
+		_, ab := a.buffered()
+		_, bb := b.buffered()
+		return cmp.Compare(bb, ab)
+	})
 	var got int64
 	for _, w := range ws {
-		n := w.gauge.bytes.Load()
+		_, n := w.buffered()
 		if n <= 0 || got >= need {
 			break
 		}
-		select {
-		case w.nudge <- struct{}{}:
-		default: // asked already
-		}
+		w.nudgeFlush()
 		got += n
 	}
 }

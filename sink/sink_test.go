@@ -126,7 +126,7 @@ func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
 	other.submit("s1", 7, change.OpInsert, "users", []change.Column{col("id", "2"), col("name", "'b'")}, nil)
 	other.flush()
 	other.close()
-	// The first sink's table is now stale; its next commit conflicts, reloads and succeeds.
+	// The first sink's table is now stale; its next commit conflicts, refreshes and succeeds.
 	h.submit("s0", 2, change.OpUpdate, "users", []change.Column{col("id", "1"), col("name", "'a2'")}, nil)
 	h.flush()
 	h.close()
@@ -140,9 +140,9 @@ func TestCommitConflictWithAnotherWriterIsRetried(t *testing.T) {
 
 // KCL audit §11 item 1 (no fencing): a zombie worker still holding records of a shard whose
 // lease moved must not commit them again after the new owner did. Its commit conflicts, and the
-// re-check of the watermarks after the reload trims everything: the keyless table (no key to
+// re-check of the watermarks after the refresh trims everything: the keyless table (no key to
 // deduplicate by) has every row once.
-func TestZombieCommitIsTrimmedAfterReload(t *testing.T) {
+func TestZombieCommitIsTrimmedAfterRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	keyless := map[string]TableConfig{"shop.log": {Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}}}
@@ -156,7 +156,7 @@ func TestZombieCommitIsTrimmedAfterReload(t *testing.T) {
 	}
 	owner.flush()
 	owner.close()
-	zombie.flush() // stale table: conflict, reload, trim
+	zombie.flush() // stale table: conflict, refresh, trim
 	zombie.close()
 	rows, tbl := scanRows(t, zombie.cat, "log")
 	eq(t, rows, "msg=a", "msg=b", "msg=c", "msg=d")

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -31,16 +32,32 @@ type TableStatus struct {
 const StatusRefused = "refused"
 
 // targetTable is what a writer knows of its table: the table as last loaded or committed, its
-// layout (schema and watermarks) and the writer's state. Only the writer's goroutine touches it,
-// except the published status (pub), which TableStatuses reads under pubMu.
+// layout (schema and watermarks), its latest table-def and the writer's state. It adopts every
+// table loaded or committed (use, adopt). Only the writer's goroutine touches it, except the
+// published status (pub), which TableStatuses reads under pubMu.
 type targetTable struct {
+	*tableScope
 	tbl *table.Table
 	lay *layout // nil until the table was loaded or created
+	// fsF is the file system of the table as opened from the catalog, for the tables the writer
+	// keeps after its commits (commit.Detach).
+	fsF table.FSysF
+	// def is the latest table-def seen in a control record of this table, defTS that record's
+	// metadata.timestamp: every layout built takes its domains.
+	def   *change.TableDef
+	defTS string
 	// status is tableprop.StatusActive, StatusPaused or StatusDropped, with the reason when not
 	// active.
 	status, reason string
-	pubMu          sync.Mutex
-	pub            TableStatus
+	// refused is why the writer dead-letters every record of its source: another source owns the
+	// target table (owner.go); "" when it does not.
+	refused string
+	pubMu   sync.Mutex
+	pub     TableStatus
+	// buf is the planner's buffer, whose rows are re-laid when the schema changes; rt reports
+	// the reload in progress of every table adopted.
+	buf *buffer
+	rt  *reloadTracker
 }
 
 // loaded reports whether the table was loaded or created.
@@ -62,48 +79,66 @@ func (t *targetTable) published() TableStatus {
 // watermarks, and buffered rows are re-laid when another worker changed the schema. A table
 // whose state a newer state version of dms2iceberg wrote is refused (a permanent
 // *stateversion.Error): the writer stops without committing to it or acknowledging anything.
-func (w *writer) use(tbl *table.Table) error {
-	if err := tableprop.CheckStateVersion(w.name, tbl.Properties()); err != nil {
-		w.log.Error("refusing the table: upgrade dms2iceberg", zap.Error(err))
+func (t *targetTable) use(tbl *table.Table) error {
+	if err := tableprop.CheckStateVersion(t.name, tbl.Properties()); err != nil {
+		t.log.Error("refusing the table: upgrade dms2iceberg", zap.Error(err))
 		return commit.Permanent(err)
 	}
-	lay, err := newLayout(tbl, w.env.stream)
+	lay, err := newLayout(tbl, t.env.stream)
 	if err != nil {
-		return fmt.Errorf("table %s: %w", w.name, err)
+		return fmt.Errorf("table %s: %w", t.name, err)
 	}
-	def := w.def
+	def := t.def
 	if def == nil {
-		def = w.env.defs.get(w.src)
+		def = t.env.defs.get(t.src)
 	}
 	lay.setDomains(def)
-	if w.st.lay != nil && w.buf.rows.len() > 0 {
-		// A reload picked up another worker's schema change while rows are buffered.
-		relayRows(&w.buf.rows, w.st.lay, lay)
+	if t.lay != nil && t.buf.rows.len() > 0 {
+		// A refresh picked up another worker's schema change while rows are buffered.
+		relayRows(&t.buf.rows, t.lay, lay)
 	}
-	w.st.tbl, w.st.lay = tbl, lay
-	w.reportReload()
+	t.tbl, t.lay = tbl, lay
+	t.rt.reportReload()
 	return nil
 }
 
+// refreshedUse is the Op.Reloaded of a schema or property commit: adopt the table; done when
+// holds says the refreshed table already has the change (nil: never).
+func (t *targetTable) refreshedUse(holds func() bool) func(*table.Table) (bool, error) {
+	return func(tbl *table.Table) (bool, error) {
+		if err := t.use(tbl); err != nil {
+			return false, err
+		}
+		return holds != nil && holds(), nil
+	}
+}
+
+// adopt uses a table the writer just committed (detached from the commit's transaction, which
+// it would otherwise keep alive with every earlier version: commit.Detach). Its failure is not
+// retried: the commit landed, and a layout that cannot be built from the table will not be built
+// on another attempt.
+func (t *targetTable) adopt(tbl *table.Table) error {
+	return commit.Permanent(t.use(commit.Detach(tbl, t.env.cat, t.fsF)))
+}
+
 // setStatus changes the writer's state and publishes it.
-func (w *writer) setStatus(status, reason string) {
-	t := &w.st
+func (t *targetTable) setStatus(status, reason string) {
 	if t.status == status && t.reason == reason && !t.published().Since.IsZero() {
 		return
 	}
 	t.status, t.reason = status, reason
 	t.pubMu.Lock()
-	t.pub = TableStatus{Source: w.src, Table: w.name, Status: status, Reason: reason, Since: time.Now()}
+	t.pub = TableStatus{Source: t.src, Table: t.name, Status: status, Reason: reason, Since: time.Now()}
 	t.pubMu.Unlock()
-	w.env.metrics.TableStatus(w.name, status, reason)
+	t.env.metrics.TableStatus(t.name, status, reason)
 	if status == tableprop.StatusActive {
-		w.log.Info("table active")
+		t.log.Info("table active")
 	} else {
-		w.log.Warn("table not taking records; they are dead-lettered", zap.String("status", status), zap.String("reason", reason))
+		t.log.Warn("table not taking records; they are dead-lettered", zap.String("status", status), zap.String("reason", reason))
 	}
 }
 
-func (w *writer) pause(reason string) { w.setStatus(tableprop.StatusPaused, reason) }
+func (t *targetTable) pause(reason string) { t.setStatus(tableprop.StatusPaused, reason) }
 
 // stamp stages the state version on txn, a transaction on base, unless base has it
 // (tableprop.Stamp).
@@ -117,23 +152,23 @@ func stamp(txn *table.Transaction, base *table.Table) error {
 
 // commitSchema commits us, a schema update on txn (a transaction on the writer's table), with
 // the state version stamp, and adopts the committed table.
-func (w *writer) commitSchema(ctx context.Context, txn *table.Transaction, us *table.UpdateSchema) (*table.Table, error) {
+func (t *targetTable) commitSchema(ctx context.Context, txn *table.Transaction, us *table.UpdateSchema) (*table.Table, error) {
 	if err := us.Commit(); err != nil {
 		return nil, err
 	}
-	if err := stamp(txn, w.st.tbl); err != nil {
+	if err := stamp(txn, t.tbl); err != nil {
 		return nil, err
 	}
 	tbl, err := txn.Commit(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return tbl, w.adopt(tbl)
+	return tbl, t.adopt(tbl)
 }
 
 // commitProps commits txn (a transaction on the writer's table) with the properties props, if
 // any, and adopts the committed table: the tail of every control commit.
-func (w *writer) commitProps(ctx context.Context, txn *table.Transaction, props iceberg.Properties) (*table.Table, error) {
+func (t *targetTable) commitProps(ctx context.Context, txn *table.Transaction, props iceberg.Properties) (*table.Table, error) {
 	if len(props) > 0 {
 		if err := txn.SetProperties(props); err != nil {
 			return nil, fmt.Errorf("stage properties: %w", err)
@@ -143,7 +178,7 @@ func (w *writer) commitProps(ctx context.Context, txn *table.Transaction, props 
 	if err != nil {
 		return nil, err
 	}
-	return tbl, w.adopt(tbl)
+	return tbl, t.adopt(tbl)
 }
 
 // snapshotID is the id of the table's current snapshot, 0 when it has none.

@@ -80,7 +80,7 @@ func TestTableOfNewerStateVersionIsRefused(t *testing.T) {
 }
 
 // A writer that loaded the table before a newer binary committed to it and stamped it with a
-// newer state version finds out on the reload after its commit conflicts, and refuses instead of
+// newer state version finds out on the refresh after its commit conflicts, and refuses instead of
 // committing. (A newer binary's properties-only commit does not make a stale commit conflict:
 // the catalogs apply a commit's updates to the newest metadata. Stamp never rewrites a present
 // stamp, so such a commit cannot downgrade it.)

@@ -130,8 +130,6 @@ func (t TableConfig) formatVersion() int {
 	return t.FormatVersion
 }
 
-// validate checks the sink.tables entry name, reporting the first error in the order of its
-// settings: columns, primary_key, partition, the column lists, then the scalar settings.
 func (t TableConfig) validate(name string, hashKey []byte) error {
 	field := func(f string) string { return fmt.Sprintf("sink.tables[%s].%s", name, f) }
 	if name == "" || !strings.Contains(name, ".") {
@@ -140,29 +138,26 @@ func (t TableConfig) validate(name string, hashKey []byte) error {
 	if _, err := path.Match(name, ""); err != nil {
 		return fmt.Errorf("sink.tables[%s]: not a valid glob: %v", name, err)
 	}
-	cols, err := t.validateColumns(field)
+	cols, err := t.validColumns(field)
 	if err != nil {
 		return err
 	}
-	key, err := t.validateKey(field, cols)
+	key, err := t.validKey(field, cols)
 	if err != nil {
 		return err
 	}
-	part, err := t.validatePartition(field, key)
+	part, err := t.validPartition(field, key)
 	if err != nil {
 		return err
 	}
-	if err := t.validateColumnLists(field, key, part); err != nil {
+	if err := t.validColumnLists(field, key, part, hashKey); err != nil {
 		return err
 	}
-	if len(t.HashColumns) > 0 && len(hashKey) == 0 {
-		return fmt.Errorf("%s: needs a hash key: set DMS2ICEBERG_HASH_KEY (never in the file)", field("hash_columns"))
-	}
-	return t.validateSettings(field)
+	return t.validModes(field)
 }
 
-// validateColumns checks the declared columns and their types, and returns their names.
-func (t TableConfig) validateColumns(field func(string) string) (map[string]bool, error) {
+// validColumns checks the configured columns and returns their names.
+func (t TableConfig) validColumns(field func(string) string) (map[string]bool, error) {
 	cols := map[string]bool{}
 	var defs []change.ColumnDef
 	for i, col := range t.Columns {
@@ -184,9 +179,8 @@ func (t TableConfig) validateColumns(field func(string) string) (map[string]bool
 	return cols, nil
 }
 
-// validateKey checks primary_key against the declared columns cols (any column when none are
-// declared), and returns the key columns.
-func (t TableConfig) validateKey(field func(string) string, cols map[string]bool) (map[string]bool, error) {
+// validKey checks primary_key against the configured columns cols and returns its columns.
+func (t TableConfig) validKey(field func(string) string, cols map[string]bool) (map[string]bool, error) {
 	key := map[string]bool{}
 	for i, k := range t.PrimaryKey {
 		switch {
@@ -202,9 +196,8 @@ func (t TableConfig) validateKey(field func(string) string, cols map[string]bool
 	return key, nil
 }
 
-// validatePartition checks the partition fields, whose columns must be key columns, and returns
-// the partition columns.
-func (t TableConfig) validatePartition(field func(string) string, key map[string]bool) (map[string]bool, error) {
+// validPartition checks the partition fields against the key columns and returns their columns.
+func (t TableConfig) validPartition(field func(string) string, key map[string]bool) (map[string]bool, error) {
 	part := map[string]bool{}
 	if len(t.Partition) > 0 && len(t.PrimaryKey) == 0 {
 		return nil, fmt.Errorf("%s: requires primary_key: equality deletes are partition-scoped, so partition columns must be key columns", field("partition"))
@@ -222,9 +215,9 @@ func (t TableConfig) validatePartition(field func(string) string, key map[string
 	return part, nil
 }
 
-// validateColumnLists checks exclude_columns, hash_columns and mask_columns: no column in two of
-// them, no key column excluded or masked, no partition column excluded or masked.
-func (t TableConfig) validateColumnLists(field func(string) string, key, part map[string]bool) error {
+// validColumnLists checks the column lists (exclude, hash, mask, timestamp types) against the
+// key and partition columns and each other.
+func (t TableConfig) validColumnLists(field func(string) string, key, part map[string]bool, hashKey []byte) error {
 	seen := map[string]string{}
 	lists := []struct {
 		name string
@@ -248,18 +241,19 @@ func (t TableConfig) validateColumnLists(field func(string) string, key, part ma
 			seen[c] = l.name
 		}
 	}
-	return nil
-}
-
-// validateSettings checks the settings that are not column lists: timestamptz_columns against
-// timestamp_columns, absent_columns, ordering, the delete mode and format version,
-// keyless_identity and the flush thresholds.
-func (t TableConfig) validateSettings(field func(string) string) error {
+	if len(t.HashColumns) > 0 && len(hashKey) == 0 {
+		return fmt.Errorf("%s: needs a hash key: set DMS2ICEBERG_HASH_KEY (never in the file)", field("hash_columns"))
+	}
 	for i, c := range t.TimestampTZColumns {
 		if slices.Contains(t.TimestampColumns, c) {
 			return fmt.Errorf("%s[%d]: %q is also in timestamp_columns", field("timestamptz_columns"), i, c)
 		}
 	}
+	return nil
+}
+
+// validModes checks the table's modes and flush thresholds.
+func (t TableConfig) validModes(field func(string) string) error {
 	if err := validAbsent(t.AbsentColumns); err != nil {
 		return fmt.Errorf("%s: %w", field("absent_columns"), err)
 	}
@@ -381,10 +375,23 @@ func (c Config) Target(src string) table.Identifier {
 	return table.Identifier{ns, name}
 }
 
-// settings is the resolved configuration of one table writer.
+// settings is the resolved configuration of one table writer. It holds no configuration type:
+// settingsFor resolves the sink's and the table's entries into it.
 type settings struct {
-	tc TableConfig
-	// tcKey is the sink.tables key tc came from ("" when none matched), for error messages.
+	// primaryKey is the configured key (sink.tables primary_key; nil: none), columns the
+	// configured columns; formatVersion is what the table is created with (0: tableProperties'),
+	// deleteMode its delete mode (for its maintainer).
+	primaryKey    []string
+	columns       []change.ColumnDef
+	formatVersion int
+	deleteMode    string
+	// excludeColumns and maskColumns are the lists of exclude and mask (keyRule names the entry).
+	excludeColumns, maskColumns []string
+	// specOf builds the configured partition spec against a new table's schema (nil:
+	// unpartitioned; partitionSpec).
+	specOf func(schema *iceberg.Schema) (*iceberg.PartitionSpec, error)
+	// tcKey is the sink.tables key the table's entry came from ("" when none matched), for
+	// error messages.
 	tcKey         string
 	flushInterval time.Duration
 	flushRows     int
@@ -420,7 +427,12 @@ func (c Config) settingsFor(src string) *settings {
 	if tc.FormatVersion == 0 {
 		tc.FormatVersion = c.FormatVersion
 	}
-	st := &settings{tc: tc, tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
+	var columns []change.ColumnDef
+	for _, c := range tc.Columns {
+		columns = append(columns, c.def())
+	}
+	st := &settings{primaryKey: tc.PrimaryKey, columns: columns, formatVersion: tc.formatVersion(), deleteMode: tc.DeleteMode,
+		excludeColumns: tc.ExcludeColumns, maskColumns: tc.MaskColumns, specOf: partitionSpecOf(tc.Partition), tcKey: key, flushInterval: c.FlushInterval, flushRows: c.FlushRows, flushBytes: c.FlushBytes,
 		timestampTZ: c.TimestampTZ, icebergTime: c.TimeType == "time", exclude: set(tc.ExcludeColumns), hash: set(tc.HashColumns), mask: set(tc.MaskColumns),
 		tsTZ: set(tc.TimestampTZColumns), ts: set(tc.TimestampColumns), hashKey: c.HashKey,
 		keepAbsent: c.AbsentColumns == AbsentKeep, arrival: c.Ordering != OrderingShard, freshness: c.FreshnessInterval,
@@ -528,13 +540,27 @@ func (st *settings) value(name string, v change.Value) (change.Value, bool) {
 	return v, true
 }
 
-// partitionSpec builds the configured spec against a new table's schema.
+// partitionSpec builds the configured spec against a new table's schema; nil when unpartitioned.
 func (st *settings) partitionSpec(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
-	if len(st.tc.Partition) == 0 {
+	if st.specOf == nil {
 		return nil, nil
 	}
-	opts := make([]iceberg.PartitionOption, 0, len(st.tc.Partition))
-	for _, p := range st.tc.Partition {
+	return st.specOf(schema)
+}
+
+// partitionSpecOf returns what builds the spec of parts, the configured partition fields,
+// against a new table's schema (settings.specOf).
+func partitionSpecOf(parts []PartitionField) func(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
+	return func(schema *iceberg.Schema) (*iceberg.PartitionSpec, error) { return buildSpec(parts, schema) }
+}
+
+// buildSpec builds the spec of parts against schema; nil without parts.
+func buildSpec(parts []PartitionField, schema *iceberg.Schema) (*iceberg.PartitionSpec, error) {
+	if len(parts) == 0 {
+		return nil, nil
+	}
+	opts := make([]iceberg.PartitionOption, 0, len(parts))
+	for _, p := range parts {
 		t, err := p.transform()
 		if err != nil {
 			return nil, err

@@ -225,8 +225,8 @@ func TestSinkDeleteModeIsEveryTablesDefault(t *testing.T) {
 		{"s.v2", "dv", 2},           // its own version wins: the conversion writes Parquet there
 	} {
 		st := c.settingsFor(tc.src)
-		if st.tc.DeleteMode != tc.mode || st.tc.formatVersion() != tc.version {
-			t.Errorf("%s: delete mode %q, format version %d; want %q, %d", tc.src, st.tc.DeleteMode, st.tc.formatVersion(), tc.mode, tc.version)
+		if st.deleteMode != tc.mode || st.formatVersion != tc.version {
+			t.Errorf("%s: delete mode %q, format version %d; want %q, %d", tc.src, st.deleteMode, st.formatVersion, tc.mode, tc.version)
 		}
 	}
 	for _, bad := range []struct {

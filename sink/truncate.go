@@ -32,39 +32,39 @@ import (
 // dead-letter table (ev.Replay) is not applied: it has lost its place in the order and would
 // remove every row newer than it, so it is dead-lettered again (ClassUnsupported) for the
 // operator (a reload of the table at the source, or a manual delete, is the remedy).
-func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
+func (ca *controlApplier) truncate(ctx context.Context, ev *change.Event) error {
 	if ev.Replay {
-		return w.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("truncate of %s replayed from the dead-letter table is not applied: it would also remove every row written after it; delete the rows by hand or reload the table", w.src))
+		return ca.dq.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("truncate of %s replayed from the dead-letter table is not applied: it would also remove every row written after it; delete the rows by hand or reload the table", ca.src))
 	}
-	if !w.st.loaded() {
+	if !ca.st.loaded() {
 		// Every row the table will hold comes after this truncate: the table records that
 		// when it is created (create), so a replay after a restart is skipped.
-		w.truncatedBefore(ev)
+		ca.sa.truncatedBefore(ev)
 	}
-	switch w.st.status {
+	switch ca.st.status {
 	case tableprop.StatusPaused:
-		return w.deadLetter(ctx, ev, ClassPaused, fmt.Sprintf("table %s is paused: %s", w.name, w.st.reason))
+		return ca.dq.deadLetter(ctx, ev, ClassPaused, fmt.Sprintf("table %s is paused: %s", ca.name, ca.st.reason))
 	case tableprop.StatusDropped:
-		return w.deadLetter(ctx, ev, ClassDropped, fmt.Sprintf("table %s was dropped at the source (%s) and sink.drop_table is mark: records are not written until a create-table", w.name, w.st.reason))
+		return ca.dq.deadLetter(ctx, ev, ClassDropped, fmt.Sprintf("table %s was dropped at the source (%s) and sink.drop_table is mark: records are not written until a create-table", ca.name, ca.st.reason))
 	}
-	if !w.st.loaded() {
-		w.log.Info("truncate of a table that does not exist: nothing to remove")
+	if !ca.st.loaded() {
+		ca.log.Info("truncate of a table that does not exist: nothing to remove")
 		ack(ev)
 		return nil
 	}
-	if err := w.commitRows(ctx); err != nil {
+	if err := ca.cm.commitRows(ctx); err != nil {
 		return err
 	}
 	removed := 0
 	stage := func(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 		props := iceberg.Properties{}
-		w.controlWatermark(props, ev)
-		w.throughProp(props)
+		ca.controlWatermark(props, ev)
+		ca.throughProp(props)
 		// During a reload the truncate applies to the reload branch, where the table's rows go.
-		txn := w.dataTxn()
-		data, deletes, err := filesUpTo(ctx, w.st.tbl, w.dataHead(), math.MaxInt64) // every live file
+		txn := ca.rt.dataTxn()
+		data, deletes, err := filesUpTo(ctx, ca.st.tbl, ca.rt.dataHead(), math.MaxInt64) // every live file
 		if err != nil {
-			return nil, fmt.Errorf("list the files of %s: %w", w.name, err)
+			return nil, fmt.Errorf("list the files of %s: %w", ca.name, err)
 		}
 		removed = len(data)
 		if len(data)+len(deletes) > 0 {
@@ -75,20 +75,20 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 				return nil, fmt.Errorf("stage truncate: %w", err)
 			}
 		}
-		return w.commitProps(ctx, txn, props)
+		return ca.st.commitProps(ctx, txn, props)
 	}
-	res, err := commit.Run(ctx, w.env.cat, w.ident, w.st.tbl, w.policy(), commit.Op{
-		Name: "truncate " + w.name, Stage: stage,
+	res, err := commit.Run(ctx, ca.env.cat, ca.ident, ca.st.tbl, ca.cm.policy(), commit.Op{
+		Name: "truncate " + ca.name, Stage: stage,
 		// The watermark of the truncate's shard tells whether an attempt whose outcome was
 		// unknown landed, or whether the shard's new owner applied it (a zombie, controlSettled).
-		Reloaded: w.reloadedControl(ev),
+		Reloaded: ca.refreshedControl(ev),
 	})
 	if err != nil {
 		return err
 	}
 	if res.Table != nil {
-		w.log.Info("truncated table", zap.Int("data_files_removed", removed), zap.Int64("snapshot", snapshotID(w.st.tbl)))
-		w.env.metrics.SchemaChanged(w.name, "truncate", 1)
+		ca.log.Info("truncated table", zap.Int("data_files_removed", removed), zap.Int64("snapshot", snapshotID(ca.st.tbl)))
+		ca.env.metrics.SchemaChanged(ca.name, "truncate", 1)
 	}
 	ack(ev)
 	return nil
@@ -98,15 +98,15 @@ func (w *writer) truncate(ctx context.Context, ev *change.Event) error {
 // with the truncate's shard watermark (truncWM), so a replayed truncate is covered like one
 // that was applied. Records of that shard before the truncate were taken in before it (a
 // shard's order is kept), so the watermark trims nothing that is not in the table yet.
-func (w *writer) truncatedBefore(ev *change.Event) {
+func (sa *schemaApplier) truncatedBefore(ev *change.Event) {
 	if ev.Pos.Shard == "" {
 		return
 	}
-	if w.truncWM == nil {
-		w.truncWM = make(map[string]string)
+	if sa.truncWM == nil {
+		sa.truncWM = make(map[string]string)
 	}
-	if change.CompareSeq(ev.Pos.Seq, w.truncWM[ev.Pos.Shard]) > 0 {
-		w.truncWM[ev.Pos.Shard] = ev.Pos.Seq
+	if change.CompareSeq(ev.Pos.Seq, sa.truncWM[ev.Pos.Shard]) > 0 {
+		sa.truncWM[ev.Pos.Shard] = ev.Pos.Seq
 	}
 }
 
@@ -116,8 +116,8 @@ func (w *writer) truncatedBefore(ev *change.Event) {
 // (ClassUnsupported, counted by the dead-letter metrics) with the manual step, and the table is
 // left as it is: data under the new source name goes to the target table of that name (created
 // on first sight) until the operator maps it.
-func (w *writer) renameTable(ctx context.Context, ev *change.Event) error {
-	return w.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("rename-table of %s is not applied (DMS does not say which name the record carries): "+
+func (ca *controlApplier) renameTable(ctx context.Context, ev *change.Event) error {
+	return ca.dq.deadLetter(ctx, ev, ClassUnsupported, fmt.Sprintf("rename-table of %s is not applied (DMS does not say which name the record carries): "+
 		"to keep the data in the existing target table, map the new source name to it (sink.tables[\"<schema>.<new name>\"].name / namespace) "+
-		"or rename the Iceberg table in the catalog to the new name's target, then restart", w.src))
+		"or rename the Iceberg table in the catalog to the new name's target, then restart", ca.src))
 }

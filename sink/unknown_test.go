@@ -92,7 +92,7 @@ func (c *lossyCatalog) arm(mode string, before func()) {
 	c.next, c.before = mode, before
 }
 
-// Every batch commit whose outcome was unknown is counted once, by how the reload after it
+// Every batch commit whose outcome was unknown is counted once, by how the refresh after it
 // resolved it: a commit that landed while its answer was lost (landed), a 503 for a commit the
 // catalog never applied (not_landed), a commit another worker made first with the same records
 // (another_writer). A lost race with a definite answer is not an unknown outcome and is not

@@ -10,33 +10,31 @@ import (
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
-	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// The table writer, one per target table, split by concept:
+// The table writer, one per target table: a loop over its queue (writer, this file) that hands
+// each event to the part that owns it. Each part is a type with its own fields; they share the
+// read-only tableScope:
 //
-//	writer.go        the queue loop and intake of one event (this file)
-//	convert.go       an event's images to a typed row
-//	buffer.go        the rows and acknowledgements since the last commit, and the dedupe plan (pure)
-//	order.go         the ordering guard's order: arrivals, source positions, limits, held events
-//	state.go         the loaded table, its layout and watermarks, the writer's status
-//	flush.go         the commit path: files, row delta and watermarks through commit.Run
-//	partial.go       partial update images completed from the table (absent_columns keep)
-//	evolve.go        control records: opening and creating the table, schema changes, drop, key
-//	control.go       the guards of control records: watermark and staleness, before and after reloads
-//	key.go           the primary key: which columns may be key columns, giving a keyless table its key
-//	identity.go      the DMS record identity of keyless tables: re-sent records replace their copy
-//	truncate.go      control records on rows and names: truncate, rename-table
-//	reload.go        a DMS table reload: its start, its load rows, the replacing snapshot at its end
-//	writer_dlq.go    dead letters of the writer and waiting for them before a commit
-//	owner.go         one source per target table: the owner property, claiming, refusing
+//	writer          writer.go      the queue loop, intake of one event, the flush's walk over held events
+//	controlApplier  control.go     control records: schema changes, drop, their guards (and truncate.go:
+//	                               truncate, rename-table), re-checked on every refreshed table
+//	schemaApplier   evolve.go      opening, creating and evolving the table; its owner (owner.go), its
+//	                               key (key.go), the record identity of keyless tables (identity.go)
+//	committer       flush.go       the commit path of rows: files, row delta and watermarks through
+//	                               commit.Run; partial images (partial.go), contention (contention.go)
+//	reloadTracker   reload.go      a DMS table reload: its start, its load rows, the replacing snapshot
+//	planner         planner.go     the buffer (buffer.go), its order and the commit bound (order.go),
+//	                               an event's images to a row (convert.go), the buffer's gauge
+//	targetTable     state.go       the loaded table, its layout, table-def and status; adopting tables
+//	deadLetters     writer_dlq.go  dead letters of the writer and waiting for them before a commit
 //
-// Calls go down that list (intake → control records → commit path → state and buffer), never
-// back up.
+// Calls go down that list (intake → control records → schema → commit path → reload, planner,
+// state), never back up. A table is loaded again after a failed commit attempt ("refreshed",
+// commit.Op.Reloaded); "reload" means a DMS table reload only.
 
 // item is what a table writer's queue carries: an event, or a flush request.
 type item struct {
@@ -70,82 +68,78 @@ type writerEnv struct {
 	fileSlots chan struct{}
 }
 
-// writer owns one target table: its queue, buffer and commits.
-type writer struct {
+// tableScope is what every part of one table's writer shares and none of them changes after
+// the writer is built: the sink's collaborators, the table's names, its resolved configuration
+// and its log.
+type tableScope struct {
 	env   writerEnv
 	src   string // source "schema.table"
 	ident table.Identifier
 	name  string    // target "namespace.table" for logs and metrics
 	set   *settings // resolved table configuration
-	in    chan item
+	log   *zap.Logger
+}
+
+// guarded reports whether the ordering guard holds events back: ordering arrival with a commit
+// bound provider. Without a provider (tests, dlq replay, decode) nothing is held and every row
+// may commit, still ordered by arrival and source position.
+func (s *tableScope) guarded() bool { return s.set.arrival && s.env.bound != nil }
+
+// writer owns one target table: a thin loop over its queue that hands each event to the part
+// that owns it. Each part has its own fields; they share the scope and the table's state.
+type writer struct {
+	*tableScope
+	in chan item
 	// nudge asks the writer to flush now: a shard reader waits for the memory budget
 	// (Iceberg.relieve).
 	nudge chan struct{}
-	log   *zap.Logger
-	buf   buffer
-	st    targetTable
-	// fsF is the file system of the table as opened from the catalog, for the tables the writer
-	// keeps after its commits (commit.Detach).
-	fsF table.FSysF
-	// def is the latest table-def seen in a control record of this table, defTS that record's
-	// metadata.timestamp.
-	def   *change.TableDef
-	defTS string
-	// truncWM holds, per shard, the latest truncate that came before the table existed: the
-	// table is created with it as its watermark (truncate.go).
-	truncWM map[string]string
-	// dl counts dead letters handed to an AsyncDeadLetterer and not yet durable.
-	dl dlWait
-	// refused is why the writer dead-letters every record of its source: another source owns the
-	// target table (owner.go); "" when it does not.
-	refused string
-	// closing is set once the queue is closed: the final flush of a graceful stop.
-	closing bool
-	seen    []bool      // convert's scratch: the columns an update image carried (absent_columns keep)
-	cols    []int32     // take's scratch: the layout index of each column of the event taken in (columnIndexes)
-	slab    []dms.Datum // what is left of the chunk convert carves rows' values from (datums)
-	merged  []dms.Datum // writeFiles' scratch: a partial image completed from the table
-	maint   maintainer  // nil when maintenance is off
-	// lim is the limit of the flush in progress (nil outside a flush); stuck is the bound at
-	// which the last flush committed nothing while rows stayed (no size-triggered flush until
-	// the bound moves), stuckSet whether it is set; fresh is when the last properties-only
-	// freshness commit was made.
-	lim   *limit
-	stuck limitKey
-	// gatedLogged is when logGated last logged.
-	gatedLogged time.Time
-	stuckSet    bool
-	fresh       time.Time
-	// contended is when a commit of this writer last lost a race (contention.go).
-	contended time.Time
-	// risk: the first shard this table's records came from, and which risks were reported
-	// (ordering shard only).
-	riskShard string
-	risked    [2]bool
-	// gauge is the buffer's size for Buffers (gauges.go).
-	gauge bufferGauge
-	// identityNoted: noteNoIdentity logged (identity.go).
-	identityNoted bool
-	// reloadLoaded is when this writer last committed load rows of a reload in progress (or
-	// first saw one), for the quiet period; reloadShown: the reload metric shows a reload
-	// (reload.go).
-	reloadLoaded time.Time
-	reloadShown  bool
+	st    *targetTable    // the loaded table, its layout and status (state.go)
+	pl    *planner        // the buffer, its order and the commit bound (planner.go)
+	cm    *committer      // the commit path of rows (flush.go)
+	sa    *schemaApplier  // opening, creating and evolving the table (evolve.go)
+	ca    *controlApplier // control records (control.go)
+	rt    *reloadTracker  // DMS table reloads (reload.go)
+	dq    *deadLetters    // the writer's dead letters (writer_dlq.go)
 }
 
 func newWriter(env writerEnv, src string, ident table.Identifier, set *settings, queue int, log *zap.Logger) *writer {
 	name := ident[0] + "." + ident[len(ident)-1]
-	w := &writer{
-		env: env, src: src, ident: ident, name: name, set: set,
-		in: make(chan item, queue), nudge: make(chan struct{}, 1),
-		log: log.With(zap.String("table", name)),
-		buf: newBuffer(),
-		dl:  newDLWait(),
+	sc := &tableScope{env: env, src: src, ident: ident, name: name, set: set, log: log.With(zap.String("table", name))}
+	st := &targetTable{tableScope: sc, status: tableprop.StatusActive,
+		pub: TableStatus{Source: src, Table: name, Status: tableprop.StatusActive}}
+	pl := newPlanner(sc, st)
+	rt := &reloadTracker{tableScope: sc, st: st}
+	st.buf, st.rt = &pl.buf, rt
+	dq := &deadLetters{tableScope: sc, wait: newDLWait()}
+	in := make(chan item, queue)
+	cm := &committer{tableScope: sc, st: st, pl: pl, rt: rt, dq: dq, queued: func() int { return len(in) }}
+	sa := &schemaApplier{tableScope: sc, st: st, pl: pl, cm: cm}
+	ca := &controlApplier{tableScope: sc, st: st, pl: pl, cm: cm, sa: sa, rt: rt, dq: dq}
+	return &writer{tableScope: sc, in: in, nudge: make(chan struct{}, 1),
+		st: st, pl: pl, cm: cm, sa: sa, ca: ca, rt: rt, dq: dq}
+}
+
+// What the sink reads of and hands to a writer from other goroutines than the writer's: its
+// queue (w.in), and these.
+
+// useMaintainer hands the writer its table's maintainer, before run.
+func (w *writer) useMaintainer(m maintainer) { w.cm.maint = m }
+
+// status is the writer's status as last published (any goroutine).
+func (w *writer) status() TableStatus { return w.st.published() }
+
+// buffered is the size of the buffer as the writer last published it (any goroutine).
+func (w *writer) buffered() (rows int, bytes int64) {
+	return int(w.pl.gauge.rows.Load()), w.pl.gauge.bytes.Load()
+}
+
+// nudgeFlush asks the writer to flush now; it never blocks (a request already waiting is
+// enough).
+func (w *writer) nudgeFlush() {
+	select {
+	case w.nudge <- struct{}{}:
+	default: // asked already
 	}
-	w.buf.reloadOrder = set.reloadReplace
-	w.st.status = tableprop.StatusActive
-	w.st.pub = TableStatus{Source: src, Table: name, Status: tableprop.StatusActive}
-	return w
 }
 
 // run processes the queue until it is closed (graceful: flush and return) or ctx is done.
@@ -169,14 +163,14 @@ func (w *writer) run(ctx context.Context) error {
 		// A buffer that the last flush could not commit (the bound or a gate holds it) is
 		// flushed again as soon as they move.
 		var moved <-chan struct{}
-		if w.stuckSet && w.env.boundChanged != nil {
+		if w.pl.waiting() && w.env.boundChanged != nil {
 			moved = w.env.boundChanged()
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-moved:
-			if w.stuckSet && w.limitNow().gates() != w.stuck {
+			if w.pl.waiting() && w.pl.boundMoved() {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}
@@ -202,7 +196,7 @@ func (w *writer) run(ctx context.Context) error {
 		case <-w.nudge:
 			// Under memory pressure the buffer commits now rather than at its interval or
 			// size, unless the bound that held it back the last time still holds it.
-			if w.buf.pending() && (!w.stuckSet || w.limitNow().gates() != w.stuck) {
+			if w.pl.buf.pending() && w.pl.boundMoved() {
 				if err := w.flush(ctx); err != nil {
 					return err
 				}
@@ -213,23 +207,23 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 		case <-fresh:
-			if err := w.freshen(ctx); err != nil {
+			if err := w.cm.freshen(ctx); err != nil {
 				return err
 			}
 		case <-quiet:
-			if err := w.reloadQuiet(ctx); err != nil {
+			if err := w.cm.reloadQuiet(ctx); err != nil {
 				return err
 			}
 		}
-		switch pending := w.buf.pending(); {
+		switch pending := w.pl.buf.pending(); {
 		case armed && !pending:
 			timer.Stop()
 			armed = false
 		case !armed && pending:
-			timer.Reset(time.Until(w.buf.first.Add(w.set.flushInterval)))
+			timer.Reset(time.Until(w.pl.buf.first.Add(w.set.flushInterval)))
 			armed = true
 		}
-		w.publish()
+		w.pl.publish()
 	}
 }
 
@@ -240,12 +234,12 @@ const drainItems = 256
 // writer must return err.
 func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err error) {
 	if !ok {
-		w.closing = true
+		w.cm.closing = true
 		return true, w.flush(ctx)
 	}
 	if it.flush != nil {
 		err := w.flush(ctx)
-		w.publish() // before the reply: a caller of Flush sees what it left
+		w.pl.publish() // before the reply: a caller of Flush sees what it left
 		it.flush <- err
 		if stateversion.IsRefused(err) {
 			return true, err // the table is refused for good: stop, like any other flush would
@@ -255,7 +249,7 @@ func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err 
 	if err := w.add(ctx, it.ev); err != nil {
 		return true, err
 	}
-	if w.full() {
+	if w.pl.full() {
 		if err := w.flush(ctx); err != nil {
 			return true, err
 		}
@@ -263,72 +257,28 @@ func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err 
 	return false, nil
 }
 
-// full reports whether the buffer reached a flush threshold, unless the last flush could commit
-// nothing at the bound that still holds (the flush interval retries then).
-func (w *writer) full() bool {
-	if w.buf.rows.len()+len(w.buf.held) < w.set.flushRows && w.buf.bytes < w.set.flushBytes {
-		return false
-	}
-	return !w.stuckSet || w.limitNow().gates() != w.stuck
-}
-
-// guarded reports whether the ordering guard holds events back: ordering arrival with a commit
-// bound provider. Without a provider (tests, dlq replay, decode) nothing is held and every row
-// may commit, still ordered by arrival and source position.
-func (w *writer) guarded() bool { return w.set.arrival && w.env.bound != nil }
-
-// limitNow is the limit of a commit made now: the commit bound when guarded, else unbounded.
-// A zero bound (nothing may commit yet) lets nothing commit.
-func (w *writer) limitNow() limit {
-	lim := limit{bound: unbounded, ordered: w.set.arrival}
-	if w.guarded() {
-		b := w.env.bound()
-		t := b.At
-		lim.bound, lim.through = -1, t
-		if !t.IsZero() {
-			lim.bound, lim.through = t.UnixMilli(), t.UTC()
-			if len(b.Gates) > 0 {
-				g := b.Gates.For(w.src)
-				lim.loadGate, lim.ctlGate = msOrZero(g[checkpoint.KindLoad].At), msOrZero(g[checkpoint.KindControl].At)
-				ch := g[checkpoint.KindChange]
-				ch.Min(g[checkpoint.KindKeyChange]) // the change gate takes key changes too
-				lim.chGate, lim.chPos = msOrZero(ch.At), ch.Pos
-			}
-		}
-	}
-	return lim
-}
-
-// msOrZero is t in unix ms, 0 for the zero time.
-func msOrZero(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixMilli()
-}
-
 // add takes one event in: guarded, a control record, or a data record of a table that does not
 // exist yet or behind a held control record, is held for its turn (flush applies it in arrival
 // order); everything else is converted into the buffer at once.
 func (w *writer) add(ctx context.Context, ev *change.Event) error {
-	at := w.buf.arrival(ev)
+	at := w.pl.buf.arrival(ev)
 	if !w.guarded() {
 		return w.take(ctx, ev, at, false)
 	}
-	if !ev.Replay && w.buf.holds(ev.Pos.Shard, ev.Pos.Seq) {
+	if !ev.Replay && w.pl.buf.holds(ev.Pos.Shard, ev.Pos.Seq) {
 		w.env.metrics.Skipped(w.name, 1)
-		w.buf.attach(ev.Pos.Shard, ev.Pos.Seq, ev.Ack)
+		w.pl.buf.attach(ev.Pos.Shard, ev.Pos.Seq, ev.Ack)
 		return nil
 	}
-	if ev.Op == change.OpControl || len(w.buf.held) > 0 {
-		w.buf.hold(ev, at)
+	if ev.Op == change.OpControl || len(w.pl.buf.held) > 0 {
+		w.pl.buf.hold(ev, at)
 		return nil
 	}
 	if !w.st.loaded() {
 		found := false
 		if w.st.status == tableprop.StatusActive {
 			var err error
-			if found, err = w.load(ctx); err != nil {
+			if found, err = w.sa.load(ctx); err != nil {
 				return err
 			}
 		}
@@ -336,7 +286,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 			// Created (from a table-def if one comes first) when its turn comes; a paused or
 			// dropped table's record is dead-lettered then unless a control record before it
 			// changed that.
-			w.buf.hold(ev, at)
+			w.pl.buf.hold(ev, at)
 			return nil
 		}
 	}
@@ -347,20 +297,20 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 // the buffer (or acknowledged when the table already holds it). wasHeld: it comes from the held
 // events (its own sequence number is then in the buffer's range).
 func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld bool) error {
-	if w.refused != "" {
-		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
+	if w.st.refused != "" {
+		return w.dq.deadLetter(ctx, ev, ClassTargetTaken, w.st.refused)
 	}
 	if ev.Op == change.OpControl {
-		return w.applyControl(ctx, ev)
+		return w.ca.applyControl(ctx, ev)
 	}
 	if !w.st.loaded() && w.st.status == tableprop.StatusActive {
-		if err := w.open(ctx, ev); err != nil {
+		if err := w.sa.open(ctx, ev); err != nil {
 			return err
 		}
 	}
-	if w.refused != "" {
+	if w.st.refused != "" {
 		// Checked before the watermarks: they are the owner's, not this source's.
-		return w.deadLetter(ctx, ev, ClassTargetTaken, w.refused)
+		return w.dq.deadLetter(ctx, ev, ClassTargetTaken, w.st.refused)
 	}
 	shard, seq := ev.Pos.Shard, ev.Pos.Seq
 	if w.st.loaded() && !ev.Replay {
@@ -369,43 +319,116 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 			ack(ev)
 			return nil
 		}
-		if !wasHeld && w.buf.holds(shard, seq) {
+		if !wasHeld && w.pl.buf.holds(shard, seq) {
 			// A replay of something buffered but not yet committed: it is finished when that commit is.
 			w.env.metrics.Skipped(w.name, 1)
-			w.buf.attach(shard, seq, ev.Ack)
+			w.pl.buf.attach(shard, seq, ev.Ack)
 			return nil
 		}
 	}
 	switch w.st.status {
 	case tableprop.StatusPaused:
-		return w.deadLetter(ctx, ev, ClassPaused, fmt.Sprintf("table %s is paused: %s", w.name, w.st.reason))
+		return w.dq.deadLetter(ctx, ev, ClassPaused, fmt.Sprintf("table %s is paused: %s", w.name, w.st.reason))
 	case tableprop.StatusDropped:
-		return w.deadLetter(ctx, ev, ClassDropped, fmt.Sprintf("table %s was dropped at the source (%s) and sink.drop_table is mark: records are not written until a create-table", w.name, w.st.reason))
+		return w.dq.deadLetter(ctx, ev, ClassDropped, fmt.Sprintf("table %s was dropped at the source (%s) and sink.drop_table is mark: records are not written until a create-table", w.name, w.st.reason))
 	}
 	if !w.st.lay.keyed() && ev.Op != change.OpLoad && ev.Op != change.OpInsert {
-		return w.deadLetter(ctx, ev, ClassKeyless, fmt.Sprintf("%s on table %s, which has no primary key: only inserts can be applied (configure sink.tables[%q].primary_key)", ev.Op, w.src, w.src))
+		return w.dq.deadLetter(ctx, ev, ClassKeyless, fmt.Sprintf("%s on table %s, which has no primary key: only inserts can be applied (configure sink.tables[%q].primary_key)", ev.Op, w.src, w.src))
 	}
-	w.noteNoIdentity(ev)
-	w.cols = w.st.lay.columnIndexes(ev.Columns, w.cols[:0])
-	if unknown := w.unknownColumns(ev, w.cols); len(unknown) > 0 {
-		if err := w.addColumns(ctx, ev, unknown); err != nil {
+	w.sa.noteNoIdentity(ev)
+	if unknown := w.pl.resolve(ev); len(unknown) > 0 {
+		if err := w.sa.addColumns(ctx, ev, unknown); err != nil {
 			return err
 		}
-		w.cols = w.st.lay.columnIndexes(ev.Columns, w.cols[:0]) // the layout now has them
+		w.pl.resolve(ev) // the layout now has them
 	}
-	r, reason := w.convert(ev, w.cols)
-	if reason != "" {
-		return w.deadLetter(ctx, ev, ClassConvert, reason)
+	if reason := w.pl.admit(ev, at); reason != "" {
+		return w.dq.deadLetter(ctx, ev, ClassConvert, reason)
 	}
-	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
-	if w.buf.reloadOrder {
-		r.built = ev.Meta.Timestamp // only a reload's supersession reads it (batch.superseded)
-	}
-	if !w.set.arrival && !ev.Replay {
-		w.noteRisk(&r)
-	}
-	w.buf.add(r, len(ev.Raw))
 	return nil
+}
+
+// flush commits what may commit now. Guarded (ordering arrival with a commit bound), that is per
+// shard the changes that arrived at or before the bound, in arrival order with the held events:
+// the rows before the first held control record commit, the control record applies, and so on;
+// a held data record is converted when its turn comes (creating its table from the record only
+// if by then no table-def created it). What arrived after the bound stays buffered, with its
+// acknowledgements, for a later flush; the final flush of a graceful stop too never commits past
+// the bound. Without the guard everything buffered commits.
+func (w *writer) flush(ctx context.Context) (err error) {
+	if err := w.dq.awaitDeadLetters(ctx); err != nil {
+		return err
+	}
+	lim := w.pl.limitNow()
+	w.pl.lim = &lim
+	defer func() { w.pl.lim = nil }()
+	if w.guarded() {
+		// Everything handed to the sink before the bound was read is in the queue or taken in:
+		// take it in, so a commit complete through the bound holds it.
+		var replies []chan error
+		replies, err = w.drainQueue(ctx)
+		defer func() {
+			if len(replies) > 0 {
+				w.pl.publish() // before the replies: a caller of Flush sees what it left
+			}
+			for _, r := range replies {
+				r <- err
+			}
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	if !w.pl.buf.pending() {
+		return nil
+	}
+	// What the gates hold back stays held back for the whole flush (its limit is fixed), and a
+	// held data record that becomes due is admitted, so this is computed once.
+	lim.waitFrom = w.pl.buf.gatedFrom(lim)
+	var sc dueScan
+	for i := w.pl.buf.dueFrom(lim, &sc); i >= 0; i = w.pl.buf.dueFrom(lim, &sc) {
+		hd := w.pl.buf.pop(i)
+		lim.cut = &hd
+		if hd.ctl {
+			if err := w.cm.commitRows(ctx); err != nil {
+				return err
+			}
+		}
+		if err := w.take(ctx, hd.ev, hd.at, true); err != nil {
+			return err
+		}
+	}
+	// A control record still held (past the bound, or waiting for the gates) is a barrier:
+	// the rows that arrived after it wait with it.
+	lim.cut = w.pl.buf.firstCtl()
+	if err := w.cm.commitRows(ctx); err != nil {
+		return err
+	}
+	w.pl.logGated(lim)
+	if w.pl.buf.pending() {
+		w.pl.leftOver(lim)
+	}
+	return nil
+}
+
+// drainQueue takes in the events already queued for the writer; the flush requests among them
+// are answered by the caller once the flush is done.
+func (w *writer) drainQueue(ctx context.Context) ([]chan error, error) {
+	var replies []chan error
+	for n := len(w.in); n > 0; n-- {
+		it, ok := <-w.in
+		if !ok {
+			break // closed: the run loop sees it next
+		}
+		if it.flush != nil {
+			replies = append(replies, it.flush)
+			continue
+		}
+		if err := w.add(ctx, it.ev); err != nil {
+			return replies, err
+		}
+	}
+	return replies, nil
 }
 
 // tableDefs holds the create-table definitions seen in control records, by source table, for

@@ -10,38 +10,46 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
+// deadLetters is where a table writer's records that cannot be applied go: it stores them
+// through the sink's dead letterer and counts those not yet durable, which a commit waits for.
+type deadLetters struct {
+	*tableScope
+	// wait counts dead letters handed to an AsyncDeadLetterer and not yet durable.
+	wait dlWait
+}
+
 // deadLetter stores a record that cannot be applied, with its class (see ClassConvert ...) and
 // reason, and acknowledges it once the dead letter is durable. With an AsyncDeadLetterer the
 // writer does not wait: the acknowledgement follows the dead-letter commit, and the writer's
 // next commit waits for it (awaitDeadLetters).
-func (w *writer) deadLetter(ctx context.Context, ev *change.Event, class, reason string) error {
+func (dq *deadLetters) deadLetter(ctx context.Context, ev *change.Event, class, reason string) error {
 	op := ev.Meta.Operation
 	if op == "" {
 		op = ev.Op.String()
 	}
 	dl := change.DeadLetter{Stream: ev.Pos.Stream, Shard: ev.Pos.Shard, Seq: ev.Pos.Seq,
-		Table: w.src, Reason: reason, Raw: ev.Raw, Class: class, Op: op}
-	w.env.metrics.DeadLettered(w.name)
-	w.env.metrics.DeadLetterClass(w.name, class)
-	w.log.Warn("dead-lettered record", zap.String("shard", ev.Pos.Shard), zap.String("seq", ev.Pos.Seq),
+		Table: dq.src, Reason: reason, Raw: ev.Raw, Class: class, Op: op}
+	dq.env.metrics.DeadLettered(dq.name)
+	dq.env.metrics.DeadLetterClass(dq.name, class)
+	dq.log.Warn("dead-lettered record", zap.String("shard", ev.Pos.Shard), zap.String("seq", ev.Pos.Seq),
 		zap.String("class", class), zap.String("reason", reason))
-	if a, ok := w.env.dlq.(AsyncDeadLetterer); ok {
-		w.dl.add()
+	if a, ok := dq.env.dlq.(AsyncDeadLetterer); ok {
+		dq.wait.add()
 		acker := ev.Ack
 		err := a.DeadLetterAsync(ctx, dl, func(err error) {
 			if err == nil && acker != nil {
 				acker.Done(1)
 			}
-			w.dl.done(err)
+			dq.wait.done(err)
 		})
 		if err != nil {
-			w.dl.done(err)
-			return fmt.Errorf("dead-letter a record of %s: %w", w.src, err)
+			dq.wait.done(err)
+			return fmt.Errorf("dead-letter a record of %s: %w", dq.src, err)
 		}
 		return nil
 	}
-	if err := w.env.dlq.DeadLetter(ctx, dl); err != nil {
-		return fmt.Errorf("dead-letter a record of %s: %w", w.src, err)
+	if err := dq.env.dlq.DeadLetter(ctx, dl); err != nil {
+		return fmt.Errorf("dead-letter a record of %s: %w", dq.src, err)
 	}
 	ack(ev)
 	return nil
@@ -86,17 +94,17 @@ func (d dlWait) pending() (int, error) {
 
 // awaitDeadLetters waits until every dead letter this writer handed over is durable, so that
 // the next commit cannot move a watermark past a record whose dead letter might still be lost.
-func (w *writer) awaitDeadLetters(ctx context.Context) error {
+func (dq *deadLetters) awaitDeadLetters(ctx context.Context) error {
 	for {
-		n, err := w.dl.pending()
+		n, err := dq.wait.pending()
 		if err != nil {
-			return fmt.Errorf("dead letters of %s: %w", w.src, err)
+			return fmt.Errorf("dead letters of %s: %w", dq.src, err)
 		}
 		if n == 0 {
 			return nil
 		}
 		select {
-		case <-w.dl.ch:
+		case <-dq.wait.ch:
 		case <-ctx.Done():
 			return ctx.Err()
 		}

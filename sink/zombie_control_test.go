@@ -10,7 +10,7 @@ import (
 
 // Issue 12 item 4: a zombie worker (its lease moved, a newer worker processes the same shard)
 // applies an old control record on its stale view of the table; its commit loses the race, the
-// table is reloaded, and the record must be re-checked on the reloaded table (watermark of its
+// table is refreshed, and the record must be re-checked on the refreshed table (watermark of its
 // shard, control staleness) before it is re-planned against the newer schema, which would mark
 // the newer worker's live columns dropped at the source.
 
@@ -52,9 +52,9 @@ func assertUnchangedByZombie(t *testing.T, zombie *harness, before string) {
 	}
 }
 
-// The zombie's control record is covered by the reloaded table's watermark of its shard: the
+// The zombie's control record is covered by the refreshed table's watermark of its shard: the
 // newer worker applied it (and a newer table-def after it).
-func TestZombieControlCoveredAfterReload(t *testing.T) {
+func TestZombieControlCoveredAfterRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	zombie := zombieSetup(t, dir)
@@ -78,8 +78,8 @@ func TestZombieControlCoveredAfterReload(t *testing.T) {
 }
 
 // The zombie's control record comes from a shard the table has no watermark for, but the
-// reloaded table applied a newer control record: stale, skipped.
-func TestZombieControlStaleAfterReload(t *testing.T) {
+// refreshed table applied a newer control record: stale, skipped.
+func TestZombieControlStaleAfterRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	zombie := zombieSetup(t, dir)
@@ -101,7 +101,7 @@ func TestZombieControlStaleAfterReload(t *testing.T) {
 
 // A zombie's drop-table that the newer worker applied and followed with a create-table must not
 // mark the re-created table dropped again.
-func TestZombieDropTableAfterReload(t *testing.T) {
+func TestZombieDropTableAfterRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	mark := withConfig(func(c *Config) { c.DropTable = DropTableMark })
@@ -128,8 +128,8 @@ func TestZombieDropTableAfterReload(t *testing.T) {
 }
 
 // A zombie's create-table with a primary key, on a table a newer create-table left keyless,
-// must not set the key after the reload.
-func TestZombieKeyAfterReload(t *testing.T) {
+// must not set the key after the refresh.
+func TestZombieKeyAfterRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	zombie := newHarness(t, dir, withMaintenance(nil))
@@ -151,7 +151,7 @@ func TestZombieKeyAfterReload(t *testing.T) {
 
 // A zombie that saw the table dropped holds the create-table that re-creates it; the newer
 // worker applied it: the zombie commits nothing and takes the lifted mark from the table.
-func TestZombieCreateTableAfterDropAfterReload(t *testing.T) {
+func TestZombieCreateTableAfterDropAfterRefresh(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	mark := withConfig(func(c *Config) { c.DropTable = DropTableMark })
