@@ -92,6 +92,9 @@ type orderingCase struct {
 	processes int
 	// consumer is merged into the consumer section of every run's configuration.
 	consumer map[string]any
+	// fullBefore writes every update's before-image with all columns (gen --full-before-images),
+	// as MySQL does with ColumnFilter all.
+	fullBefore bool
 }
 
 // orderingCases: with seed ordSeed on 4 even shards, the records go (see pkg/workload ShardOf):
@@ -123,6 +126,15 @@ var orderingCases = []orderingCase{
 	// heartbeats read back move those shards' horizons, and verify shows they order correctly.
 	{name: "dms-default-heartbeats", layout: "dms-default", lagShard: -1, lateShard: -1, modes: []string{"arrival"},
 		consumer: map[string]any{"heartbeat_interval": "250ms", "arrival_margin": "1h"}},
+	// The layout of hot tables: primary-key partitioning (DMS ParallelApply) with MySQL's full
+	// before-images, read by three processes. An update that keeps its key is no key change
+	// whatever its before-image holds, so it waits for no other process; only the real key
+	// changes do. Counting every update as a key change serialised the processes (minutes for
+	// this stream).
+	{name: "primary-key-full-before-images", layout: "primary-key", lagShard: -1, lateShard: -1, modes: []string{"arrival"},
+		processes: 3, fullBefore: true},
+	{name: "primary-key-full-before-images-late-reader", layout: "primary-key", lagShard: -1, lateShard: 0, modes: []string{"arrival"},
+		processes: 3, fullBefore: true},
 	// issue 16: customers reloaded after an outage that deleted and updated rows without records;
 	// the expected state does not hold the deleted rows.
 }
@@ -180,6 +192,9 @@ func newOrderingStream(t *testing.T, bin string, c orderingCase) *orderingStream
 	}
 	if c.reload != "" {
 		args = append(args, "--reload-table", c.reload)
+	}
+	if c.fullBefore {
+		args = append(args, "--full-before-images")
 	}
 	start := time.Now()
 	s.written = start.Add(-time.Second) // the emulator's clock is this machine's; a second of slack

@@ -165,6 +165,12 @@ func (pl *planner) admit(ev *change.Event, at int64) (reason string) {
 		return reason
 	}
 	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
+	if r.kind == kindKeyChange && r.oldKey == nil {
+		// The before-image names the same row: with full before-images (MySQL's ColumnFilter
+		// all) every update that changes any column looks like a key change to the consumer,
+		// which cannot know the key; convert compared the key columns themselves.
+		r.kind = kindChange
+	}
 	if pl.buf.reloadOrder {
 		r.built = ev.Meta.Timestamp // only a reload's supersession reads it (batch.superseded)
 	}
