@@ -18,6 +18,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/fault"
 	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
 	"github.com/dms2iceberg/dms2iceberg/sink/commit"
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -30,6 +31,10 @@ import (
 type staged struct {
 	data    []iceberg.DataFile
 	deletes []iceberg.DataFile
+	// keys are the batch's deleted keys held in memory instead of an equality-delete file (one
+	// integer key column of an unpartitioned table, for deletion vectors: memoryKeys); deletes is
+	// written from the batch only if no attempt commits them as vectors.
+	keys []deletes.Keys
 }
 
 // committer is the commit path of a table writer's rows, and the only caller of the commit
@@ -163,6 +168,12 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 	if err != nil {
 		return nil, err
 	}
+	if vec == nil && len(f.files.keys) > 0 && len(f.files.deletes) == 0 {
+		// The keys were kept in memory for vectors, and this attempt commits equality deletes.
+		if f.files.deletes, err = cm.writeDeletes(ctx, &f.b); err != nil {
+			return nil, err
+		}
+	}
 	f.vectors, f.attemptVectors = vec != nil, nil
 	if vec != nil {
 		f.attemptVectors = vec.Add
@@ -176,13 +187,19 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 // this attempt commits on (maintenance.Maintainer.Vectors): nil to commit the equality deletes.
 // Never while a reload is in progress (the batch then commits on the reload branch).
 func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.WriterVectors, error) {
-	if cm.maint == nil || len(f.files.deletes) == 0 || f.reload != nil {
+	if cm.maint == nil || (len(f.files.deletes) == 0 && len(f.files.keys) == 0) || f.reload != nil {
 		return nil, nil
 	}
 	if _, ok := cm.rt.reloading(); ok {
 		return nil, nil
 	}
-	vec, err := cm.maint.Vectors(ctx, cm.st.tbl, f.files.deletes)
+	var vec *maintenance.WriterVectors
+	var err error
+	if len(f.files.keys) > 0 {
+		vec, err = cm.maint.VectorsOfKeys(ctx, cm.st.tbl, cm.st.lay.keyIDs[0], f.files.keys)
+	} else {
+		vec, err = cm.maint.Vectors(ctx, cm.st.tbl, f.files.deletes)
+	}
 	if err != nil {
 		// The equality deletes are as right, and the maintainer converts them.
 		cm.log.Warn("planning deletion vectors failed; committing equality deletes", zap.Error(err))
@@ -323,29 +340,68 @@ func (cm *committer) writeFiles(ctx context.Context, b *batch) (*staged, error) 
 			out.data = append(out.data, df)
 		}
 	}
-	if len(b.deletes) > 0 {
-		// By key; in a keyless table by the DMS record identity (identity.go).
-		cols, ids, sc := l.keyIdx, l.keyIDs, l.keyArrow
-		if !l.keyed() {
-			cols, ids, sc = []int{l.idIdx}, []int{l.idID}, l.idArrow
-		}
-		rb := array.NewRecordBuilder(mem, sc)
-		rb.Reserve(len(b.deletes))
-		for _, key := range b.deletes {
-			for ki, ci := range cols {
-				dms.AppendDatum(rb.Field(ki), l.types[ci], key[ki])
-			}
-		}
-		rec := rb.NewRecordBatch()
-		rb.Release()
-		files, err := cm.st.tbl.NewTransaction().WriteEqualityDeletes(ctx, ids, single(rec))
-		rec.Release() // WriteEqualityDeletes does not release its input
+	if keys := cm.memoryKeys(b); keys != nil {
+		out.keys = keys
+	} else if len(b.deletes) > 0 {
+		files, err := cm.writeDeletes(ctx, b)
 		if err != nil {
-			return nil, fmt.Errorf("write equality deletes for %s: %w", cm.name, err)
+			return nil, err
 		}
 		out.deletes = files
 	}
 	return out, nil
+}
+
+// memoryKeys returns the batch's deleted keys for deletion vectors planned from memory, nil when
+// the batch writes an equality-delete file: vectors may be planned from memory for a keyed,
+// unpartitioned table with one integer key column, with a maintainer and no reload in progress
+// (the maintainer decides at each attempt whether it plans them; writeDeletes then follows).
+func (cm *committer) memoryKeys(b *batch) []deletes.Keys {
+	l := cm.st.lay
+	if len(b.deletes) == 0 || cm.maint == nil || !l.keyed() || len(l.keyIdx) != 1 {
+		return nil
+	}
+	if !cm.st.tbl.Spec().IsUnpartitioned() {
+		return nil
+	}
+	if _, ok := cm.rt.reloading(); ok {
+		return nil
+	}
+	switch l.types[l.keyIdx[0]].(type) {
+	case iceberg.Int32Type, iceberg.Int64Type:
+	default:
+		return nil
+	}
+	vals := make([]int64, len(b.deletes))
+	for i, key := range b.deletes {
+		vals[i] = key[0].I
+	}
+	return []deletes.Keys{{Values: vals}}
+}
+
+// writeDeletes writes the equality-delete files of a batch: by key; in a keyless table by the
+// DMS record identity (identity.go).
+func (cm *committer) writeDeletes(ctx context.Context, b *batch) ([]iceberg.DataFile, error) {
+	l := cm.st.lay
+	cols, ids, sc := l.keyIdx, l.keyIDs, l.keyArrow
+	if !l.keyed() {
+		cols, ids, sc = []int{l.idIdx}, []int{l.idID}, l.idArrow
+	}
+	rb := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	rb.Reserve(len(b.deletes))
+	for _, key := range b.deletes {
+		for ki, ci := range cols {
+			dms.AppendDatum(rb.Field(ki), l.types[ci], key[ki])
+		}
+	}
+	rec := rb.NewRecordBatch()
+	rb.Release()
+	files, err := cm.st.tbl.NewTransaction().WriteEqualityDeletes(ctx, ids, single(rec))
+	rec.Release() // WriteEqualityDeletes does not release its input
+	if err != nil {
+		return nil, fmt.Errorf("write equality deletes for %s: %w", cm.name, err)
+	}
+	return files, nil
 }
 
 // reserveText sizes the data buffers of rb's string and binary builders for the values of the

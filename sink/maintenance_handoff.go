@@ -6,6 +6,7 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
@@ -16,8 +17,12 @@ import (
 // goroutine.
 //
 // In dv mode the writer also asks it, for each commit attempt, for the batch's deletes as
-// deletion vectors on the table it commits on (Vectors; nil: commit the equality deletes).
+// deletion vectors on the table it commits on (nil: commit the equality deletes): from the keys
+// it holds in memory (VectorsOfKeys, one integer key column of an unpartitioned table, where no
+// equality-delete file is written unless the maintainer declines), else from the batch's
+// equality-delete files (Vectors).
 type maintainer interface {
 	AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error)
 	Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*maintenance.WriterVectors, error)
+	VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []deletes.Keys) (*maintenance.WriterVectors, error)
 }

@@ -9,14 +9,17 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -402,9 +405,20 @@ func TestWriterVectorsInTheSink(t *testing.T) {
 		c.PositionDelay = time.Hour
 		c.WriterVectors = true
 	})
+	// The writer is idle between flushes (h.flush waited for it); the next event reaches it
+	// through its queue, after this.
+	h.s.mu.Lock()
+	w := h.s.writers["shop.users"]
+	h.s.mu.Unlock()
+	spy := &vectorSpy{maintainer: w.cm.maint}
+	w.cm.maint = spy
 	for b := 1; b <= 4; b++ {
 		// Keys spread over the shards, as DMS writes them.
 		m.batchOn(fmt.Sprintf("s%d", b%4), b, 200)
+		if spy.ofKeys.Load() == 0 || spy.ofFiles.Load() != 0 {
+			t.Fatalf("batch %d: %d plans from keys in memory, %d from equality-delete files; want every plan from memory",
+				b, spy.ofKeys.Load(), spy.ofFiles.Load())
+		}
 		rows, tbl := scanRows(t, h.cat, "users")
 		eq(t, rows, m.want()...)
 		if _, ok := tbl.CurrentSnapshot().Summary.Properties[tableprop.SummaryVectors]; !ok {
@@ -520,4 +534,20 @@ func TestWriterVectorsOfTwoWorkers(t *testing.T) {
 	checkAllReferenced(t, tbl)
 	a.close()
 	b.close()
+}
+
+// vectorSpy counts how a writer asks its maintainer for deletion vectors.
+type vectorSpy struct {
+	maintainer
+	ofKeys, ofFiles atomic.Int64
+}
+
+func (v *vectorSpy) Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*maintenance.WriterVectors, error) {
+	v.ofFiles.Add(1)
+	return v.maintainer.Vectors(ctx, head, eqDels)
+}
+
+func (v *vectorSpy) VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []deletes.Keys) (*maintenance.WriterVectors, error) {
+	v.ofKeys.Add(1)
+	return v.maintainer.VectorsOfKeys(ctx, head, keyID, keys)
 }
