@@ -60,7 +60,7 @@ func TestControlRecordsEvolveTheSchema(t *testing.T) {
 	if wm := tableprop.Watermarks(tbl.Properties(), "st"); wm["c"] != "6" || wm["d"] != "6" {
 		t.Fatalf("watermarks %v, want c=6 (control records) d=6 (last committed data)", wm)
 	}
-	if got := h.ack.n.Load(); got != 13 {
+	if got := h.ack.N.Load(); got != 13 {
 		t.Fatalf("acknowledged %d, want 13", got)
 	}
 	h.close()
@@ -147,7 +147,7 @@ func TestDropTableMarkAndRecreate(t *testing.T) {
 	if len(dls) != 1 || dls[0].Class != ClassDropped || dls[0].Seq != "2" || dls[0].Table != "shop.gone" || string(dls[0].Raw) != `{"seq":"2"}` {
 		t.Fatalf("dead letters %+v", dls)
 	}
-	if got := h.ack.n.Load(); got != 6 {
+	if got := h.ack.N.Load(); got != 6 {
 		t.Fatalf("acknowledged %d, want 6", got)
 	}
 }
@@ -174,7 +174,7 @@ func TestPausedTableDoesNotStopOthers(t *testing.T) {
 	if !paused {
 		t.Fatalf("statuses %+v", h.s.TableStatuses())
 	}
-	if got := h.ack.n.Load(); got != 3 {
+	if got := h.ack.N.Load(); got != 3 {
 		t.Fatalf("acknowledged %d, want 3", got)
 	}
 	h.close()
@@ -242,7 +242,7 @@ func TestIncludeExcludeAndPerTableSettings(t *testing.T) {
 			t.Fatalf("filtered table %s was created", src)
 		}
 	}
-	if got := h.ack.n.Load(); got != 7 {
+	if got := h.ack.N.Load(); got != 7 {
 		t.Fatalf("acknowledged %d, want 7", got)
 	}
 	h.close()
@@ -270,7 +270,7 @@ func TestPerTableFlushRows(t *testing.T) {
 	for i := 1; i <= 4; i++ {
 		h.data("d", i, "fast", change.OpInsert, []change.Column{col("id", fmt.Sprint(i))}, nil)
 	}
-	WaitUntil(t, func() bool { return h.ack.n.Load() == 4 })
+	WaitUntil(t, func() bool { return h.ack.N.Load() == 4 })
 	if n := len(loadTable(t, h, "shop", "fast").Metadata().Snapshots()); n != 2 {
 		t.Fatalf("%d snapshots, want 2 (flush_rows 2 from the shop.* entry)", n)
 	}

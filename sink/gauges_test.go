@@ -119,7 +119,7 @@ func TestBufferStats(t *testing.T) {
 	if b = bufferOf(t, h.s, "shop.orders"); b.Queued != 0 || b.Rows != 0 || b.Bytes != 0 {
 		t.Fatalf("after everything committed: %+v, want nothing queued or buffered", b)
 	}
-	if n := h.ack.n.Load(); n != 5 {
+	if n := h.ack.N.Load(); n != 5 {
 		t.Fatalf("%d acknowledged, want 5", n)
 	}
 }

@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,17 +13,16 @@ import (
 	"github.com/apache/iceberg-go/table"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
+	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
 
 // The one sink test harness: newHarness with options, and the helpers that submit, flush and
 // read back. The harness fields t, cat, s, dlq, ack, done and stop and the methods submit, flush
 // and close are also used by the maintenance tests.
 
-type counter struct{ n atomic.Int64 }
-
-func (c *counter) Done(n int) { c.n.Add(int64(n)) }
+// counter counts acknowledged events (the shared sinktest.Acks).
+type counter = sinktest.Acks
 
 type memDLQ struct {
 	mu  sync.Mutex
@@ -168,16 +165,7 @@ func (h *harness) close() {
 	h.done <- nil
 }
 
-func col(name, text string) change.Column {
-	k := change.KindNumber
-	if text == "null" {
-		return change.Column{Name: name, Value: change.Value{Kind: change.KindNull}}
-	}
-	if strings.HasPrefix(text, "'") {
-		k, text = change.KindString, strings.Trim(text, "'")
-	}
-	return change.Column{Name: name, Value: change.Value{Kind: k, Text: text}}
-}
+func col(name, text string) change.Column { return sinktest.Col(name, text) }
 
 func (h *harness) submit(shard string, seq int, op change.Op, table string, cols []change.Column, before []change.Column) {
 	h.t.Helper()
@@ -195,57 +183,15 @@ func (h *harness) flush() {
 	}
 }
 
-// rows scans a table through iceberg-go and renders each row as "c1=v1,c2=v2" sorted (a null
-// _dms_record_id left out).
+// scanRows scans a table through iceberg-go and renders each row as "c1=v1,c2=v2" sorted (a
+// null _dms_record_id left out).
 func scanRows(t *testing.T, cat catalog.Catalog, name string) ([]string, *table.Table) {
 	t.Helper()
-	ctx := context.Background()
-	tbl, err := cat.LoadTable(ctx, table.Identifier{"shop", name})
-	if err != nil {
-		t.Fatal(err)
-	}
-	fields := tbl.Schema().Fields()
-	var out []string
-	_, it, err := tbl.Scan().ToArrowRecords(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for rec, err := range it {
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i := 0; i < int(rec.NumRows()); i++ {
-			var parts []string
-			for ci, f := range fields {
-				idx := rec.Schema().FieldIndices(f.Name)
-				if len(idx) == 0 {
-					continue
-				}
-				v, ok := dms.RenderArrow(rec.Column(idx[0]), i, f.Type)
-				if !ok {
-					if f.Name == KeylessIdentityColumn {
-						continue // the identity column of keyless tables shows only when set
-					}
-					v = "null"
-				}
-				_ = ci
-				parts = append(parts, f.Name+"="+v)
-			}
-			out = append(out, strings.Join(parts, ","))
-		}
-		rec.Release()
-	}
-	sort.Strings(out)
-	return out, tbl
+	tbl := sinktest.LoadTable(t, cat, table.Identifier{"shop", name})
+	return sinktest.Rows(t, tbl, []string{KeylessIdentityColumn}), tbl
 }
 
-func eq(t *testing.T, got []string, want ...string) {
-	t.Helper()
-	sort.Strings(want)
-	if strings.Join(got, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("rows:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
+func eq(t *testing.T, got []string, want ...string) { t.Helper(); sinktest.Eq(t, got, want...) }
 
 func (h *harness) event(ev *change.Event) {
 	h.t.Helper()

@@ -44,7 +44,7 @@ func TestTableDefKeyRules(t *testing.T) {
 					t.Fatalf("dead letter %+v, want class %s naming %s", dl, ClassPaused, tc.path)
 				}
 			}
-			if got := h.ack.n.Load(); got != 3 {
+			if got := h.ack.N.Load(); got != 3 {
 				t.Fatalf("acknowledged %d, want 3", got)
 			}
 		})

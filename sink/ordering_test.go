@@ -134,14 +134,14 @@ func TestOrderingCreateTableFirst(t *testing.T) {
 			h.arrive("a", 2, 2000, "plain", change.OpInsert, []change.Column{col("id", "1"), col("qty", "5")}, nil)
 			h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 qty:INT4")
 			h.flush()
-			if mode == OrderingArrival && (tableExists(t, h.cat, "items") || tableExists(t, h.cat, "plain") || h.ack.n.Load() != 0) {
-				t.Fatalf("something applied at a zero bound (acks %d)", h.ack.n.Load())
+			if mode == OrderingArrival && (tableExists(t, h.cat, "items") || tableExists(t, h.cat, "plain") || h.ack.N.Load() != 0) {
+				t.Fatalf("something applied at a zero bound (acks %d)", h.ack.N.Load())
 			}
 			fb.ms.Store(1500)
 			h.flush()
 			if mode == OrderingArrival {
-				if rows, _ := scanRows(t, h.cat, "items"); len(rows) != 0 || tableExists(t, h.cat, "plain") || h.ack.n.Load() != 1 {
-					t.Fatalf("at bound 1500: rows %v, plain exists %v, acks %d; want the created table only", rows, tableExists(t, h.cat, "plain"), h.ack.n.Load())
+				if rows, _ := scanRows(t, h.cat, "items"); len(rows) != 0 || tableExists(t, h.cat, "plain") || h.ack.N.Load() != 1 {
+					t.Fatalf("at bound 1500: rows %v, plain exists %v, acks %d; want the created table only", rows, tableExists(t, h.cat, "plain"), h.ack.N.Load())
 				}
 			}
 			fb.ms.Store(3000)
@@ -155,8 +155,8 @@ func TestOrderingCreateTableFirst(t *testing.T) {
 			}
 			rows, _ = scanRows(t, h.cat, "plain")
 			eq(t, rows, "id=1,qty=5")
-			if h.ack.n.Load() != 3 {
-				t.Fatalf("acks %d, want 3", h.ack.n.Load())
+			if h.ack.N.Load() != 3 {
+				t.Fatalf("acks %d, want 3", h.ack.N.Load())
 			}
 			// A control record of an existing table waits for the bound like data.
 			h.arriveCtl("c", 2, 5000, "items", "add-column", "id*:INT4 qty:INT4 note:WSTRING")
@@ -168,8 +168,8 @@ func TestOrderingCreateTableFirst(t *testing.T) {
 			fb.ms.Store(6000)
 			h.flush()
 			_, tbl = scanRows(t, h.cat, "items")
-			if _, has := tbl.Schema().FindFieldByName("note"); !has || h.ack.n.Load() != 4 {
-				t.Fatalf("add-column not applied once the bound passed it (acks %d)", h.ack.n.Load())
+			if _, has := tbl.Schema().FindFieldByName("note"); !has || h.ack.N.Load() != 4 {
+				t.Fatalf("add-column not applied once the bound passed it (acks %d)", h.ack.N.Load())
 			}
 			// The schema change is complete through just before the control record.
 			if got, want := tbl.Properties()[tableprop.CompleteThrough], map[string]string{OrderingArrival: "1970-01-01T00:00:04.999Z"}[mode]; got != want {
@@ -205,8 +205,8 @@ func TestOrderingBound(t *testing.T) {
 	rows, tbl := scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=x", "id=3,name=z")
 	props := tbl.Properties()
-	if wm := tableprop.Watermarks(props, "st"); wm["a"] != "1" || wm["b"] != "1" || h.ack.n.Load() != 3 {
-		t.Fatalf("watermarks %v acks %d; want a=1 b=1 and 3 acks (control, a/1, b/1)", wm, h.ack.n.Load())
+	if wm := tableprop.Watermarks(props, "st"); wm["a"] != "1" || wm["b"] != "1" || h.ack.N.Load() != 3 {
+		t.Fatalf("watermarks %v acks %d; want a=1 b=1 and 3 acks (control, a/1, b/1)", wm, h.ack.N.Load())
 	}
 	if got := props[tableprop.CompleteThrough]; got != "1970-01-01T00:00:01.000Z" ||
 		tbl.CurrentSnapshot().Summary.Properties[tableprop.CompleteThrough] != got {
@@ -216,8 +216,8 @@ func TestOrderingBound(t *testing.T) {
 	h.flush()
 	rows, tbl = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=x", "id=2,name=y", "id=3,name=z", "id=5,name=late")
-	if wm := tableprop.Watermarks(tbl.Properties(), "st"); wm["a"] != "3" || h.ack.n.Load() != 5 {
-		t.Fatalf("watermarks %v acks %d after the bound moved", wm, h.ack.n.Load())
+	if wm := tableprop.Watermarks(tbl.Properties(), "st"); wm["a"] != "3" || h.ack.N.Load() != 5 {
+		t.Fatalf("watermarks %v acks %d after the bound moved", wm, h.ack.N.Load())
 	}
 	mu.Lock()
 	if len(infos) != 2 || !infos[0].CompleteThrough.Equal(time.UnixMilli(1000)) || !infos[1].CompleteThrough.Equal(time.UnixMilli(2000)) {
@@ -239,8 +239,8 @@ func TestOrderingBound(t *testing.T) {
 	h.close()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=x", "id=2,name=y", "id=3,name=z", "id=5,name=late")
-	if h.ack.n.Load() != 5 {
-		t.Fatalf("acks %d after the stop, want 5 (a/4 is past the bound)", h.ack.n.Load())
+	if h.ack.N.Load() != 5 {
+		t.Fatalf("acks %d after the stop, want 5 (a/4 is past the bound)", h.ack.N.Load())
 	}
 }
 
@@ -258,18 +258,18 @@ func TestOrderingFlushIntervalTicks(t *testing.T) {
 	h.arrive("a", 1, 2000, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "'x'")}, nil)
 	// The create-table is within the bound: wait until it is applied (its ack), however loaded
 	// the machine, so that the table exists; then let several ticks pass below the bound.
-	for deadline := time.Now().Add(30 * time.Second); h.ack.n.Load() < 1; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); h.ack.N.Load() < 1; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the create-table within the bound was not applied")
 		}
 	}
 	time.Sleep(150 * time.Millisecond)
-	if rows, _ := scanRows(t, h.cat, "items"); len(rows) != 0 || h.ack.n.Load() != 1 {
-		t.Fatalf("rows %v acks %d before the bound passed the record", rows, h.ack.n.Load())
+	if rows, _ := scanRows(t, h.cat, "items"); len(rows) != 0 || h.ack.N.Load() != 1 {
+		t.Fatalf("rows %v acks %d before the bound passed the record", rows, h.ack.N.Load())
 	}
 	fb.ms.Store(3000)
 	deadline := time.Now().Add(30 * time.Second)
-	for h.ack.n.Load() != 2 {
+	for h.ack.N.Load() != 2 {
 		if time.Now().After(deadline) {
 			t.Fatal("the flush interval stopped ticking: nothing committed after the bound moved")
 		}

@@ -146,7 +146,7 @@ func TestPartialUpdateOfUnknownKey(t *testing.T) {
 	if len(h.dlq.dls) != 0 {
 		t.Fatalf("dead letters: %+v", h.dlq.dls)
 	}
-	if got := h.ack.n.Load(); got != 3 {
+	if got := h.ack.N.Load(); got != 3 {
 		t.Fatalf("acknowledged %d, want 3", got)
 	}
 }

@@ -47,7 +47,7 @@ func TestUpsertDedupePKChangeAndDelete(t *testing.T) {
 	if n := len(tbl.Metadata().Snapshots()); n != 2 {
 		t.Fatalf("%d snapshots, want one per batch (2)", n)
 	}
-	if got := h.ack.n.Load(); got != 13 {
+	if got := h.ack.N.Load(); got != 13 {
 		t.Fatalf("acknowledged %d events, want 13", got)
 	}
 	h.close()
@@ -69,7 +69,7 @@ func TestReplayIsSkippedAcrossRestart(t *testing.T) {
 	h.close()
 	rows, _ := scanRows(t, h.cat, "log")
 	eq(t, rows, "msg=a", "msg=b", "msg=c")
-	if got := h.ack.n.Load(); got != 6 {
+	if got := h.ack.N.Load(); got != 6 {
 		t.Fatalf("acknowledged %d, want 6", got)
 	}
 
@@ -81,7 +81,7 @@ func TestReplayIsSkippedAcrossRestart(t *testing.T) {
 	h2.close()
 	rows, _ = scanRows(t, h2.cat, "log")
 	eq(t, rows, "msg=a", "msg=b", "msg=c", "msg=d")
-	if got := h2.ack.n.Load(); got != 4 {
+	if got := h2.ack.N.Load(); got != 4 {
 		t.Fatalf("acknowledged %d, want 4", got)
 	}
 }
@@ -110,7 +110,7 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	}
 	rows, _ := scanRows(t, h.cat, "users")
 	eq(t, rows, "id=3,name=ok,amount=null")
-	if got := h.ack.n.Load(); got != 5 {
+	if got := h.ack.N.Load(); got != 5 {
 		t.Fatalf("acknowledged %d, want 5", got)
 	}
 }
@@ -163,7 +163,7 @@ func TestZombieCommitIsTrimmedAfterRefresh(t *testing.T) {
 	if n := len(tbl.Metadata().Snapshots()); n != 1 {
 		t.Fatalf("%d snapshots, want 1: the zombie committed", n)
 	}
-	if got := zombie.ack.n.Load(); got != 3 {
+	if got := zombie.ack.N.Load(); got != 3 {
 		t.Fatalf("zombie acknowledged %d, want 3 (trimmed records are acknowledged)", got)
 	}
 }

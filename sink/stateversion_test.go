@@ -74,7 +74,7 @@ func TestTableOfNewerStateVersionIsRefused(t *testing.T) {
 	if got := loadTable(t, h2, "shop", "users"); got.MetadataLocation() != stamped.MetadataLocation() {
 		t.Fatal("a commit was made to a table of a newer state version")
 	}
-	if n := h2.ack.n.Load(); n != 0 {
+	if n := h2.ack.N.Load(); n != 0 {
 		t.Fatalf("acknowledged %d records of a refused table", n)
 	}
 }
@@ -103,7 +103,7 @@ func TestTableStampedNewerWhileOpenIsRefused(t *testing.T) {
 	if got := loadTable(t, h, "shop", "users"); got.MetadataLocation() != stamped.MetadataLocation() {
 		t.Fatal("a commit was made to a table of a newer state version")
 	}
-	if n := h.ack.n.Load(); n != 1 {
+	if n := h.ack.N.Load(); n != 1 {
 		t.Fatalf("acknowledged %d, want 1 (only the record committed before the stamp)", n)
 	}
 }

@@ -78,7 +78,7 @@ func TestSecondSourceOfATargetIsDeadLettered(t *testing.T) {
 	if got := m.count("shop.log"); got != 1 {
 		t.Fatalf("dead-letter metric %d, want 1", got)
 	}
-	if got := h.ack.n.Load(); got != 2 {
+	if got := h.ack.N.Load(); got != 2 {
 		t.Fatalf("acknowledged %d, want 2", got)
 	}
 	for _, st := range h.s.TableStatuses() {
@@ -117,7 +117,7 @@ func TestTargetOwnerHoldsAcrossWorkers(t *testing.T) {
 	if got := classes(b.dlq.dls); len(got) != 2 || got[0] != ClassTargetTaken || got[1] != ClassTargetTaken {
 		t.Fatalf("dead letters %v, want the control record and seq 10", got)
 	}
-	if got := b.ack.n.Load(); got != 2 {
+	if got := b.ack.N.Load(); got != 2 {
 		t.Fatalf("acknowledged %d, want 2", got)
 	}
 }
@@ -175,7 +175,7 @@ func TestGuardedSourcesRaceForOneTarget(t *testing.T) {
 	if len(h.dlq.dls) != 1 || h.dlq.dls[0].Table != loser || h.dlq.dls[0].Class != ClassTargetTaken {
 		t.Fatalf("dead letters %+v, want the one record of %s", h.dlq.dls, loser)
 	}
-	if got := h.ack.n.Load(); got != 2 {
+	if got := h.ack.N.Load(); got != 2 {
 		t.Fatalf("acknowledged %d, want 2", got)
 	}
 }

@@ -111,7 +111,7 @@ func TestTruncateRemovesOlderRows(t *testing.T) {
 			if len(h.dlq.dls) != 0 {
 				t.Fatalf("dead letters: %+v", h.dlq.dls)
 			}
-			if got := h.ack.n.Load(); got != 6 {
+			if got := h.ack.N.Load(); got != 6 {
 				t.Fatalf("acknowledged %d, want 6", got)
 			}
 			h.close()
@@ -191,7 +191,7 @@ func TestTruncateEdgeCases(t *testing.T) {
 	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassUnsupported}) {
 		t.Fatalf("dead letters %v, want one %s", got, ClassUnsupported)
 	}
-	if got := h.ack.n.Load(); got != 8 {
+	if got := h.ack.N.Load(); got != 8 {
 		t.Fatalf("acknowledged %d, want 8", got)
 	}
 }

@@ -70,7 +70,7 @@ func TestZombieControlCoveredAfterRefresh(t *testing.T) {
 	zombie.flush()
 	zombie.close()
 	assertUnchangedByZombie(t, zombie, before)
-	if got := zombie.ack.n.Load(); got != 3 {
+	if got := zombie.ack.N.Load(); got != 3 {
 		t.Fatalf("zombie acknowledged %d, want 3", got)
 	}
 	rows, _ := scanRows(t, zombie.cat, "items")
@@ -94,7 +94,7 @@ func TestZombieControlStaleAfterRefresh(t *testing.T) {
 	zombie.flush()
 	zombie.close()
 	assertUnchangedByZombie(t, zombie, before)
-	if got := zombie.ack.n.Load(); got != 3 {
+	if got := zombie.ack.N.Load(); got != 3 {
 		t.Fatalf("zombie acknowledged %d, want 3", got)
 	}
 }
