@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
@@ -316,7 +315,7 @@ func (cm *committer) writeFiles(ctx context.Context, b *batch) (*staged, error) 
 	}
 	l := cm.st.lay
 	out := &staged{}
-	mem := memory.DefaultAllocator
+	mem := cm.env.allocator()
 	if len(b.upserts) > 0 {
 		rb := array.NewRecordBuilder(mem, l.arrow)
 		rb.Reserve(len(b.upserts)) // sized once, not grown (and copied) while appending
@@ -387,7 +386,7 @@ func (cm *committer) writeDeletes(ctx context.Context, b *batch) ([]iceberg.Data
 	if !l.keyed() {
 		cols, ids, sc = []int{l.idIdx}, []int{l.idID}, l.idArrow
 	}
-	rb := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+	rb := array.NewRecordBuilder(cm.env.allocator(), sc)
 	rb.Reserve(len(b.deletes))
 	for _, key := range b.deletes {
 		for ki, ci := range cols {

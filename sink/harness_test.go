@@ -138,7 +138,10 @@ func newHarness(t *testing.T, dir string, opts ...harnessOption) *harness {
 	if hc.wrap != nil {
 		sinkCat = hc.wrap(cat)
 	}
-	h.s, err = New(cfg, sinkCat, dlq, hc.opts...)
+	// A checked allocator: the test fails when it ends if a writer left Arrow memory unreleased
+	// (registered before the sink's cleanup, so it checks after the sink has stopped).
+	mem := sinktest.Allocator(t)
+	h.s, err = New(cfg, sinkCat, dlq, append([]Option{WithAllocator(mem)}, hc.opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
 	"github.com/apache/iceberg-go/catalog"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -84,6 +86,10 @@ func WithBoundsChanged(changed func() <-chan struct{}) Option {
 // what the reader misses. Default: none.
 func WithMemoryBudget(b *membudget.Budget) Option { return func(s *Iceberg) { s.budget = b } }
 
+// WithAllocator sets the Arrow allocator the writers build their batches' Arrow data with
+// (default memory.DefaultAllocator); tests pass a checked one to find unreleased memory.
+func WithAllocator(mem memory.Allocator) Option { return func(s *Iceberg) { s.mem = mem } }
+
 // WithMaintenanceMetrics sets the receiver of maintenance measurements (default: none).
 func WithMaintenanceMetrics(m maintenance.Metrics) Option { return func(s *Iceberg) { s.mmetrics = m } }
 
@@ -95,6 +101,7 @@ type Iceberg struct {
 	log      *zap.Logger
 	metrics  Metrics
 	mmetrics maintenance.Metrics
+	mem      memory.Allocator // WithAllocator; nil: memory.DefaultAllocator
 	onCommit func(CommitInfo)
 	bound    func() Bound
 	// boundChanged is WithBoundsChanged (nil: none).
@@ -341,7 +348,7 @@ func (s *Iceberg) newWriter(src string) *writer {
 	set := s.cfg.settingsFor(src)
 	env := writerEnv{cat: s.cat, dlq: s.dlq, metrics: s.metrics, onCommit: s.onCommit, defs: s.defs,
 		stream: s.cfg.Stream, retries: s.cfg.CommitRetries, attemptTimeout: s.cfg.CommitTimeout, dropMark: s.cfg.DropTable == DropTableMark,
-		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards, fileSlots: s.fileSlots}
+		bound: s.bound, boundChanged: s.boundChanged, shards: &s.shards, fileSlots: s.fileSlots, mem: s.mem}
 	return newWriter(env, src, s.cfg.Target(src), set, s.cfg.QueueLength, s.log)
 }
 

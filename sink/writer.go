@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
@@ -66,6 +68,16 @@ type writerEnv struct {
 	// fileSlots bounds how many writers of the sink write data and delete files at once (nil:
 	// no bound).
 	fileSlots chan struct{}
+	// mem builds the batches' Arrow data (WithAllocator; nil: memory.DefaultAllocator).
+	mem memory.Allocator
+}
+
+// allocator is the Arrow allocator of the writer's batches.
+func (e *writerEnv) allocator() memory.Allocator {
+	if e.mem == nil {
+		return memory.DefaultAllocator
+	}
+	return e.mem
 }
 
 // tableScope is what every part of one table's writer shares and none of them changes after
