@@ -256,8 +256,8 @@ func (b *Balance) decide(shard string, held int, now time.Time) (ok, share bool)
 	switch {
 	case known && reservedFor(r, b.worker, now):
 		return true, false // the giver chose this worker: take it even above the share
-	case known && reservedForOther(r, b.worker, now):
-		return false, false
+	case known && (reservedForOther(r, b.worker, now) || r.Checkpoint == ShardEnd):
+		return false, false // a finished shard is never taken: its cached row says so
 	case held >= b.share.Ceil:
 		return false, true
 	case known && r.Owner != "" && r.Owner != b.worker && now.Before(r.LeaseTimeout):

@@ -1,0 +1,203 @@
+//go:build integration
+
+package integration
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"go.uber.org/zap"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/consumer"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// Lease balancing with the real KCL worker (vmware-go-kcl-v2) over the emulators: how fast a
+// fresh worker takes every shard, and how the leases spread when workers join and leave. The
+// stream is empty: only leases move. Each test logs what it measured (docs/scaling.md quotes
+// the numbers).
+
+type ackSink struct{}
+
+func (ackSink) Submit(_ context.Context, ev *change.Event) error { ev.Ack.Done(1); return nil }
+func (ackSink) Flush(context.Context) error                      { return nil }
+
+type dropDLQ struct{}
+
+func (dropDLQ) DeadLetter(context.Context, change.DeadLetter) error { return nil }
+
+// balanceCluster runs in-process consumers of one stream.
+type balanceCluster struct {
+	t        *testing.T
+	app      string
+	stream   string
+	failover time.Duration
+	shards   int
+	mu       sync.Mutex
+	workers  map[string]context.CancelFunc
+	done     map[string]chan error
+}
+
+func newBalanceCluster(t *testing.T, shards int, failover time.Duration) *balanceCluster {
+	t.Helper()
+	RequireEmulators(t)
+	name := UniqueName(t.Name())
+	CreateStream(t, name, int32(shards))
+	t.Cleanup(func() { DeleteTable(t, name) })
+	return &balanceCluster{t: t, app: name, stream: name, failover: failover, shards: shards,
+		workers: map[string]context.CancelFunc{}, done: map[string]chan error{}}
+}
+
+func (b *balanceCluster) start(id string) {
+	b.t.Helper()
+	cfg := consumer.DefaultConfig()
+	cfg.Stream, cfg.Application, cfg.WorkerID, cfg.Region = b.stream, b.app, id, "us-east-1"
+	cfg.Failover, cfg.ShutdownTimeout = b.failover, 10*time.Second
+	// Fewer empty reads at the tip (the stream is empty): with 64 shards the default's reads
+	// alone keep the Kinesis emulator busy enough to slow every ListShards call, and so every
+	// lease round. Lease taking does not depend on it.
+	cfg.IdleBetweenReads = 2 * time.Second
+	log := zap.NewNop()
+	if testing.Verbose() {
+		log, _ = zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
+		log = log.Named(id)
+	}
+	c, err := consumer.New(cfg, AWSConfig(b.t), ackSink{}, dropDLQ{}, consumer.WithLogger(log))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	b.mu.Lock()
+	b.workers[id], b.done[id] = cancel, done
+	b.mu.Unlock()
+	b.t.Cleanup(func() { b.stop(id) })
+}
+
+func (b *balanceCluster) stop(id string) {
+	b.mu.Lock()
+	cancel, done := b.workers[id], b.done[id]
+	delete(b.workers, id)
+	b.mu.Unlock()
+	if cancel == nil {
+		return
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		b.t.Errorf("worker %s did not stop", id)
+	}
+}
+
+// held returns, per running worker, the open shards whose unexpired lease it holds.
+func (b *balanceCluster) held() (map[string]int, error) {
+	out := map[string]int{}
+	b.mu.Lock()
+	for id := range b.workers {
+		out[id] = 0
+	}
+	b.mu.Unlock()
+	in := &dynamodb.ScanInput{TableName: aws.String(b.app), ConsistentRead: aws.Bool(true)}
+	now := time.Now()
+	for {
+		page, err := DynamoDB(b.t).Scan(context.Background(), in)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range page.Items {
+			r, _ := checkpoint.ParseLeaseRow(item)
+			if r.Shard != "" && r.Owner != "" && r.Checkpoint != checkpoint.ShardEnd && r.LeaseTimeout.After(now) {
+				if _, ok := out[r.Owner]; ok {
+					out[r.Owner]++
+				}
+			}
+		}
+		if len(page.LastEvaluatedKey) == 0 {
+			return out, nil
+		}
+		in.ExclusiveStartKey = page.LastEvaluatedKey
+	}
+}
+
+func (b *balanceCluster) balanced(h map[string]int) bool {
+	floor, ceil := checkpoint.FairShare(b.shards, len(h))
+	total := 0
+	for _, n := range h {
+		if n < floor || n > ceil {
+			return false
+		}
+		total += n
+	}
+	return total == b.shards
+}
+
+// waitBalanced waits until the running workers hold floor or ceil leases each and every shard is
+// held, and returns how long it took and the counts.
+func (b *balanceCluster) waitBalanced(limit time.Duration, what string) time.Duration {
+	b.t.Helper()
+	began := time.Now()
+	var last map[string]int
+	for time.Since(began) < limit {
+		h, err := b.held()
+		if err == nil && b.balanced(h) {
+			took := time.Since(began)
+			b.t.Logf("%s: balanced in %s: %s", what, took.Round(100*time.Millisecond), counts(h))
+			return took
+		}
+		last = h
+		time.Sleep(200 * time.Millisecond)
+	}
+	b.t.Fatalf("%s: not balanced after %s: %s", what, limit, counts(last))
+	return 0
+}
+
+func counts(h map[string]int) string {
+	s := ""
+	for _, id := range slices.Sorted(maps.Keys(h)) {
+		s += fmt.Sprintf("%s=%d ", id, h[id])
+	}
+	return s
+}
+
+// One fresh worker takes every shard of a 64-shard stream within 30 s, though the KCL takes one
+// lease per shard-sync round (the default shard_sync makes the rounds short; rounds cost no
+// lease reads once the worker holds its share).
+func TestFreshWorkerTakesEveryShardQuickly(t *testing.T) {
+	for _, n := range []int{16, 64} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			b := newBalanceCluster(t, n, 10*time.Second)
+			b.start("w1")
+			b.waitBalanced(30*time.Second, fmt.Sprintf("one fresh worker, %d shards", n))
+		})
+	}
+}
+
+// Three workers started together share 16 shards 6/5/5; a fourth that joins gets its share
+// through hand-offs, and when one leaves the others take its shards, each within two
+// failover times.
+func TestLeasesBalanceOnJoinAndLeave(t *testing.T) {
+	const failover = 10 * time.Second
+	b := newBalanceCluster(t, 16, failover)
+	for _, id := range []string{"w1", "w2", "w3"} {
+		b.start(id)
+	}
+	b.waitBalanced(60*time.Second, "three workers started together")
+	b.start("w4")
+	if took := b.waitBalanced(4*failover, "a fourth worker joined"); took > 2*failover {
+		t.Errorf("the join took %s to balance, over two failover times (%s)", took, 2*failover)
+	}
+	b.stop("w2")
+	if took := b.waitBalanced(4*failover, "a worker left (graceful stop)"); took > 2*failover {
+		t.Errorf("the leave took %s to balance, over two failover times (%s)", took, 2*failover)
+	}
+}
