@@ -219,6 +219,16 @@ func parentsOpen(info shardInfo, shards map[string]shardInfo, rows map[string]ch
 	return false
 }
 
+// handOffNow runs the hand-off the balancer asked for (once); it reports whether it ran now.
+func (p *processor) handOffNow() bool {
+	if !p.handoff.Load() || p.handedOff {
+		return false
+	}
+	p.handedOff = true
+	p.handOff()
+	return true
+}
+
 // handOff gives up the shard's lease (the balancer asked for it): it hands nothing more on,
 // drains what it handed on (committed and checkpointed, by the shutdown's deadline rule), then
 // makes the lease store refuse its next renewal, so that the KCL ends the consumer and

@@ -102,12 +102,7 @@ func (p *processor) Initialize(in *kcl.InitializationInput) {
 }
 
 func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
-	if p.handoff.Load() && !p.handedOff {
-		p.handedOff = true
-		p.handOff()
-		return
-	}
-	if p.halted {
+	if p.handOffNow() || p.halted {
 		return
 	}
 	if p.gated {

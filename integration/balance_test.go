@@ -182,22 +182,29 @@ func TestFreshWorkerTakesEveryShardQuickly(t *testing.T) {
 	}
 }
 
-// Three workers started together share 16 shards 6/5/5; a fourth that joins gets its share
-// through hand-offs, and when one leaves the others take its shards, each within two
+// Three workers started together share the shards evenly (16: 6/5/5); a fourth that joins gets
+// its share through hand-offs, and when one leaves the others take its shards, each within two
 // failover times.
 func TestLeasesBalanceOnJoinAndLeave(t *testing.T) {
-	const failover = 10 * time.Second
-	b := newBalanceCluster(t, 16, failover)
-	for _, id := range []string{"w1", "w2", "w3"} {
-		b.start(id)
-	}
-	b.waitBalanced(60*time.Second, "three workers started together")
-	b.start("w4")
-	if took := b.waitBalanced(4*failover, "a fourth worker joined"); took > 2*failover {
-		t.Errorf("the join took %s to balance, over two failover times (%s)", took, 2*failover)
-	}
-	b.stop("w2")
-	if took := b.waitBalanced(4*failover, "a worker left (graceful stop)"); took > 2*failover {
-		t.Errorf("the leave took %s to balance, over two failover times (%s)", took, 2*failover)
+	for _, c := range []struct {
+		shards   int
+		failover time.Duration
+	}{{16, 10 * time.Second}, {64, 30 * time.Second}} {
+		n, failover := c.shards, c.failover
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			b := newBalanceCluster(t, n, failover)
+			for _, id := range []string{"w1", "w2", "w3"} {
+				b.start(id)
+			}
+			b.waitBalanced(60*time.Second, fmt.Sprintf("%d shards, three workers started together", n))
+			b.start("w4")
+			if took := b.waitBalanced(4*failover, fmt.Sprintf("%d shards, a fourth worker joined", n)); took > 2*failover {
+				t.Errorf("the join took %s to balance, over two failover times (%s)", took, 2*failover)
+			}
+			b.stop("w2")
+			if took := b.waitBalanced(4*failover, fmt.Sprintf("%d shards, a worker left (graceful stop)", n)); took > 2*failover {
+				t.Errorf("the leave took %s to balance, over two failover times (%s)", took, 2*failover)
+			}
+		})
 	}
 }
