@@ -275,6 +275,9 @@ func (b *Balance) refuse(shard string, mine int64, held int, now time.Time) bool
 	if mine != 0 {
 		return b.Releasing(shard)
 	}
+	b.mu.Lock()
+	delete(b.releasing, shard) // a release asked for a lease held before: not this one
+	b.mu.Unlock()
 	ok, share := b.decide(shard, held, now)
 	if share {
 		b.refusals.Add(1)

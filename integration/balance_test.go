@@ -40,6 +40,7 @@ type balanceCluster struct {
 	app      string
 	stream   string
 	failover time.Duration
+	idle     time.Duration
 	shards   int
 	mu       sync.Mutex
 	workers  map[string]context.CancelFunc
@@ -52,7 +53,7 @@ func newBalanceCluster(t *testing.T, shards int, failover time.Duration) *balanc
 	name := UniqueName(t.Name())
 	CreateStream(t, name, int32(shards))
 	t.Cleanup(func() { DeleteTable(t, name) })
-	return &balanceCluster{t: t, app: name, stream: name, failover: failover, shards: shards,
+	return &balanceCluster{t: t, app: name, stream: name, failover: failover, shards: shards, idle: 2 * time.Second,
 		workers: map[string]context.CancelFunc{}, done: map[string]chan error{}}
 }
 
@@ -63,8 +64,9 @@ func (b *balanceCluster) start(id string) {
 	cfg.Failover, cfg.ShutdownTimeout = b.failover, 10*time.Second
 	// Fewer empty reads at the tip (the stream is empty): with 64 shards the default's reads
 	// alone keep the Kinesis emulator busy enough to slow every ListShards call, and so every
-	// lease round. Lease taking does not depend on it.
-	cfg.IdleBetweenReads = 2 * time.Second
+	// lease round. A hand-off waits for one more read (the processor drains in its next
+	// ProcessRecords, and the KCL ends the consumer after one), so the join tests keep it short.
+	cfg.IdleBetweenReads = b.idle
 	log := zap.NewNop()
 	if testing.Verbose() {
 		log, _ = zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
@@ -193,6 +195,7 @@ func TestLeasesBalanceOnJoinAndLeave(t *testing.T) {
 		n, failover := c.shards, c.failover
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
 			b := newBalanceCluster(t, n, failover)
+			b.idle = 500 * time.Millisecond
 			for _, id := range []string{"w1", "w2", "w3"} {
 				b.start(id)
 			}

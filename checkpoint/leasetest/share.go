@@ -111,6 +111,22 @@ func releasedRenewal(t *testing.T, tbl Table, shard string) {
 	if r := row(t, a, shard); r.Owner != "" || bal.Handoffs() != 1 || bal.Releasing(shard) {
 		t.Fatalf("after the release: row %+v, hand-offs %d, releasing %v", r, bal.Handoffs(), bal.Releasing(shard))
 	}
+	// A release asked for a lease whose consumer had already ended (the KCL released it
+	// without a renewal) does not make a later lease of the shard fail its renewals.
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatal(err)
+	}
+	bal.Release(shard)
+	if err := a.RemoveLeaseOwner(shard); err != nil {
+		t.Fatal(err)
+	}
+	bal.Release(shard) // asked once more, too late
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatalf("a new acquisition after a late release request: %v", err)
+	}
+	if err := a.GetLease(sh, "A"); err != nil {
+		t.Fatalf("the renewal of the new lease: %v", err)
+	}
 }
 
 // presence: a worker's presence row is in the scan (as a presence row, never as a shard) until
