@@ -95,7 +95,10 @@ func (b *balanceCluster) stop(id string) {
 	}
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		if err != nil {
+			b.t.Errorf("worker %s: %v", id, err)
+		}
 	case <-time.After(time.Minute):
 		b.t.Errorf("worker %s did not stop", id)
 	}
