@@ -4,10 +4,15 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
+	"net/url"
+	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,6 +49,7 @@ type balanceCluster struct {
 	shards   int
 	mu       sync.Mutex
 	workers  map[string]context.CancelFunc
+	crashed  map[string]context.CancelFunc
 	done     map[string]chan error
 }
 
@@ -54,10 +60,51 @@ func newBalanceCluster(t *testing.T, shards int, failover time.Duration) *balanc
 	CreateStream(t, name, int32(shards))
 	t.Cleanup(func() { DeleteTable(t, name) })
 	return &balanceCluster{t: t, app: name, stream: name, failover: failover, shards: shards, idle: 2 * time.Second,
-		workers: map[string]context.CancelFunc{}, done: map[string]chan error{}}
+		workers: map[string]context.CancelFunc{}, crashed: map[string]context.CancelFunc{}, done: map[string]chan error{}}
 }
 
-func (b *balanceCluster) start(id string) {
+func (b *balanceCluster) start(id string) { b.startWith(id, AWSConfig(b.t)) }
+
+// cutClient is an HTTP client that fails every request to one host once cut: a worker whose
+// DynamoDB calls all fail looks dead to the others (no renewal, no presence), as after a crash
+// or a network partition, while its process goes on.
+type cutClient struct {
+	inner aws.HTTPClient
+	host  string
+	cut   atomic.Bool
+}
+
+func (c *cutClient) Do(r *http.Request) (*http.Response, error) {
+	if c.cut.Load() && r.URL.Host == c.host {
+		return nil, errors.New("partitioned from " + c.host)
+	}
+	return c.inner.Do(r)
+}
+
+// startPartitionable starts a worker that partition can cut off DynamoDB.
+func (b *balanceCluster) startPartitionable(id string) *cutClient {
+	b.t.Helper()
+	u, err := url.Parse(os.Getenv("AWS_ENDPOINT_URL_DYNAMODB"))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	cfg := AWSConfig(b.t)
+	cc := &cutClient{inner: cfg.HTTPClient, host: u.Host}
+	cfg.HTTPClient = cc
+	b.startWith(id, cfg)
+	return cc
+}
+
+// partition cuts a worker started by startPartitionable off DynamoDB and counts it out.
+func (b *balanceCluster) partition(id string, cc *cutClient) {
+	cc.cut.Store(true)
+	b.mu.Lock()
+	b.crashed[id] = b.workers[id]
+	delete(b.workers, id)
+	b.mu.Unlock()
+}
+
+func (b *balanceCluster) startWith(id string, awsCfg aws.Config) {
 	b.t.Helper()
 	cfg := consumer.DefaultConfig()
 	cfg.Stream, cfg.Application, cfg.WorkerID, cfg.Region = b.stream, b.app, id, "us-east-1"
@@ -72,7 +119,7 @@ func (b *balanceCluster) start(id string) {
 		log, _ = zap.NewDevelopment(zap.IncreaseLevel(zap.InfoLevel))
 		log = log.Named(id)
 	}
-	c, err := consumer.New(cfg, AWSConfig(b.t), ackSink{}, dropDLQ{}, consumer.WithLogger(log))
+	c, err := consumer.New(cfg, awsCfg, ackSink{}, dropDLQ{}, consumer.WithLogger(log))
 	if err != nil {
 		b.t.Fatal(err)
 	}
@@ -88,8 +135,17 @@ func (b *balanceCluster) start(id string) {
 func (b *balanceCluster) stop(id string) {
 	b.mu.Lock()
 	cancel, done := b.workers[id], b.done[id]
+	if cancel == nil {
+		cancel = b.crashed[id]
+		delete(b.crashed, id)
+		done = nil // a partitioned worker's stop ends in errors: not waited for
+	}
 	delete(b.workers, id)
 	b.mu.Unlock()
+	if cancel != nil && done == nil {
+		cancel()
+		return
+	}
 	if cancel == nil {
 		return
 	}
@@ -212,5 +268,22 @@ func TestLeasesBalanceOnJoinAndLeave(t *testing.T) {
 				t.Errorf("the leave took %s to balance, over two failover times (%s)", took, 2*failover)
 			}
 		})
+	}
+}
+
+// A worker that dies (here: cut off DynamoDB) is counted out once its presence row expires, and
+// the others take its leases once they expire: balanced within two failover times.
+func TestLeasesBalanceAfterAWorkerDies(t *testing.T) {
+	const failover = 10 * time.Second
+	b := newBalanceCluster(t, 16, failover)
+	b.idle = 500 * time.Millisecond
+	cc := b.startPartitionable("w1")
+	for _, id := range []string{"w2", "w3", "w4"} {
+		b.start(id)
+	}
+	b.waitBalanced(60*time.Second, "16 shards, four workers started together")
+	b.partition("w1", cc)
+	if took := b.waitBalanced(4*failover, "16 shards, a worker died"); took > 2*failover {
+		t.Errorf("the death took %s to balance, over two failover times (%s)", took, 2*failover)
 	}
 }
