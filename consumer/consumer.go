@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -128,7 +129,8 @@ type Consumer struct {
 
 	leases checkpoint.LeaseStore
 	// share balances the leases across workers (handoff.go); nil: no balancing (unit tests).
-	share  *balancer
+	// Set by Run; LeaseShare reads it from any goroutine.
+	share  atomic.Pointer[balancer]
 	kc     KinesisAPI
 	shards *shardMap
 
@@ -210,8 +212,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	leases.OnLeaseLost(c.leaseLost)
 	bal := checkpoint.NewBalance(c.cfg.WorkerID, c.cfg.Failover)
 	leases.WithBalance(bal)
-	c.share = newBalancer(c, bal, leases)
-	c.share.announce(runCtx, time.Now()) // before the first round: the others count this worker in
+	share := newBalancer(c, bal, leases)
+	share.announce(runCtx, time.Now()) // before the first round: the others count this worker in
+	c.share.Store(share)
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
@@ -246,7 +249,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	stopBy := c.beginStop()
 	c.log.Info("shutting down: flushing, committing and checkpointing", zap.Time("deadline", stopBy))
 	wctx, cancelW := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	c.share.withdraw(wctx) // the others' share grows now, not once the presence row expires
+	share.withdraw(wctx) // the others' share grows now, not once the presence row expires
 	cancelW()
 	done := make(chan struct{})
 	go func() { // the KCL's Shutdown can hang (blocked parent waits); it is bounded below
@@ -286,10 +289,10 @@ func (c *Consumer) stopping() bool {
 // LeaseShare returns this worker's view of the lease balance (zero before the first scan of
 // the lease table). Safe for concurrent use.
 func (c *Consumer) LeaseShare() LeaseShare {
-	if c.share == nil {
-		return LeaseShare{}
+	if b := c.share.Load(); b != nil {
+		return b.LeaseShare()
 	}
-	return c.share.LeaseShare()
+	return LeaseShare{}
 }
 
 // shutdownContext bounds one processor's shutdown (drain, checkpoint, SHARD_END): by the

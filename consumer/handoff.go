@@ -246,8 +246,8 @@ func (p *processor) handOff() {
 		p.checkpoint(true)
 		p.publish(ctx, true)
 	}
-	if p.c.share != nil {
-		p.c.share.bal.Release(p.shard)
+	if b := p.c.share.Load(); b != nil {
+		b.bal.Release(p.shard)
 	}
 	p.released.Store(true)
 	p.log.Info("hand-off: drained; releasing the lease", zap.String("checkpoint", p.saved))

@@ -23,7 +23,7 @@ func balancedEnv(t *testing.T) (*procEnv, *checkpoint.Balance) {
 	e.c.cfg.Failover = 30 * time.Second
 	bal := checkpoint.NewBalance(me, time.Hour)
 	e.leases.WithBalance(bal)
-	e.c.share = newBalancer(e.c, bal, e.leases)
+	e.c.share.Store(newBalancer(e.c, bal, e.leases))
 	if err := e.table.Worker("other", time.Hour).Announce(t.Context(), time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func (e *procEnv) observe(shards ...string) {
 	for _, s := range shards {
 		listed[s] = shardInfo{}
 	}
-	e.c.share.observe(e.t.Context(), listed, rows)
+	e.c.share.Load().observe(e.t.Context(), listed, rows)
 }
 
 func status(id string) *par.ShardStatus { return &par.ShardStatus{ID: id, Mux: &sync.RWMutex{}} }
@@ -94,14 +94,14 @@ func TestHandOffDrainsCheckpointsAndReleasesToTheTaker(t *testing.T) {
 		t.Fatalf("row after the taker took the lease: %+v", r)
 	}
 	e.observe(shard, shard2)
-	if e.c.share.cur != nil || bal.Handoffs() != 1 {
-		t.Fatalf("hand-off still under way (%v), %d hand-offs", e.c.share.cur, bal.Handoffs())
+	if e.c.share.Load().cur != nil || bal.Handoffs() != 1 {
+		t.Fatalf("hand-off still under way (%v), %d hand-offs", e.c.share.Load().cur, bal.Handoffs())
 	}
 	if s := e.c.LeaseShare(); s.Workers != 2 || s.Open != 2 || s.Floor != 1 || s.Ceil != 1 || s.Held != 1 || s.Handoffs != 1 {
 		t.Fatalf("lease share %+v", s)
 	}
 	e.observe(shard, shard2) // balanced: nothing more to hand off
-	if e.c.share.cur != nil || e.row(shard2).HandoffTo != "" {
+	if e.c.share.Load().cur != nil || e.row(shard2).HandoffTo != "" {
 		t.Fatal("a balanced worker handed off again")
 	}
 }
@@ -113,13 +113,13 @@ func TestHandOffPastItsDeadlineReleases(t *testing.T) {
 	e.start(shard, "")
 	e.start(shard2, "")
 	e.observe(shard, shard2)
-	h := e.c.share.cur
+	h := e.c.share.Load().cur
 	if h == nil {
 		t.Fatal("no hand-off")
 	}
-	e.c.share.progress(time.Now().Add(time.Hour))
-	if !bal.Releasing(h.p.shard) || e.c.share.cur != nil {
-		t.Fatalf("past the deadline: releasing %v, under way %v", bal.Releasing(h.p.shard), e.c.share.cur)
+	e.c.share.Load().progress(time.Now().Add(time.Hour))
+	if !bal.Releasing(h.p.shard) || e.c.share.Load().cur != nil {
+		t.Fatalf("past the deadline: releasing %v, under way %v", bal.Releasing(h.p.shard), e.c.share.Load().cur)
 	}
 }
 
@@ -144,7 +144,7 @@ func TestNoHandOffWithinTheShare(t *testing.T) {
 	e, bal := balancedEnv(t)
 	e.start(shard, "")
 	e.observe(shard, shard2)
-	if e.c.share.cur != nil {
+	if e.c.share.Load().cur != nil {
 		t.Fatal("a worker within its share handed off")
 	}
 	if err := e.leases.GetLease(status(shard2), me); !errors.As(err, &chk.ErrLeaseNotAcquired{}) || bal.Refusals() != 1 {

@@ -245,8 +245,8 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 		}
 		l.shards = shards
 	}
-	if c.share != nil {
-		c.share.observe(ctx, shards, list)
+	if b := c.share.Load(); b != nil {
+		b.observe(ctx, shards, list)
 	}
 	own := make(map[string]ownShard, len(procs))
 	for _, p := range procs {
