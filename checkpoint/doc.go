@@ -13,6 +13,10 @@
 //   - dynamo.go: Leases, the DynamoDB store (the KCL's checkpointer, made safe);
 //   - memleases.go: MemLeaseTable and MemLeases, the in-memory store for tests, with the same
 //     rules (leasetest holds the contract both keep);
+//   - share.go: lease balancing: workers' presence rows (PresenceKey), the fair share and the
+//     hand-off plan (ComputeShare), and Balance, the view GetLease and FetchCheckpoint consult
+//     (refusals above the share, reservations, purposeful release); dynamoshare.go and
+//     memshare.go are the two stores' writes of it (Reserve, Announce, Withdraw);
 //   - the horizon attributes of a lease row (AttrReadHorizon, AttrPendingFrom,
 //     AttrPendingTables, AttrHorizonAt): how far each shard's owner has handed records on, by
 //     Kinesis arrival time, the oldest record it has not yet committed, and per table and kind

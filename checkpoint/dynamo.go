@@ -26,8 +26,9 @@ const (
 	attrEpoch   = AttrLeaseEpoch
 )
 
-// removeHorizon is the update clause of an acquisition that forgets the previous owner's horizon.
-const removeHorizon = " REMOVE #rh, #pf, #pt, #ha"
+// removeHorizon is the update clause of an acquisition that forgets the previous owner's horizon
+// and any hand-off reservation.
+const removeHorizon = " REMOVE #rh, #pf, #pt, #ha, #hto, #hun"
 
 // DynamoDBAPI is the part of the DynamoDB client the checkpointer uses (the KCL's interface).
 type DynamoDBAPI = chk.DynamoDBAPI
@@ -63,6 +64,19 @@ type Leases struct {
 
 	onRefused func(shard string, err error)
 	onLost    func(shard string)
+	// balance is the fair share (share.go); nil: none.
+	balance *Balance
+}
+
+// WithBalance makes GetLease and FetchCheckpoint consult b (share.go). Set it before the KCL
+// worker starts.
+func (l *Leases) WithBalance(b *Balance) { l.balance = b }
+
+// held is the number of leases this process holds.
+func (l *Leases) held() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.epochs)
 }
 
 // OnLeaseLost sets f to be told when a GetLease of a lease this process holds is refused because
@@ -102,6 +116,9 @@ func (l *Leases) Get(ctx context.Context, shard string) (LeaseRow, error) {
 // a renewal when this worker holds the unexpired lease under the epoch it recorded; anything
 // else is an acquisition and increments the epoch. It never writes the checkpoint.
 func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
+	if l.balance.refuse(shard.ID, l.Epoch(shard.ID), l.held(), l.now()) {
+		return chk.ErrLeaseNotAcquired{} // above the share, reserved for another, or handed off
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cur, err := l.Get(ctx, shard.ID)
@@ -136,7 +153,7 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	}
 	if epoch != cur.Epoch { // an acquisition: the previous owner's horizon is lost with its buffers
 		names["#rh"], names["#pf"], names["#ha"] = AttrReadHorizon, AttrPendingFrom, AttrHorizonAt
-		names["#pt"] = AttrPendingTables
+		names["#pt"], names["#hto"], names["#hun"] = AttrPendingTables, AttrHandoffTo, AttrHandoffUntil
 		update += removeHorizon
 	}
 	var cond string
@@ -192,6 +209,7 @@ func (l *Leases) RemoveLeaseOwner(shard string) error {
 	mine := l.epochs[shard]
 	delete(l.epochs, shard)
 	l.mu.Unlock()
+	l.balance.released(shard)
 	if mine == 0 {
 		return nil
 	}

@@ -60,6 +60,15 @@ const (
 	// last took or renewed the lease. Absent: version 1 (rows from before the stamp). A row with
 	// a newer version is never taken, renewed or rewritten (GetLease refuses it).
 	AttrStateVersion = "StateVersion"
+	// AttrHandoffTo (S) is ours: the worker a lease is being handed to (share.go). Written by the
+	// owner (Reserve) before it drains and releases the lease; until AttrHandoffUntil no other
+	// worker takes the lease. Every acquisition removes it.
+	AttrHandoffTo = "HandoffTo"
+	// AttrHandoffUntil (N, unix milliseconds) is ours: when the reservation AttrHandoffTo ends.
+	AttrHandoffUntil = "HandoffUntil"
+	// AttrWorkerUntil (N, unix milliseconds) is ours, on a presence row only (PresenceKey): the
+	// worker counts as live until then (share.go).
+	AttrWorkerUntil = "WorkerUntil"
 )
 
 // ShardEnd is the checkpoint of a shard that was read to its end and fully committed.
@@ -92,6 +101,14 @@ type LeaseRow struct {
 	HorizonAt time.Time
 	// StateVersion is AttrStateVersion as stored ("" when absent: version 1).
 	StateVersion string
+	// HandoffTo and HandoffUntil are AttrHandoffTo and AttrHandoffUntil ("" and zero when
+	// absent: the lease is not being handed off).
+	HandoffTo    string
+	HandoffUntil time.Time
+	// Worker is set, and Shard empty, on a worker's presence row (PresenceKey): the worker's
+	// id, live until WorkerUntil (AttrWorkerUntil).
+	Worker      string
+	WorkerUntil time.Time
 	// Exists is false when there is no row at all.
 	Exists bool
 }
@@ -138,7 +155,11 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 		return ""
 	}
 	r := LeaseRow{Exists: item != nil, Shard: str(AttrShardID), Owner: str(AttrAssignedTo),
-		Checkpoint: str(AttrCheckpoint), Parent: str(AttrParentShardID), LeaseTimeoutText: str(AttrLeaseTimeout)}
+		Checkpoint: str(AttrCheckpoint), Parent: str(AttrParentShardID), LeaseTimeoutText: str(AttrLeaseTimeout),
+		HandoffTo: str(AttrHandoffTo)}
+	if w, ok := presenceWorker(r.Shard); ok {
+		r.Shard, r.Worker = "", w
+	}
 	var errs []error
 	if p, err := decodePendingTables(str(AttrPendingTables)); err != nil {
 		errs = append(errs, fmt.Errorf("lease of %s: bad %s: %w", r.Shard, AttrPendingTables, err))
@@ -167,7 +188,8 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 	for _, a := range []struct {
 		name string
 		dst  *time.Time
-	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrHorizonAt, &r.HorizonAt}} {
+	}{{AttrReadHorizon, &r.ReadHorizon}, {AttrPendingFrom, &r.PendingFrom}, {AttrHorizonAt, &r.HorizonAt},
+		{AttrHandoffUntil, &r.HandoffUntil}, {AttrWorkerUntil, &r.WorkerUntil}} {
 		v, ok := item[a.name].(*types.AttributeValueMemberN)
 		if !ok {
 			continue

@@ -24,6 +24,9 @@ import (
 //     GetLease is refused once the row names another owner or epoch: someone took the lease in
 //     between, so the running consumer must end (the KCL then releases the lease, which forgets
 //     the epoch) rather than take the lease back under a new epoch its processor does not hold;
+//   - an acquisition is refused while the row reserves the lease for another worker (a
+//     hand-off, AttrHandoffTo until AttrHandoffUntil), and removes any reservation; the
+//     reservation is written only by the owner under its epoch (Reserve);
 //   - a release removes the owner only while the row names this worker under its epoch, and
 //     forgets that epoch;
 //   - a checkpoint is written only by the owner, under the epoch it holds, never backwards and
@@ -86,7 +89,8 @@ var (
 // mine, and the event loop then takes the lease afresh with a new processor.
 //
 // Without mine it is an acquisition (epoch + 1): another owner's expired lease, a released one,
-// or this worker's after a restart (mine is 0 in a new process). A row written by a newer state
+// or this worker's after a restart (mine is 0 in a new process), unless the lease is being
+// handed off to another worker (AttrHandoffTo) until AttrHandoffUntil. A row written by a newer state
 // version is refused (a *stateversion.Error): it is neither taken nor renewed, so it is never
 // rewritten.
 func leaseEpoch(cur LeaseRow, newOwner string, mine int64, now time.Time) (int64, error) {
@@ -101,6 +105,9 @@ func leaseEpoch(cur LeaseRow, newOwner string, mine int64, now time.Time) (int64
 	}
 	expired := !now.Before(cur.LeaseTimeout)
 	if cur.Owner != "" && cur.Owner != newOwner && !expired {
+		return 0, chk.ErrLeaseNotAcquired{}
+	}
+	if reservedForOther(cur, newOwner, now) {
 		return 0, chk.ErrLeaseNotAcquired{}
 	}
 	return cur.Epoch + 1, nil

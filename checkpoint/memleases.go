@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/stateversion"
@@ -62,6 +63,9 @@ type MemLeases struct {
 
 	mu     sync.Mutex
 	epochs map[string]int64 // shard -> epoch of the lease this worker holds
+
+	// balance is the fair share (share.go); nil: none.
+	balance *Balance
 }
 
 // Epoch returns the epoch under which this worker holds the shard's lease (0 if it does not).
@@ -82,6 +86,9 @@ func (m *MemLeases) Get(_ context.Context, shard string) (LeaseRow, error) {
 // renewal keeps the epoch, an acquisition increments it, and neither writes the checkpoint.
 func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	now := m.now().UTC()
+	if m.balance.refuse(shard.ID, m.Epoch(shard.ID), m.held(), now) {
+		return chk.ErrLeaseNotAcquired{}
+	}
 	m.t.mu.Lock()
 	cur := m.t.get(shard.ID)
 	epoch, err := leaseEpoch(cur, newOwner, m.Epoch(shard.ID), now)
@@ -93,6 +100,7 @@ func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	if epoch != cur.Epoch { // an acquisition forgets the previous owner's horizon
 		cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = time.Time{}, time.Time{}, time.Time{}
 		cur.Pending = nil
+		cur.HandoffTo, cur.HandoffUntil = "", time.Time{}
 	}
 	cur.Exists, cur.Owner, cur.Epoch, cur.StateVersion = true, newOwner, epoch, stateversion.CurrentText
 	cur.LeaseTimeout, cur.LeaseTimeoutText = timeout, timeout.Format(time.RFC3339Nano)
@@ -119,6 +127,7 @@ func (m *MemLeases) RemoveLeaseOwner(shard string) error {
 	mine := m.epochs[shard]
 	delete(m.epochs, shard)
 	m.mu.Unlock()
+	m.balance.released(shard)
 	m.t.mu.Lock()
 	defer m.t.mu.Unlock()
 	if cur := m.t.get(shard); releaseAllowed(cur, m.worker, mine) {

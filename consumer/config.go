@@ -8,6 +8,9 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/membudget"
 )
 
+// minShardSync is the shortest consumer.shard_sync: the KCL counts it in whole milliseconds.
+const minShardSync = 10 * time.Millisecond
+
 // MaxRecordsLimit is the largest GetRecords batch Kinesis serves.
 const MaxRecordsLimit = 10000
 
@@ -34,7 +37,12 @@ type Config struct {
 	// Decoder configures the DMS decoder. Default dms.DefaultConfig(). cmd sets it from `dms`.
 	Decoder dms.Config `yaml:"-"`
 
-	// ShardSync is how often the worker looks for new shards and free leases. Default 5s.
+	// ShardSync is how often the worker looks for new shards and free leases (the KCL's shard-sync
+	// round, jittered by ±50%). The KCL takes at most one lease per round, so this bounds how
+	// fast a worker takes its share: 64 leases take about 64 rounds. A round costs one
+	// ListShards call (Kinesis allows 1000 a second per stream) and, for a worker that holds
+	// its share, no lease-table read (checkpoint.Balance answers from the last scan). Default
+	// 100ms; at least 10ms (docs/scaling.md, "Lease balancing").
 	ShardSync time.Duration `yaml:"shard_sync"`
 	// Failover is the lease duration: a worker that stops renewing loses its shards after it.
 	// Default 30s.
@@ -76,7 +84,7 @@ func DefaultConfig() Config {
 	return Config{
 		ShutdownTimeout:  30 * time.Second,
 		Decoder:          dms.DefaultConfig(),
-		ShardSync:        5 * time.Second,
+		ShardSync:        100 * time.Millisecond,
 		Failover:         30 * time.Second,
 		IdleBetweenReads: 250 * time.Millisecond,
 		MaxRecords:       MaxRecordsLimit,
@@ -107,6 +115,9 @@ func (c Config) Validate() error {
 		if pos.v <= 0 {
 			return fmt.Errorf("%s: must be positive, got %s", pos.path, pos.v)
 		}
+	}
+	if c.ShardSync > 0 && c.ShardSync < minShardSync {
+		return fmt.Errorf("consumer.shard_sync: must be at least %s, got %s", minShardSync, c.ShardSync)
 	}
 	if c.HeartbeatInterval < 0 || (c.HeartbeatInterval > 0 && c.HeartbeatInterval < minHeartbeatInterval) {
 		return fmt.Errorf("consumer.heartbeat_interval: must be 0 (off) or at least %s, got %s", minHeartbeatInterval, c.HeartbeatInterval)

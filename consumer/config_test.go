@@ -19,7 +19,7 @@ func validConfig() Config {
 func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	c := DefaultConfig()
-	if c.ShardSync != 5*time.Second || c.Failover != 30*time.Second || c.IdleBetweenReads != 250*time.Millisecond ||
+	if c.ShardSync != 100*time.Millisecond || c.Failover != 30*time.Second || c.IdleBetweenReads != 250*time.Millisecond ||
 		c.MaxRecords != 10000 || c.ShutdownTimeout != 30*time.Second || c.Decoder != dms.DefaultConfig() {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
@@ -46,6 +46,7 @@ func TestConfigValidateNamesTheYAMLPath(t *testing.T) {
 		{func(c *Config) { c.Region = "" }, "region: required"},
 		{func(c *Config) { c.ShutdownTimeout = 0 }, "shutdown_timeout: must be positive, got 0s"},
 		{func(c *Config) { c.ShardSync = -time.Second }, "consumer.shard_sync: must be positive, got -1s"},
+		{func(c *Config) { c.ShardSync = time.Millisecond }, "consumer.shard_sync: must be at least 10ms, got 1ms"},
 		{func(c *Config) { c.Failover = 0 }, "consumer.failover: must be positive, got 0s"},
 		{func(c *Config) { c.IdleBetweenReads = 0 }, "consumer.idle_between_reads: must be positive, got 0s"},
 		{func(c *Config) { c.MaxInflightBytes = 0 }, "consumer.max_inflight_bytes: must be positive, got 0"},

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -127,6 +128,9 @@ type Consumer struct {
 	budget *membudget.Budget
 
 	leases checkpoint.LeaseStore
+	// share balances the leases across workers (handoff.go); nil: no balancing (unit tests).
+	// Set by Run; LeaseShare reads it from any goroutine.
+	share  atomic.Pointer[balancer]
 	kc     KinesisAPI
 	shards *shardMap
 
@@ -206,6 +210,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.metrics.LeaseStateRefused(shard)
 	})
 	leases.OnLeaseLost(c.leaseLost)
+	bal := checkpoint.NewBalance(c.cfg.WorkerID, c.cfg.Failover)
+	leases.WithBalance(bal)
+	share := newBalancer(c, bal, leases)
+	share.announce(runCtx, time.Now()) // before the first round: the others count this worker in
+	c.share.Store(share)
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
@@ -239,6 +248,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	stopBy := c.beginStop()
 	c.log.Info("shutting down: flushing, committing and checkpointing", zap.Time("deadline", stopBy))
+	wctx, cancelW := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	share.withdraw(wctx) // the others' share grows now, not once the presence row expires
+	cancelW()
 	done := make(chan struct{})
 	go func() { // the KCL's Shutdown can hang (blocked parent waits); it is bounded below
 		defer close(done)
@@ -265,6 +277,22 @@ func (c *Consumer) beginStop() time.Time {
 	defer c.mu.Unlock()
 	c.stopBy = d
 	return d
+}
+
+// stopping reports whether the graceful stop has begun.
+func (c *Consumer) stopping() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.stopBy.IsZero()
+}
+
+// LeaseShare returns this worker's view of the lease balance (zero before the first scan of
+// the lease table). Safe for concurrent use.
+func (c *Consumer) LeaseShare() LeaseShare {
+	if b := c.share.Load(); b != nil {
+		return b.LeaseShare()
+	}
+	return LeaseShare{}
 }
 
 // shutdownContext bounds one processor's shutdown (drain, checkpoint, SHARD_END): by the

@@ -24,6 +24,12 @@
 // shard; processors skip heartbeat records (whatever the setting) after folding their arrival
 // into the shard's horizon.
 //
+// Lease balancing (handoff.go): the horizon loop hands every scan of the lease table to the
+// balancer, which keeps this worker's presence row, updates the fair share the lease store
+// consults (checkpoint.Balance), and hands one lease at a time above the share off to the
+// worker below it: the shard's processor drains (ProcessRecords, on the KCL's goroutine), then
+// the lease store refuses the lease's next renewal so that the KCL releases it.
+//
 // Consumer.Run starts the worker and returns only after the worker has shut down, at the latest
 // ShutdownSlack past the stop's deadline (because the KCL's own shutdown can hang). The deadline
 // is Config.ShutdownTimeout from the stop, or the process's (WithShutdownDeadline); every

@@ -245,6 +245,9 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 		}
 		l.shards = shards
 	}
+	if b := c.share.Load(); b != nil {
+		b.observe(ctx, shards, list)
+	}
 	own := make(map[string]ownShard, len(procs))
 	for _, p := range procs {
 		if r := rows[p.shard]; r.Owner == c.cfg.WorkerID && r.Epoch == p.epoch && p.epoch != 0 {

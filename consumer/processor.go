@@ -45,6 +45,10 @@ type processor struct {
 	// stale is set when a newer processor took over the same shard in this worker, or a
 	// checkpoint was fenced; a stale processor never writes a checkpoint again.
 	stale atomic.Bool
+	// handoff is set by the balancer to make the processor hand its lease off (handoff.go);
+	// released once it has drained and asked for the release. handedOff: handOff ran.
+	handoff, released atomic.Bool
+	handedOff         bool
 	// hz is the shard's read horizon (horizon.go).
 	hz horizonState
 	// alignBy and alignOff bound read-ahead alignment within one ProcessRecords call.
@@ -98,7 +102,7 @@ func (p *processor) Initialize(in *kcl.InitializationInput) {
 }
 
 func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
-	if p.halted {
+	if p.handOffNow() || p.halted {
 		return
 	}
 	if p.gated {
@@ -350,9 +354,9 @@ func (p *processor) waitForParents() error {
 	defer p.c.metrics.WaitingForParents(p.shard, false)
 	logged := false
 	for {
-		if p.stale.Load() {
-			// A newer processor of the shard, or a fenced lease: the KCL consumer must get back
-			// to its loop, where a refused renewal ends it.
+		if p.stale.Load() || p.handoff.Load() {
+			// A newer processor of the shard, a fenced lease, or a hand-off: the KCL consumer
+			// must get back to its loop, where a refused renewal ends it.
 			return errStale
 		}
 		done, err := p.parentsFinished()

@@ -26,6 +26,12 @@ type Store interface {
 	Get(ctx context.Context, shard string) (checkpoint.LeaseRow, error)
 	// RemoveLeaseOwner releases the shard's lease (the KCL calls it when a consumer ends).
 	RemoveLeaseOwner(shard string) error
+	// The lease balancing (share.go): the fair share GetLease consults, the hand-off
+	// reservation, and the worker's presence row.
+	WithBalance(b *checkpoint.Balance)
+	Reserve(ctx context.Context, shard string, epoch int64, taker string, until time.Time) error
+	Announce(ctx context.Context, until time.Time) error
+	Withdraw(ctx context.Context) error
 }
 
 // Table is a lease table under test.
@@ -68,6 +74,12 @@ func Run(t *testing.T, newTable func(t *testing.T) Table) {
 		{"LeaseIsStampedWithStateVersion", stampedLease},
 		{"NewerStateVersionIsNotTaken", newerNotTaken},
 		{"UnstampedRowIsTaken", unstampedTaken},
+		{"ReservedLeaseGoesOnlyToItsTaker", reservedToTaker},
+		{"OnlyTheOwnerReserves", onlyOwnerReserves},
+		{"ExpiredReservationIsIgnored", expiredReservation},
+		{"RenewalOfAReleasedLeaseIsRefused", releasedRenewal},
+		{"PresenceRowIsScannedAndWithdrawn", presence},
+		{"AcquisitionAboveTheShareIsRefused", aboveShare},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
