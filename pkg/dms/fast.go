@@ -138,7 +138,8 @@ func (d *Decoder) fastImages(data []byte, cols []change.Column, op change.Op) (c
 }
 
 // scan reads the record's envelope: one object holding a metadata object, a data object, maybe
-// the before-image (an object or null) and other keys with scalar values, each key once. It
+// the before-image (an object or null) and other keys with scalar values, each key once. The
+// record's keys are read in this one loop, which is the per-record part of the hot path. It
 // reports whether the record has that shape; the checks of what the metadata says are dataOp's.
 func (s *fastScanner) scan(data []byte) bool {
 	if len(data) > 1<<30 || s.cfg.BeforeImageField == "metadata" || s.cfg.BeforeImageField == "data" {
@@ -187,7 +188,16 @@ func (s *fastScanner) scan(data []byte) bool {
 				return false
 			}
 			seen |= 4
-			if i, ok = s.readBefore(data, i); !ok {
+			switch data[i] {
+			case '{':
+				if s.before, i, ok = s.readObject(data, i, s.before, false); !ok {
+					return false
+				}
+			case 'n':
+				if i, ok = scanLiteral(data, i, "null"); !ok {
+					return false
+				}
+			default:
 				return false
 			}
 		default:
@@ -209,20 +219,6 @@ func (s *fastScanner) scan(data []byte) bool {
 		i = skipWS1(data, i+1)
 	}
 	return skipWS1(data, i) == len(data) && seen&3 == 3
-}
-
-// readBefore reads the before-image value at data[i]: an object, or null.
-func (s *fastScanner) readBefore(data []byte, i int) (int, bool) {
-	switch data[i] {
-	case '{':
-		var ok bool
-		s.before, i, ok = s.readObject(data, i, s.before, false)
-		return i, ok
-	case 'n':
-		return scanLiteral(data, i, "null")
-	default:
-		return 0, false
-	}
 }
 
 // dataOp checks what the scanned metadata says: a data record with the required fields and a
