@@ -27,6 +27,16 @@ type Config struct {
 	BIEnabled bool `yaml:"bi_enabled"`
 }
 
+// stripBI reports whether name is a before-image column (BIPrefix<column>BISuffix) and
+// returns the source column name.
+func (c *Config) stripBI(name []byte) ([]byte, bool) {
+	p, s := c.BIPrefix, c.BISuffix
+	if len(name) <= len(p)+len(s) || string(name[:len(p)]) != p || string(name[len(name)-len(s):]) != s {
+		return nil, false
+	}
+	return name[len(p) : len(name)-len(s)], true
+}
+
 // DefaultConfig returns the configuration for a task with BeforeImageSettings.FieldName
 // "before-image" and no add-before-image-columns transformation.
 func DefaultConfig() Config {

@@ -9,16 +9,19 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
-// decodeControl fills the control part of a control record. Control records are rare, so this
-// path favours clarity over allocations.
-func (d *Decoder) decodeControl(top *fastjson.Object, ev *change.Event) *DecodeError {
+// Control records: their table-def parsing, and truncates written as data records. Control
+// records are rare, so this path favours clarity over allocations; the strings go into the
+// event's arena like all others.
+
+// decodeControl fills the control part of a control record.
+func decodeControl(top *fastjson.Object, ev *change.Event, text *eventText) *DecodeError {
 	ctl := &change.Control{Op: ev.Meta.Operation}
 	if cv := top.Get("control"); cv != nil {
 		switch cv.Type() {
 		case fastjson.TypeNull:
 		case fastjson.TypeObject:
 			if tv := cv.Get("table-def"); tv != nil && tv.Type() != fastjson.TypeNull {
-				td, err := d.tableDef(tv)
+				td, err := tableDef(tv, text)
 				if err != nil {
 					return err
 				}
@@ -41,12 +44,13 @@ func IsTruncate(op string) bool {
 	return strings.EqualFold(op, "truncate") || strings.EqualFold(op, "truncate-table") || strings.EqualFold(op, "TruncateTable")
 }
 
-// decodeTruncate makes a data record whose operation is a truncate the control record it is.
-func (d *Decoder) decodeTruncate(ev *change.Event) *DecodeError {
-	if d.seen&seenSchema == 0 {
+// decodeTruncate makes a data record whose operation is a truncate the control record it is;
+// seen is what metaReader found of the metadata.
+func decodeTruncate(ev *change.Event, seen uint16) *DecodeError {
+	if seen&seenSchema == 0 {
 		return decodeErr(ErrMissingMetadata, -1, "metadata.schema-name is missing on a truncate record")
 	}
-	if d.seen&seenTable == 0 || ev.Table == "" {
+	if seen&seenTable == 0 || ev.Table == "" {
 		return decodeErr(ErrMissingMetadata, -1, "metadata.table-name is missing or empty on a truncate record")
 	}
 	ev.Op = change.OpControl
@@ -54,7 +58,7 @@ func (d *Decoder) decodeTruncate(ev *change.Event) *DecodeError {
 	return nil
 }
 
-func (d *Decoder) tableDef(tv *fastjson.Value) (*change.TableDef, *DecodeError) {
+func tableDef(tv *fastjson.Value, text *eventText) (*change.TableDef, *DecodeError) {
 	if tv.Type() != fastjson.TypeObject {
 		return nil, decodeErr(ErrBadField, -1, "control.table-def is "+typeName(tv)+", want object")
 	}
@@ -71,7 +75,7 @@ func (d *Decoder) tableDef(tv *fastjson.Value) (*change.TableDef, *DecodeError) 
 				return
 			}
 			var c change.ColumnDef
-			c, derr = d.columnDef(key, v)
+			c, derr = columnDef(key, v, text)
 			td.Columns = append(td.Columns, c)
 		})
 		if derr != nil {
@@ -83,7 +87,7 @@ func (d *Decoder) tableDef(tv *fastjson.Value) (*change.TableDef, *DecodeError) 
 		case fastjson.TypeNull:
 		case fastjson.TypeString:
 			b, _ := pv.StringBytes()
-			td.PrimaryKey = []string{d.str(b)}
+			td.PrimaryKey = []string{text.str(b)}
 		case fastjson.TypeArray:
 			items, _ := pv.Array()
 			td.PrimaryKey = make([]string, 0, len(items))
@@ -92,7 +96,7 @@ func (d *Decoder) tableDef(tv *fastjson.Value) (*change.TableDef, *DecodeError) 
 				if err != nil {
 					return nil, decodeErr(ErrBadField, -1, "control.table-def.primary-key["+strconv.Itoa(i)+"] is "+typeName(it)+", want string")
 				}
-				td.PrimaryKey = append(td.PrimaryKey, d.str(b))
+				td.PrimaryKey = append(td.PrimaryKey, text.str(b))
 			}
 		default:
 			return nil, decodeErr(ErrBadField, -1, "control.table-def.primary-key is "+typeName(pv)+", want array of strings")
@@ -101,8 +105,8 @@ func (d *Decoder) tableDef(tv *fastjson.Value) (*change.TableDef, *DecodeError) 
 	return td, nil
 }
 
-func (d *Decoder) columnDef(key []byte, v *fastjson.Value) (change.ColumnDef, *DecodeError) {
-	c := change.ColumnDef{Name: d.str(key), Nullable: true}
+func columnDef(key []byte, v *fastjson.Value, text *eventText) (change.ColumnDef, *DecodeError) {
+	c := change.ColumnDef{Name: text.str(key), Nullable: true}
 	o, err := v.Object()
 	if err != nil {
 		return c, decodeErr(ErrBadField, -1, "control.table-def.columns."+string(key)+" is "+typeName(v)+", want object")
@@ -123,7 +127,7 @@ func (d *Decoder) columnDef(key []byte, v *fastjson.Value) (change.ColumnDef, *D
 				bad("string")
 				return
 			}
-			c.Type = d.str(b)
+			c.Type = text.str(b)
 		case "length", "precision", "scale":
 			n, ok := intField(fv)
 			if !ok {

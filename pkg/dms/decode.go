@@ -7,7 +7,6 @@ import (
 	"io"
 	"strconv"
 	"strings"
-	"unsafe"
 
 	"github.com/valyala/fastjson"
 
@@ -16,45 +15,31 @@ import (
 
 // Decoder turns DMS JSON records into change.Events. It reuses one JSON parser and is not safe
 // for concurrent use; create one per goroutine.
+//
+// It holds the parts of decoding, each with its own state: the fast path's scanner (fast.go),
+// the general path's readers of the metadata and of the images (meta.go, image.go), the text
+// of the event being decoded (arena.go) and the slab fresh events' columns are carved from
+// (slab.go); control records are parsed by the functions of control.go.
 type Decoder struct {
 	cfg Config
 	p   fastjson.Parser
 
-	// Per-call state, cleared when Decode returns.
-	ev    *change.Event
-	arena []byte
-	buf   []change.Column
-	front int // next data column goes to buf[front]
-	back  int // next BI column goes to buf[back] (filled from the end of the data segment)
-	bi    int // next before-image column goes to buf[bi]
-	seen  uint16
-	err   *DecodeError
-
-	// fast is the scratch of the fast path (fast.go); slowOnly turns the fast path off (tests
-	// compare the two paths).
-	fast     fastState
+	text  eventText
+	fast  fastScanner
+	meta  *metaReader
+	image *imageReader
+	// cols is what the fast path carves fresh events' columns from.
+	cols columnSlab
+	// slowOnly turns the fast path off (tests compare the two paths).
 	slowOnly bool
-	// shared: the record being decoded came through DecodeShared, so the fast path points
-	// strings into it instead of copying them.
-	shared bool
-	// colSlab and textSlab are what the fast path carves fresh events' columns and (shared)
-	// unescaped strings from (slab.go).
-	colSlab  []change.Column
-	textSlab []byte
-
-	// Method values bound once so that fastjson's Visit does not allocate a closure per record.
-	visitMetaFn   func(key []byte, v *fastjson.Value)
-	visitDataFn   func(key []byte, v *fastjson.Value)
-	visitBeforeFn func(key []byte, v *fastjson.Value)
 }
 
 // NewDecoder returns a Decoder for cfg. It does not validate cfg (call Config.Validate); an
 // empty BeforeImageField means no before-image object is recognised.
 func NewDecoder(cfg Config) *Decoder {
-	d := &Decoder{cfg: cfg}
-	d.visitMetaFn = d.visitMeta
-	d.visitDataFn = d.visitData
-	d.visitBeforeFn = d.visitBefore
+	d := &Decoder{cfg: cfg, fast: fastScanner{cfg: cfg}}
+	d.meta = newMetaReader(&d.text)
+	d.image = newImageReader(cfg, &d.text)
 	return d
 }
 
@@ -65,14 +50,6 @@ func (d *Decoder) Config() Config { return d.cfg }
 var noColumns = make([]change.Column, 0)
 
 var kplMagic = []byte{0xF3, 0x89, 0x9A, 0xC2}
-
-// Bits of Decoder.seen: which metadata keys were present.
-const (
-	seenRecordType = 1 << iota
-	seenOperation
-	seenSchema
-	seenTable
-)
 
 // Decode decodes one DMS record into ev.
 //
@@ -136,11 +113,10 @@ func (d *Decoder) DecodeShared(data []byte, ev *change.Event) error {
 }
 
 func (d *Decoder) decodeInto(data []byte, ev *change.Event, shared bool) error {
-	d.shared = shared
+	d.text.shared = shared
 	cols := ev.Columns[:0]
 	if !d.slowOnly && d.decodeFast(data, ev, cols) {
-		d.keepText()
-		d.arena = nil
+		d.text.finishFast()
 		return nil
 	}
 	ev.Schema, ev.Table, ev.Op = "", "", change.OpUnknown
@@ -158,7 +134,7 @@ func (d *Decoder) decodeInto(data []byte, ev *change.Event, shared bool) error {
 }
 
 func (d *Decoder) reset() {
-	d.ev, d.arena, d.buf, d.err = nil, nil, nil, nil
+	d.text.arena = nil
 }
 
 func (d *Decoder) decode(data []byte, ev *change.Event, cols []change.Column) *DecodeError {
@@ -180,10 +156,8 @@ func (d *Decoder) decode(data []byte, ev *change.Event, cols []change.Column) *D
 	if err != nil {
 		return decodeErr(ErrNotObject, first, "top-level value is not a JSON object")
 	}
-	d.ev = ev
-	// One arena per event: everything copied out of the parser fits in len(data) bytes (compact
-	// JSON and unescaped strings are never longer than their source); str grows it if not.
-	d.arena = make([]byte, 0, len(data))
+	// One arena per event.
+	d.text.startCopy(len(data))
 
 	mv := top.Get("metadata")
 	if mv == nil {
@@ -193,24 +167,22 @@ func (d *Decoder) decode(data []byte, ev *change.Event, cols []change.Column) *D
 		return decodeErr(ErrBadField, -1, "metadata is "+typeName(mv)+", want object")
 	}
 	mo, _ := mv.Object()
-	d.seen = 0
-	mo.Visit(d.visitMetaFn)
-	if d.err != nil {
-		return d.err
+	if err := d.meta.read(mo, &ev.Meta); err != nil {
+		return err
 	}
 	m := &ev.Meta
 	ev.Schema, ev.Table = m.SchemaName, m.TableName
-	if d.seen&seenRecordType == 0 {
+	if d.meta.seen&seenRecordType == 0 {
 		return decodeErr(ErrMissingMetadata, -1, "metadata.record-type is missing")
 	}
-	if d.seen&seenOperation == 0 {
+	if d.meta.seen&seenOperation == 0 {
 		return decodeErr(ErrMissingMetadata, -1, "metadata.operation is missing")
 	}
 	switch m.RecordType {
 	case "data":
 		return d.decodeData(top, ev, cols)
 	case "control":
-		return d.decodeControl(top, ev)
+		return decodeControl(top, ev, &d.text)
 	default:
 		return decodeErr(ErrUnknownRecordType, -1, "metadata.record-type "+strconv.Quote(m.RecordType)+" is neither data nor control")
 	}
@@ -228,14 +200,14 @@ func (d *Decoder) decodeData(top *fastjson.Object, ev *change.Event, cols []chan
 		ev.Op = change.OpDelete
 	default:
 		if IsTruncate(ev.Meta.Operation) {
-			return d.decodeTruncate(ev)
+			return decodeTruncate(ev, d.meta.seen)
 		}
 		return decodeErr(ErrUnknownOperation, -1, "data operation "+strconv.Quote(ev.Meta.Operation)+" is not load, insert, update or delete")
 	}
-	if d.seen&seenSchema == 0 {
+	if d.meta.seen&seenSchema == 0 {
 		return decodeErr(ErrMissingMetadata, -1, "metadata.schema-name is missing on a data record")
 	}
-	if d.seen&seenTable == 0 {
+	if d.meta.seen&seenTable == 0 {
 		return decodeErr(ErrMissingMetadata, -1, "metadata.table-name is missing on a data record")
 	}
 	if ev.Table == "" {
@@ -272,208 +244,12 @@ func (d *Decoder) decodeData(top *fastjson.Object, ev *change.Event, cols []chan
 		}
 	}
 
-	n := do.Len()
-	total := n
-	if bo != nil {
-		total += bo.Len()
+	columns, before, err := d.image.read(do, bo, cols, ev.Op)
+	if err != nil {
+		return err
 	}
-	switch {
-	case total == 0 && cols == nil:
-		d.buf = noColumns // non-nil and empty: data records always have Columns
-	case cap(cols) >= total:
-		d.buf = cols[:total]
-	default:
-		d.buf = make([]change.Column, total)
-	}
-	d.front, d.back = 0, n-1
-	do.Visit(d.visitDataFn)
-	if d.err != nil {
-		return d.err
-	}
-	// BI columns were written backwards from the end of the data segment; restore JSON order.
-	for i, j := d.front, n-1; i < j; i, j = i+1, j-1 {
-		d.buf[i], d.buf[j] = d.buf[j], d.buf[i]
-	}
-	ev.Columns = d.buf[:d.front]
-	if bo != nil {
-		d.bi = n
-		bo.Visit(d.visitBeforeFn)
-		if d.err != nil {
-			return d.err
-		}
-		ev.Before = d.buf[n:total:total]
-	} else if d.front < n && ev.Op == change.OpUpdate {
-		ev.Before = d.buf[d.front:n:n]
-	}
+	ev.Columns, ev.Before = columns, before
 	return nil
-}
-
-func (d *Decoder) visitMeta(key []byte, v *fastjson.Value) {
-	if d.err != nil {
-		return
-	}
-	m := &d.ev.Meta
-	var dst *string
-	switch string(key) {
-	case "timestamp":
-		dst = &m.Timestamp
-	case "record-type":
-		dst = &m.RecordType
-		d.seen |= seenRecordType
-	case "operation":
-		dst = &m.Operation
-		d.seen |= seenOperation
-	case "partition-key-type":
-		dst = &m.PartitionKeyType
-	case "partition-key-value":
-		dst = &m.PartitionKeyValue
-	case "schema-name":
-		dst = &m.SchemaName
-		d.seen |= seenSchema
-	case "table-name":
-		dst = &m.TableName
-		d.seen |= seenTable
-	case "transaction-id":
-		dst = &m.TransactionID
-	case "transaction-record-id":
-		dst = &m.TransactionRecordID
-	case "prev-transaction-id":
-		dst = &m.PrevTransactionID
-	case "prev-transaction-record-id":
-		dst = &m.PrevTransactionRecordID
-	case "commit-timestamp":
-		dst = &m.CommitTimestamp
-	case "stream-position":
-		dst = &m.StreamPosition
-	default:
-		return
-	}
-	switch v.Type() {
-	case fastjson.TypeString:
-		b, _ := v.StringBytes()
-		*dst = d.str(b)
-	case fastjson.TypeNumber:
-		s := d.marshal(v)
-		if !validNumber(s) {
-			d.err = decodeErr(ErrSyntax, -1, numberReason("metadata."+string(key), s))
-			return
-		}
-		*dst = s
-	case fastjson.TypeNull:
-		// Treated as absent.
-		switch string(key) {
-		case "record-type":
-			d.seen &^= seenRecordType
-		case "operation":
-			d.seen &^= seenOperation
-		case "schema-name":
-			d.seen &^= seenSchema
-		case "table-name":
-			d.seen &^= seenTable
-		}
-	default:
-		d.err = decodeErr(ErrBadField, -1, "metadata."+string(key)+" is "+typeName(v)+", want string or number")
-	}
-}
-
-func (d *Decoder) visitData(key []byte, v *fastjson.Value) {
-	if d.err != nil {
-		return
-	}
-	val, ok := d.value(v)
-	if !ok {
-		d.err = decodeErr(ErrSyntax, -1, numberReason("data."+string(key), val.Text))
-		return
-	}
-	if d.cfg.BIEnabled {
-		if name, ok := d.stripBI(key); ok {
-			d.buf[d.back] = change.Column{Name: d.str(name), Value: val}
-			d.back--
-			return
-		}
-	}
-	d.buf[d.front] = change.Column{Name: d.str(key), Value: val}
-	d.front++
-}
-
-func (d *Decoder) visitBefore(key []byte, v *fastjson.Value) {
-	if d.err != nil {
-		return
-	}
-	val, ok := d.value(v)
-	if !ok {
-		d.err = decodeErr(ErrSyntax, -1, numberReason(d.cfg.BeforeImageField+"."+string(key), val.Text))
-		return
-	}
-	d.buf[d.bi] = change.Column{Name: d.str(key), Value: val}
-	d.bi++
-}
-
-// stripBI reports whether name is a before-image column and returns the source column name.
-func (d *Decoder) stripBI(name []byte) ([]byte, bool) {
-	p, s := d.cfg.BIPrefix, d.cfg.BISuffix
-	if len(name) <= len(p)+len(s) || string(name[:len(p)]) != p || string(name[len(name)-len(s):]) != s {
-		return nil, false
-	}
-	return name[len(p) : len(name)-len(s)], true
-}
-
-// value converts a parsed JSON value. ok is false for a malformed number (Text holds it).
-func (d *Decoder) value(v *fastjson.Value) (change.Value, bool) {
-	switch v.Type() {
-	case fastjson.TypeString:
-		b, _ := v.StringBytes()
-		return change.Value{Kind: change.KindString, Text: d.str(b)}, true
-	case fastjson.TypeNumber:
-		s := d.marshal(v)
-		return change.Value{Kind: change.KindNumber, Text: s}, validNumber(s)
-	case fastjson.TypeTrue:
-		return change.Value{Kind: change.KindBool, Text: "true"}, true
-	case fastjson.TypeFalse:
-		return change.Value{Kind: change.KindBool, Text: "false"}, true
-	case fastjson.TypeNull:
-		return change.Value{Kind: change.KindNull}, true
-	default: // object, array
-		return change.Value{Kind: change.KindJSON, Text: d.marshal(v)}, true
-	}
-}
-
-// str copies b into the event arena and returns it as a string.
-func (d *Decoder) str(b []byte) string {
-	if len(b) == 0 {
-		return ""
-	}
-	if cap(d.arena)-len(d.arena) < len(b) {
-		d.grow(len(b))
-	}
-	start := len(d.arena)
-	d.arena = append(d.arena, b...)
-	return unsafe.String(&d.arena[start], len(b))
-}
-
-// marshal appends the compact JSON of v to the arena and returns it as a string. Values that
-// were never inspected keep their original string escapes, so the result is valid JSON.
-func (d *Decoder) marshal(v *fastjson.Value) string {
-	start := len(d.arena)
-	// If MarshalTo outgrows the arena, append moves the bytes to a new array; strings made
-	// earlier keep pointing at (and keep alive) the old one, which is never written again.
-	d.arena = v.MarshalTo(d.arena)
-	if len(d.arena) == start {
-		return ""
-	}
-	return unsafe.String(&d.arena[start], len(d.arena)-start)
-}
-
-// grow starts a new arena chunk; strings already handed out keep the old chunk alive.
-func (d *Decoder) grow(n int) {
-	c := 2 * cap(d.arena)
-	if c < 256 {
-		c = 256
-	}
-	if c < n {
-		c = n
-	}
-	d.arena = make([]byte, 0, c)
 }
 
 func skipWS(b []byte) int {

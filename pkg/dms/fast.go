@@ -36,7 +36,7 @@ type fastCol struct {
 	bi   bool // an add-before-image-columns column (key is the source column name)
 }
 
-// metaFields are the metadata keys, in the order of the spans decodeFast keeps.
+// metaFields are the metadata keys, in the order of the spans fastScanner keeps.
 var metaFields = [...]string{"timestamp", "record-type", "operation", "partition-key-type",
 	"partition-key-value", "schema-name", "table-name", "transaction-id", "transaction-record-id",
 	"prev-transaction-id", "prev-transaction-record-id", "commit-timestamp", "stream-position"}
@@ -48,8 +48,12 @@ const (
 	metaTable      = 6
 )
 
-// fastState is decodeFast's scratch, kept in the Decoder between records.
-type fastState struct {
+// fastScanner is the fast path's reader of a record: one pass that checks the record has the
+// common shape and keeps the spans of its metadata and columns (its scratch is kept in the
+// Decoder between records). It reads the record only; eventText makes the event's strings out
+// of the spans.
+type fastScanner struct {
+	cfg     Config
 	meta    [len(metaFields)]span
 	metaSet uint16
 	cols    []fastCol
@@ -60,10 +64,87 @@ type fastState struct {
 // When it did not, ev.Meta and the backing array of cols may have been written to (the general
 // path starts by clearing ev).
 func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column) bool {
-	if len(data) > 1<<30 || d.cfg.BeforeImageField == "metadata" || d.cfg.BeforeImageField == "data" {
+	s := &d.fast
+	if !s.scan(data) {
 		return false
 	}
+	op, ok := s.dataOp(data)
+	if !ok {
+		return false
+	}
+	// Everything is checked but the escapes: copy the strings out, then fill in the event.
+	// From here on ev is written to; should a late escape send the record to the general path
+	// after all, Decode clears what was written.
+	// Shared: strings point into data, and only escaped ones are copied out (eventText.span).
+	d.text.startFast(len(data))
+	m := &ev.Meta
+	if !s.copyMeta(data, m, &d.text) {
+		return false
+	}
+	columns, before, ok := d.fastImages(data, cols, op)
+	if !ok {
+		return false
+	}
+	ev.Schema, ev.Table, ev.Op = m.SchemaName, m.TableName, op
+	ev.Columns, ev.Before, ev.Control = columns, before, nil
+	return true
+}
+
+// fastImages makes the event's columns and before-image of the scanned record with operation
+// op, reusing the backing array of cols when it is large enough.
+func (d *Decoder) fastImages(data []byte, cols []change.Column, op change.Op) (columns, before []change.Column, ok bool) {
 	s := &d.fast
+	n := len(s.cols)
+	total := n + len(s.before)
+	var buf []change.Column
+	switch {
+	case total == 0 && cols == nil:
+		buf = noColumns
+	case cap(cols) >= total:
+		buf = cols[:total]
+	default:
+		buf = d.cols.take(total)
+	}
+	front, back := 0, n-1
+	for _, c := range s.cols {
+		col, ok := d.text.column(data, c)
+		if !ok {
+			return nil, nil, false
+		}
+		if c.bi {
+			buf[back] = col
+			back--
+		} else {
+			buf[front] = col
+			front++
+		}
+	}
+	for i, j := front, n-1; i < j; i, j = i+1, j-1 {
+		buf[i], buf[j] = buf[j], buf[i]
+	}
+	if len(s.before) > 0 {
+		for k, c := range s.before {
+			col, ok := d.text.column(data, c)
+			if !ok {
+				return nil, nil, false
+			}
+			buf[n+k] = col
+		}
+		before = buf[n:total:total]
+	} else if front < n && op == change.OpUpdate {
+		before = buf[front:n:n]
+	}
+	return buf[:front], before, true
+}
+
+// scan reads the record's envelope: one object holding a metadata object, a data object, maybe
+// the before-image (an object or null) and other keys with scalar values, each key once. The
+// record's keys are read in this one loop, which is the per-record part of the hot path. It
+// reports whether the record has that shape; the checks of what the metadata says are dataOp's.
+func (s *fastScanner) scan(data []byte) bool {
+	if len(data) > 1<<30 || s.cfg.BeforeImageField == "metadata" || s.cfg.BeforeImageField == "data" {
+		return false
+	}
 	s.metaSet, s.cols, s.before = 0, s.cols[:0], s.before[:0]
 	i := skipWS(data)
 	if i == len(data) || data[i] != '{' {
@@ -71,7 +152,6 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 	}
 	i = skipWS1(data, i+1)
 	var seen uint8 // 1 metadata, 2 data, 4 before-image
-	hasBefore := false
 	for {
 		key, j, ok := scanString(data, i)
 		if !ok || key.esc {
@@ -92,7 +172,7 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 				return false
 			}
 			seen |= 1
-			if i, ok = d.fastMeta(data, i); !ok {
+			if i, ok = s.readMeta(data, i); !ok {
 				return false
 			}
 		case string(k) == "data":
@@ -100,18 +180,17 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 				return false
 			}
 			seen |= 2
-			if s.cols, i, ok = d.fastObject(data, i, s.cols, d.cfg.BIEnabled); !ok {
+			if s.cols, i, ok = s.readObject(data, i, s.cols, s.cfg.BIEnabled); !ok {
 				return false
 			}
-		case d.cfg.BeforeImageField != "" && string(k) == d.cfg.BeforeImageField:
+		case s.cfg.BeforeImageField != "" && string(k) == s.cfg.BeforeImageField:
 			if seen&4 != 0 {
 				return false
 			}
 			seen |= 4
 			switch data[i] {
 			case '{':
-				hasBefore = true
-				if s.before, i, ok = d.fastObject(data, i, s.before, false); !ok {
+				if s.before, i, ok = s.readObject(data, i, s.before, false); !ok {
 					return false
 				}
 			case 'n':
@@ -139,15 +218,18 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 		}
 		i = skipWS1(data, i+1)
 	}
-	if skipWS1(data, i) != len(data) || seen&3 != 3 {
-		return false
-	}
+	return skipWS1(data, i) == len(data) && seen&3 == 3
+}
+
+// dataOp checks what the scanned metadata says: a data record with the required fields and a
+// non-empty table name, whose operation it returns.
+func (s *fastScanner) dataOp(data []byte) (change.Op, bool) {
 	const need = 1<<metaRecordType | 1<<metaOperation | 1<<metaSchema | 1<<metaTable
-	if s.metaSet&need != need || string(d.metaBytes(data, metaRecordType)) != "data" {
-		return false
+	if s.metaSet&need != need || string(s.metaBytes(data, metaRecordType)) != "data" {
+		return 0, false
 	}
 	var op change.Op
-	switch string(d.metaBytes(data, metaOperation)) {
+	switch string(s.metaBytes(data, metaOperation)) {
 	case "load":
 		op = change.OpLoad
 	case "insert":
@@ -157,24 +239,16 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 	case "delete":
 		op = change.OpDelete
 	default:
-		return false
+		return 0, false
 	}
 	if t := s.meta[metaTable]; t.end == t.start {
-		return false
+		return 0, false
 	}
-	if len(s.before) == 0 {
-		hasBefore = false
-	}
+	return op, true
+}
 
-	// Everything is checked but the escapes: copy the strings out, then fill in the event.
-	// From here on ev is written to; should a late escape send the record to the general path
-	// after all, Decode clears what was written.
-	// Shared: strings point into data, and only escaped ones are copied out (fastStr).
-	d.arena = nil
-	if !d.shared {
-		d.arena = make([]byte, 0, len(data))
-	}
-	m := &ev.Meta
+// copyMeta sets m to the scanned metadata, its strings made by text.
+func (s *fastScanner) copyMeta(data []byte, m *change.Metadata, text *eventText) bool {
 	*m = change.Metadata{}
 	dst := [...]*string{&m.Timestamp, &m.RecordType, &m.Operation, &m.PartitionKeyType,
 		&m.PartitionKeyValue, &m.SchemaName, &m.TableName, &m.TransactionID, &m.TransactionRecordID,
@@ -183,74 +257,27 @@ func (d *Decoder) decodeFast(data []byte, ev *change.Event, cols []change.Column
 		if s.metaSet&(1<<f) == 0 {
 			continue
 		}
-		v, ok := d.fastStr(data, s.meta[f])
+		v, ok := text.span(data, s.meta[f])
 		if !ok {
 			return false
 		}
 		*dst[f] = v
 	}
-	n := len(s.cols)
-	total := n
-	if hasBefore {
-		total += len(s.before)
-	}
-	var buf []change.Column
-	switch {
-	case total == 0 && cols == nil:
-		buf = noColumns
-	case cap(cols) >= total:
-		buf = cols[:total]
-	default:
-		buf = d.columns(total)
-	}
-	front, back := 0, n-1
-	for _, c := range s.cols {
-		col, ok := d.fastColumn(data, c)
-		if !ok {
-			return false
-		}
-		if c.bi {
-			buf[back] = col
-			back--
-		} else {
-			buf[front] = col
-			front++
-		}
-	}
-	for i, j := front, n-1; i < j; i, j = i+1, j-1 {
-		buf[i], buf[j] = buf[j], buf[i]
-	}
-	var before []change.Column
-	if hasBefore {
-		for k, c := range s.before {
-			col, ok := d.fastColumn(data, c)
-			if !ok {
-				return false
-			}
-			buf[n+k] = col
-		}
-		before = buf[n:total:total]
-	} else if front < n && op == change.OpUpdate {
-		before = buf[front:n:n]
-	}
-	ev.Schema, ev.Table, ev.Op = m.SchemaName, m.TableName, op
-	ev.Columns, ev.Before, ev.Control = buf[:front], before, nil
 	return true
 }
 
 // metaBytes is the raw content of metadata field f (escaped fields are never compared: their
 // raw bytes differ from every name they are compared with, and the general path decides).
-func (d *Decoder) metaBytes(data []byte, f int) []byte {
-	sp := d.fast.meta[f]
+func (s *fastScanner) metaBytes(data []byte, f int) []byte {
+	sp := s.meta[f]
 	if sp.esc {
 		return nil
 	}
 	return data[sp.start:sp.end]
 }
 
-// fastMeta reads the metadata object at data[i] ('{').
-func (d *Decoder) fastMeta(data []byte, i int) (int, bool) {
-	s := &d.fast
+// readMeta reads the metadata object at data[i] ('{').
+func (s *fastScanner) readMeta(data []byte, i int) (int, bool) {
 	i = skipWS1(data, i+1)
 	if i < len(data) && data[i] == '}' {
 		return i + 1, true
@@ -326,8 +353,8 @@ func metaIndex(k []byte) int {
 	return -1
 }
 
-// fastObject reads the data or before-image object at data[i] ('{') into cols.
-func (d *Decoder) fastObject(data []byte, i int, cols []fastCol, bi bool) ([]fastCol, int, bool) {
+// readObject reads the data or before-image object at data[i] ('{') into cols.
+func (s *fastScanner) readObject(data []byte, i int, cols []fastCol, bi bool) ([]fastCol, int, bool) {
 	i = skipWS1(data, i+1)
 	if i < len(data) && data[i] == '}' {
 		return cols, i + 1, true
@@ -349,9 +376,9 @@ func (d *Decoder) fastObject(data []byte, i int, cols []fastCol, bi bool) ([]fas
 		i = j2
 		c := fastCol{key: key, kind: kind, val: val}
 		if bi {
-			if name, ok := d.stripBI(data[key.start:key.end]); ok {
+			if name, ok := s.cfg.stripBI(data[key.start:key.end]); ok {
 				c.bi = true
-				c.key.start = key.start + int32(len(d.cfg.BIPrefix))
+				c.key.start = key.start + int32(len(s.cfg.BIPrefix))
 				c.key.end = c.key.start + int32(len(name))
 			}
 		}
@@ -368,65 +395,6 @@ func (d *Decoder) fastObject(data []byte, i int, cols []fastCol, bi bool) ([]fas
 		}
 		i = skipWS1(data, i+1)
 	}
-}
-
-// fastColumn copies a column's name and value into the arena (or points to them, shared).
-func (d *Decoder) fastColumn(data []byte, c fastCol) (change.Column, bool) {
-	name := d.fastRaw(data[c.key.start:c.key.end])
-	switch c.kind {
-	case change.KindString, change.KindNumber:
-		v, ok := d.fastStr(data, c.val)
-		return change.Column{Name: name, Value: change.Value{Kind: c.kind, Text: v}}, ok
-	case change.KindBool:
-		t := "false"
-		if c.val.start == 1 {
-			t = "true"
-		}
-		return change.Column{Name: name, Value: change.Value{Kind: change.KindBool, Text: t}}, true
-	default:
-		return change.Column{Name: name, Value: change.Value{Kind: change.KindNull}}, true
-	}
-}
-
-// fastRaw is the text of b, a span of the record without escapes: a copy in the arena, or, in
-// a DecodeShared call, b itself.
-func (d *Decoder) fastRaw(b []byte) string {
-	if d.shared {
-		if len(b) == 0 {
-			return ""
-		}
-		return unsafe.String(&b[0], len(b))
-	}
-	return d.str(b)
-}
-
-// fastStr copies a string's content (unescaped) or a number token into the arena (shared: only
-// an escaped string is copied); false for an escape that the general path must judge (invalid,
-// or a lone surrogate).
-func (d *Decoder) fastStr(data []byte, sp span) (string, bool) {
-	raw := data[sp.start:sp.end]
-	if !sp.esc {
-		return d.fastRaw(raw), true
-	}
-	if d.arena == nil {
-		// Shared: the first escaped string of the record. Escapes are in the column values,
-		// copied in the record's order, so the rest of the record from here bounds what the
-		// arena must hold (a third fewer bytes than the whole record in the pipeline benchmark).
-		d.arena = d.text(len(data) - int(sp.start))
-	}
-	start := len(d.arena)
-	out, ok := appendUnescaped(d.arena, raw)
-	if !ok {
-		return "", false
-	}
-	// Unescaped text is never longer than its source, so out is usually still the arena's
-	// array; should append have moved it (an escaped string before the first one copied), the
-	// strings already returned keep the old array alive.
-	d.arena = out
-	if len(out) == start {
-		return "", true
-	}
-	return unsafe.String(&out[start], len(out)-start), true
 }
 
 // appendUnescaped appends the JSON string content s, unescaped, to dst.
@@ -586,7 +554,7 @@ func scanValue(data []byte, i int) (change.Kind, span, int, bool) {
 	return 0, span{}, 0, false // objects, arrays and anything else: the general path
 }
 
-// scanScalar reads a scalar value of a key decodeFast does not use.
+// scanScalar reads a scalar value of a key fastScanner does not use.
 func scanScalar(data []byte, i int) (change.Kind, int, bool) {
 	k, _, j, ok := scanValue(data, i)
 	return k, j, ok

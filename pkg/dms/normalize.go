@@ -181,94 +181,131 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 	rec := Record{N: n.n}
 	ev := &change.Event{}
 	if err := n.dec.Decode(msg, ev); err != nil {
-		var de *DecodeError
-		if errors.As(err, &de) {
-			rec.Error = &RecordError{Kind: de.Kind.String(), Offset: de.Offset, Reason: de.Reason}
-		} else {
-			rec.Error = &RecordError{Kind: "other", Offset: -1, Reason: err.Error()}
-		}
+		rec.Error = recordError(err)
 		return rec
 	}
 	rec.event = ev
-	m := ev.Meta
-	rec.RecordType, rec.Schema, rec.Table = m.RecordType, ev.Schema, ev.Table
+	rec.RecordType, rec.Schema, rec.Table = ev.Meta.RecordType, ev.Schema, ev.Table
+	rec.Meta = recordMeta(ev.Meta)
+	src := ev.Schema + "." + ev.Table
+	if ev.Op == change.OpControl {
+		n.control(&rec, ev, src)
+	} else {
+		n.data(&rec, ev, msg, src)
+	}
+	return rec
+}
+
+// recordError describes a decode error.
+func recordError(err error) *RecordError {
+	var de *DecodeError
+	if errors.As(err, &de) {
+		return &RecordError{Kind: de.Kind.String(), Offset: de.Offset, Reason: de.Reason}
+	}
+	return &RecordError{Kind: "other", Offset: -1, Reason: err.Error()}
+}
+
+// recordMeta is the metadata shown for a record; nil when all of it is empty.
+func recordMeta(m change.Metadata) *Meta {
 	meta := Meta{Timestamp: m.Timestamp, PartitionKeyType: m.PartitionKeyType, PartitionKeyValue: m.PartitionKeyValue,
 		TransactionID: m.TransactionID, TransactionRecordID: m.TransactionRecordID, PrevTransactionID: m.PrevTransactionID,
 		PrevTransactionRecordID: m.PrevTransactionRecordID, CommitTimestamp: m.CommitTimestamp, StreamPosition: m.StreamPosition}
-	if meta != (Meta{}) {
-		rec.Meta = &meta
+	if meta == (Meta{}) {
+		return nil
 	}
-	src := ev.Schema + "." + ev.Table
-	if ev.Op == change.OpControl {
-		rec.Op = ev.Control.Op
-		rec.Control = &CtlInfo{}
-		known := true
-		switch {
-		case IsTruncate(rec.Op):
-		case slices.Contains([]string{"create-table", "drop-table", "rename-table", "add-column", "drop-column",
-			"rename-column", "column-type-change", "change-columns"}, rec.Op):
-		default:
-			known = false
-			rec.Warnings = append(rec.Warnings, "unknown control operation "+rec.Op+": the sink logs and ignores it")
-		}
-		td := ev.Control.TableDef
-		rules := n.rulesFor(src)
-		if td != nil {
-			rec.Control.TableDef = n.describe(td, rules)
-		}
-		switch {
-		case !known || ev.Table == "":
-		case IsTruncate(rec.Op):
-			rec.Control.Changes = []string{"truncate: one snapshot removes every row of the target table older than this record (rows after it stay)"}
-		case rec.Op == "rename-table":
-			rec.Control.Changes = []string{"rename-table is not applied: the sink dead-letters it (class unsupported_control); map the new source name to the target table with sink.tables.<schema.new>.name, or rename the Iceberg table"}
-		case rec.Op == "drop-table":
-			rec.Control.Changes = []string{"table dropped at the source: the target table is kept; with sink.drop_table mark it stops taking records (they are dead-lettered) until a create-table"}
-		case td == nil:
-			rec.Control.Changes = []string{"no table-def: nothing to apply (columns are added when they appear in data)"}
-		default:
-			desired := n.desired(td, rules)
-			st := n.tables[src]
-			if st == nil {
-				st = &simTable{}
-				if rules != nil {
-					cols, _, err := rules.Create(td, nil)
-					if err != nil {
-						rec.Control.Changes = []string{"the sink cannot create the table: " + err.Error() + " (it pauses the table and dead-letters its records)"}
-						break
-					}
-					st.cols = cols
-				} else {
-					for _, d := range desired {
-						key := slices.Contains(td.PrimaryKey, d.Name)
-						st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key, Doc: d.Doc})
-					}
-				}
-				st.setDomains(td)
-				n.tables[src] = st
-				rec.Control.Changes = []string{"create table (or reconcile an existing one) from the table-def"}
-				break
-			}
-			plan := PlanSchema(st.cols, desired, rec.Op == "rename-column")
-			st.cols = ApplyPlan(st.cols, plan)
-			st.setDomains(td)
-			rec.Control.Changes = plan.Describe()
-			if len(rec.Control.Changes) == 0 {
-				rec.Control.Changes = []string{"no schema change"}
-			}
-		}
-		return rec
+	return &meta
+}
+
+// knownControlOps are the control operations the sink applies or knowingly refuses, besides
+// truncates (IsTruncate).
+var knownControlOps = []string{"create-table", "drop-table", "rename-table", "add-column", "drop-column",
+	"rename-column", "column-type-change", "change-columns"}
+
+// control fills rec for the control record ev of table src: its table-def, and what the sink
+// does to the target table, which it applies to the simulated table.
+func (n *Normalizer) control(rec *Record, ev *change.Event, src string) {
+	rec.Op = ev.Control.Op
+	rec.Control = &CtlInfo{}
+	known := IsTruncate(rec.Op) || slices.Contains(knownControlOps, rec.Op)
+	if !known {
+		rec.Warnings = append(rec.Warnings, "unknown control operation "+rec.Op+": the sink logs and ignores it")
 	}
-	rec.Op = ev.Op.String()
-	st := n.tables[src]
+	td := ev.Control.TableDef
 	rules := n.rulesFor(src)
+	if td != nil {
+		rec.Control.TableDef = n.describe(td, rules)
+	}
+	switch {
+	case !known || ev.Table == "":
+	case IsTruncate(rec.Op):
+		rec.Control.Changes = []string{"truncate: one snapshot removes every row of the target table older than this record (rows after it stay)"}
+	case rec.Op == "rename-table":
+		rec.Control.Changes = []string{"rename-table is not applied: the sink dead-letters it (class unsupported_control); map the new source name to the target table with sink.tables.<schema.new>.name, or rename the Iceberg table"}
+	case rec.Op == "drop-table":
+		rec.Control.Changes = []string{"table dropped at the source: the target table is kept; with sink.drop_table mark it stops taking records (they are dead-lettered) until a create-table"}
+	case td == nil:
+		rec.Control.Changes = []string{"no table-def: nothing to apply (columns are added when they appear in data)"}
+	default:
+		rec.Control.Changes = n.applyTableDef(src, rec.Op, td, rules)
+	}
+}
+
+// applyTableDef applies the table-def td of a control record with operation op to the
+// simulated table src, creating it when it is not known yet, and says what changed.
+func (n *Normalizer) applyTableDef(src, op string, td *change.TableDef, rules TableRules) []string {
+	desired := n.desired(td, rules)
+	st := n.tables[src]
+	if st == nil {
+		st = &simTable{}
+		if rules != nil {
+			cols, _, err := rules.Create(td, nil)
+			if err != nil {
+				return []string{"the sink cannot create the table: " + err.Error() + " (it pauses the table and dead-letters its records)"}
+			}
+			st.cols = cols
+		} else {
+			for _, d := range desired {
+				key := slices.Contains(td.PrimaryKey, d.Name)
+				st.cols = append(st.cols, ColumnState{Name: d.Name, Type: d.Type, Required: key, Key: key, Doc: d.Doc})
+			}
+		}
+		st.setDomains(td)
+		n.tables[src] = st
+		return []string{"create table (or reconcile an existing one) from the table-def"}
+	}
+	plan := PlanSchema(st.cols, desired, op == "rename-column")
+	st.cols = ApplyPlan(st.cols, plan)
+	st.setDomains(td)
+	if changes := plan.Describe(); len(changes) > 0 {
+		return changes
+	}
+	return []string{"no schema change"}
+}
+
+// data fills rec for the data record ev of table src (decoded from msg): its images, typed
+// when the table is known, and warnings about what the sink would not apply.
+func (n *Normalizer) data(rec *Record, ev *change.Event, msg []byte, src string) {
+	rec.Op = ev.Op.String()
+	rules := n.rulesFor(src)
+	st := n.dataTable(rec, ev, src, rules)
+	rec.Columns = n.fields(ev.Columns, st, rules, rec, ev.Op == change.OpDelete, "")
+	rec.Before = n.fields(ev.Before, st, rules, rec, false, "before-image ")
+	if st != nil {
+		n.checkKeys(rec, ev, st.keys(), msg)
+	}
+}
+
+// dataTable is the simulated table a data record of src is typed by: the known one, else the
+// one the sink creates for it when rules are configured; nil when untyped.
+func (n *Normalizer) dataTable(rec *Record, ev *change.Event, src string, rules TableRules) *simTable {
+	st := n.tables[src]
 	switch {
 	case st == nil && rules != nil:
 		// The sink creates the table from configured columns, else from this record's values.
 		cols, source, err := rules.Create(nil, ev)
 		if err != nil {
 			rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input and the sink cannot create the table ("+err.Error()+"): values are shown untyped")
-			break
+			return nil
 		}
 		st = &simTable{cols: cols}
 		n.tables[src] = st
@@ -276,12 +313,12 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 	case st == nil:
 		rec.Warnings = append(rec.Warnings, "no table-def seen for "+src+" earlier in this input: values are shown untyped")
 	}
-	rec.Columns = n.fields(ev.Columns, st, rules, &rec, ev.Op == change.OpDelete, "")
-	rec.Before = n.fields(ev.Before, st, rules, &rec, false, "before-image ")
-	if st == nil {
-		return rec
-	}
-	keys := st.keys()
+	return st
+}
+
+// checkKeys sets rec's key change and warns about what the sink cannot apply by the table's
+// primary key keys.
+func (n *Normalizer) checkKeys(rec *Record, ev *change.Event, keys []string, msg []byte) {
 	if len(keys) > 0 && ev.Op == change.OpUpdate && ev.Before == nil && !n.hasBeforeImage(msg) {
 		rec.Warnings = append(rec.Warnings, "update without a before-image: a primary-key change cannot be told from an update (enable BeforeImageSettings)")
 	}
@@ -298,7 +335,6 @@ func (n *Normalizer) Normalize(msg []byte) Record {
 	if len(keys) == 0 && (ev.Op == change.OpUpdate || ev.Op == change.OpDelete) {
 		rec.Warnings = append(rec.Warnings, ev.Op.String()+" on a table without a primary key: the sink dead-letters it (configure sink.tables.<table>.primary_key)")
 	}
-	return rec
 }
 
 // keyChange compares the key columns of the after- and before-image (converted values); a key

@@ -170,7 +170,7 @@ func jsonValue(v *fastjson.Value) change.Value {
 	return change.Value{Kind: change.KindJSON, Text: string(v.MarshalTo(nil))}
 }
 
-// stripBIName is Decoder.stripBI for a string.
+// stripBIName is Config.stripBI for a string.
 func stripBIName(cfg Config, name string) (string, bool) {
 	p, s := cfg.BIPrefix, cfg.BISuffix
 	if len(name) <= len(p)+len(s) || name[:len(p)] != p || name[len(name)-len(s):] != s {
