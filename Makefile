@@ -12,7 +12,7 @@ export GOTOOLCHAIN ?= local
 
 FUZZTIME ?= 60s
 CHAOS_CYCLES ?= 200
-# Production-like chaos (issue 12): CHAOS_RATE records/s, CHAOS_DEPS=rest for faults in the
+# Production-like chaos: CHAOS_RATE records/s, CHAOS_DEPS=rest for faults in the
 # REST catalog, CHAOS_DEPS=s3 for faults in S3 (the warehouse in the S3 emulator, the embedded
 # SQL catalog); empty: the embedded SQL catalog on local files, no proxy. rest,s3 is refused
 # (the shared REST server cannot write s3://).

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side throughput ratio (issue 15): the reference fast path (../shared/perfprobe, its
+# Side-by-side throughput ratio: the reference fast path (../shared/perfprobe, its
 # README's command) and BenchmarkPipeline, alternating ROUNDS times (default 3) on this machine,
 # then the best msgs per CPU-second of each and their ratio.
 #
@@ -43,7 +43,7 @@ for i in $(seq "$ROUNDS"); do
   best_ref_mb=$(awk -v a="$best_ref_mb" -v b="$ref_mb" 'BEGIN { print (b > a ? b : a) }')
   best_ours_mb=$(awk -v a="$best_ours_mb" -v b="$ours_mb" 'BEGIN { print (b > a ? b : a) }')
 done
-# The target (issue 15) is the ratio of messages. The workloads' messages differ in size (ours
+# The target is the ratio of messages. The workloads' messages differ in size (ours
 # average about 660 bytes, the reference's about 410), so the ratio of JSON bytes is printed too.
 awk -v r="$best_ref" -v o="$best_ours" -v rm="$best_ref_mb" -v om="$best_ours_mb" \
   -v c="$(git -C "$ROOT" rev-parse --short HEAD)" -v cpu="$ours_cpu" \

@@ -9,7 +9,7 @@
 // it; a processor's decoder and checkpointer are used only there. Acknowledgements arrive from
 // the sink's writer goroutines through checkpoint.Shard, which is safe for concurrent use.
 //
-// The ordering guard's consumer side (issue 11): every processor records the Kinesis arrival of
+// The ordering guard's consumer side: every processor records the Kinesis arrival of
 // what it hands on (change.Event.Arrival) and its reads at the tip; one goroutine per Consumer
 // (horizon.go, started and waited for by Run, outliving the worker's shutdown so the sink keeps
 // committing while processors drain) publishes each owned shard's read horizon on its lease row,

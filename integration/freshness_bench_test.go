@@ -23,7 +23,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// BenchmarkFreshness measures freshness through the emulator stack (issue 11, issue 15 item 5):
+// BenchmarkFreshness measures freshness through the emulator stack:
 // the time from a record's PutRecords call to the snapshot that makes its change visible, for
 // every record of a steady DMS-default workload (load by primary key, CDC by schema.table,
 // control records on the task's key, no per-table configuration) on a 4-shard stream read by 1

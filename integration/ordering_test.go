@@ -27,7 +27,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-// The ordering tests (issue 11 item 7, issue 16) write one of DMS's real partitioning layouts to
+// The ordering tests write one of DMS's real partitioning layouts to
 // a 4-shard stream and consume it with two service processes sharing one KCL application (lease
 // table) and one catalog, with no per-table configuration: no sink.tables, no tables config, so
 // the tables' keys and types can only come from DMS's create-table control records.
@@ -135,7 +135,7 @@ var orderingCases = []orderingCase{
 		processes: 3, fullBefore: true},
 	{name: "primary-key-full-before-images-late-reader", layout: "primary-key", lagShard: -1, lateShard: 0, modes: []string{"arrival"},
 		processes: 3, fullBefore: true},
-	// issue 16: customers reloaded after an outage that deleted and updated rows without records;
+	// Customers reloaded after an outage that deleted and updated rows without records;
 	// the expected state does not hold the deleted rows.
 }
 

@@ -17,7 +17,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// TestReload (issue 16): gen writes the generated workload to 4 shards in DMS's default layout
+// TestReload: gen writes the generated workload to 4 shards in DMS's default layout
 // (load rows by primary key over every shard, CDC by table, control records by task) with a
 // reload of customers in the middle of the CDC phase: an outage deletes 10 rows and updates 10
 // at the source without records, then a new create-table, a load of the table's current rows
@@ -104,7 +104,7 @@ func TestReload(t *testing.T) {
 	})
 }
 
-// TestReloadCrashes (issue 16): the stream of TestReload consumed by one process that is killed
+// TestReloadCrashes: the stream of TestReload consumed by one process that is killed
 // at each fault point inside the reload in turn (pkg/fault ReloadPoints: after its start is
 // committed, with its replace staged, after its replace committed; each before anything is
 // acknowledged) and restarted from its checkpoint. Every table ends equal to the expected state,

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// TestKeylessResendsEndToEnd proves sink.keyless_identity (issue 12 item 5) through Kinesis: the
+// TestKeylessResendsEndToEnd proves sink.keyless_identity through Kinesis: the
 // generator sends some inserts of the keyless table shop.events twice (`gen --resends`: the same
 // record again, a few records later, under a new sequence number, as a DMS PutRecords retry or a
 // task restart does; only inserts carrying IncludeTransactionDetails), and the service with the

@@ -16,7 +16,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-// TestSparkCompactsBesideLiveCDC (issue 12 item 13): users run Spark's rewrite_data_files (or
+// TestSparkCompactsBesideLiveCDC: users run Spark's rewrite_data_files (or
 // AWS Glue's automatic compaction) on the tables the service writes. Here Spark compacts two
 // tables in a loop while the service applies live CDC from a 4-shard stream in DMS's default
 // layout with no per-table configuration and its own maintenance off. Both writers must make

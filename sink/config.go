@@ -107,7 +107,7 @@ type Config struct {
 	// creates that does not set its own: 2 or 3. Default 0: 3 where the table's delete mode is
 	// dv, else 2.
 	FormatVersion int `yaml:"format_version"`
-	// Reload is what a DMS table reload does to the target table (design.md §12 "Reload"):
+	// Reload is what a DMS table reload does to the target table (design.md §7 "Reload"):
 	// "replace" (default): a create-table newer than the last one applied, on a table with
 	// data, starts a reload; its load rows are staged on the Iceberg branch dms2iceberg-reload
 	// while readers keep the table as it was, and at its end (the table's first CDC change after
@@ -177,7 +177,7 @@ type TableConfig struct {
 	// Ordering overrides sink.ordering for this table: "arrival" or "shard". Default "": the
 	// sink's.
 	Ordering string `yaml:"ordering"`
-	// DeleteMode is how deletes stay in the table between compactions (design.md §11.1):
+	// DeleteMode is how deletes stay in the table between compactions (design.md §10.1):
 	// "equality" (default; the cheapest write, read by Spark, Flink, Trino and Athena) or
 	// "position": the table's maintainer turns every commit's equality deletes into position
 	// deletes within sink.maintenance.position_delay, which PyIceberg, Snowflake and Databricks

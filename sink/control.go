@@ -19,7 +19,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// The guards of control records (design.md §12): a record is applied once, in order, and never
+// The guards of control records (design.md §7): a record is applied once, in order, and never
 // over a newer one. Its commit carries its shard watermark and its timestamp
 // (tableprop.ControlTimestamp); applyControl skips a record the table's watermark covers or
 // that is older than the last one applied, and every commit of a control record checks both

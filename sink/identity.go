@@ -11,7 +11,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
-// The DMS record identity of keyless tables (sink.keyless_identity, design.md §3): a DMS
+// The DMS record identity of keyless tables (sink.keyless_identity, design.md §3.2): a DMS
 // re-send (PutRecords retry, task restart) arrives with a new Kinesis sequence number that no
 // watermark covers. A keyed table rewrites the row (last change per key); a keyless table would
 // append it again. So a keyless table's inserts that carry an identity (change.RecordIdentity,

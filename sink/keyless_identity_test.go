@@ -12,7 +12,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
-// Keyless tables and DMS re-sends (issue 12 item 5): a re-sent record (PutRecords retry, task
+// Keyless tables and DMS re-sends: a re-sent record (PutRecords retry, task
 // restart) arrives with a new Kinesis sequence number, above every watermark. With
 // IncludeTransactionDetails the record's DMS identity is a hidden column whose equality delete
 // makes the re-send replace its earlier copy; without the details a re-send is a duplicate row.

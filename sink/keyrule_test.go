@@ -7,7 +7,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
-// Issue 12 item 2: the rules of a configured key (never masked, never excluded; hashing is
+// The rules of a configured key (never masked, never excluded; hashing is
 // fine) hold for a key that comes from the table-def. Before, a masked table-def key turned
 // every key into "****" and collapsed all rows into one.
 func TestTableDefKeyRules(t *testing.T) {

@@ -215,7 +215,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 		mc.WriterVectors = false
 	}
 	withBranch := p.branch != "" && maintenance.Converting(p.mode)
-	if v := os.Getenv("BENCH_KEY_CACHE_BYTES"); v != "" { // 0: off, as before 2026-12-06 (session 19)
+	if v := os.Getenv("BENCH_KEY_CACHE_BYTES"); v != "" { // 0: off, as before 2026-12-06
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			b.Fatalf("BENCH_KEY_CACHE_BYTES: %v", err)

@@ -415,7 +415,7 @@ func (s *shardSeen) note(shard string) bool {
 	return s.multi.Load()
 }
 
-// noteRisk reports, once per table and kind, what ordering shard cannot order (issue 11 item 6):
+// noteRisk reports, once per table and kind, what ordering shard cannot order:
 // the table's records come from more than one shard, or a primary-key-changing update on a
 // multi-shard stream (its old and new key may travel on different shards).
 func (pl *planner) noteRisk(r *row) {

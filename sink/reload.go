@@ -17,7 +17,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// Reloads (design.md §12 "Reload"). DMS reloads a table ("Reload table data", a task restarted
+// Reloads (design.md §7 "Reload"). DMS reloads a table ("Reload table data", a task restarted
 // with full load) by sending a create-table control record, then every row the table holds as
 // load records, then the changes it cached meanwhile (dms-format.md §8.1: cached changes for a
 // table are applied after its full load). It sends no delete for a row that disappeared at the
@@ -351,7 +351,7 @@ func (rt *reloadTracker) quietEnd(idle bool) (reloadMark, bool) {
 
 // filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence
 // number is at or below seq, and the position-delete files above it that name only such a data
-// file (file-scoped ones written by the position conversion, design.md §11.1). A truncate takes
+// file (file-scoped ones written by the position conversion, design.md §10.1). A truncate takes
 // every live file (seq math.MaxInt64).
 func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq int64) (data, deletes []iceberg.DataFile, err error) {
 	if snap == nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// tableProperties are set on every table we create (design.md §3).
+// tableProperties are set on every table we create (design.md §3.2).
 var tableProperties = iceberg.Properties{
 	"format-version":                             "2",
 	"write.delete.isolation-level":               "snapshot",

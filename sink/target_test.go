@@ -49,7 +49,7 @@ func (h *harness) srcData(shard string, seq int, schema, tbl string, cols []chan
 // shop.log: two sources, one target table.
 var crmIntoShop = map[string]TableConfig{"crm.log": {Namespace: "shop", Columns: []ColumnSpec{{Name: "msg", Type: "WSTRING"}}}}
 
-// Issue 12 item 1: two sources writing one table shared its watermark keys. shop.log commits
+// Two sources writing one table shared its watermark keys. shop.log commits
 // s0 watermark 10; crm.log's seq 5 of the same shard was then "covered" and acknowledged
 // without being written. Now the table belongs to the source that created it (shop.log) and
 // every record of the other source is dead-lettered with a reason naming both, counted.

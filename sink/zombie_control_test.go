@@ -8,7 +8,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// Issue 12 item 4: a zombie worker (its lease moved, a newer worker processes the same shard)
+// A zombie worker (its lease moved, a newer worker processes the same shard)
 // applies an old control record on its stale view of the table; its commit loses the race, the
 // table is refreshed, and the record must be re-checked on the refreshed table (watermark of its
 // shard, control staleness) before it is re-planned against the newer schema, which would mark

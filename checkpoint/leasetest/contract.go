@@ -198,7 +198,7 @@ func takeover(t *testing.T, tbl Table, shard string) {
 
 // lateRenewal: a renewal that comes after the lease expired, with nobody having taken it
 // meanwhile (a pause longer than the failover time), keeps the epoch, so the shard's running
-// processor still checkpoints and publishes (issue 12 item 6: it was fenced for good).
+// processor still checkpoints and publishes (it was once fenced for good).
 func lateRenewal(t *testing.T, tbl Table, shard string) {
 	a := tbl.Worker(t, "A")
 	e := take(t, a, shard, "A")

@@ -62,7 +62,7 @@ type genOptions struct {
 	resends      int
 	// sentLog is where gen writes one line per accepted record (see gensent.go); "": nowhere.
 	sentLog string
-	// DMS partitioning, a lagging shard and a mid-stream reload (issues 11 and 16).
+	// DMS partitioning, a lagging shard and a mid-stream reload.
 	layout        workload.Layout
 	lagShard      int
 	lag           time.Duration

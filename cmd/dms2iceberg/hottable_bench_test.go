@@ -18,7 +18,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-// BenchmarkHotTable (make bench-hot; issue 15 item 4) runs 1, 2, 4 and 8 writers committing to
+// BenchmarkHotTable (make bench-hot) runs 1, 2, 4 and 8 writers committing to
 // one table, as workers do that each own some of a stream's shards under primary-key
 // partitioning: every writer is a sink of its own (its own catalog handle, as a separate
 // process has), reads its own shard and writes its own keys, and all of them commit to the same

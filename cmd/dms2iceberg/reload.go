@@ -15,7 +15,7 @@ reload without them would empty the target table. This command prints how to mak
 the table, and exits with status 1 without touching anything.
 
 What the service does with a DMS reload under sink.reload replace (opt-in, exact with one
-worker; the default upsert only upserts the load rows; docs/design.md §12 "Reload"): DMS sends a create-table control record, every row of the table as a load
+worker; the default upsert only upserts the load rows; docs/design.md §7 "Reload"): DMS sends a create-table control record, every row of the table as a load
 record, then the changes it cached meanwhile. The service upserts the load rows as they come
 (readers keep every row the table had, reloaded rows show their new values); at the table's
 first CDC change after them, or after sink.reload_quiet_period without one, one snapshot

@@ -174,10 +174,10 @@ type tableStatus struct {
 	// CompleteThrough is tableprop.CompleteThrough: the table holds every change of the stream
 	// that arrived at or before it (absent: never recorded, ordering shard).
 	CompleteThrough *time.Time `json:"complete_through,omitempty"`
-	// Reload is a DMS reload of the table in progress (design.md §12 "Reload"); absent: none.
+	// Reload is a DMS reload of the table in progress (design.md §7 "Reload"); absent: none.
 	Reload *reloadStatus `json:"reload,omitempty"`
 	// PositionalBranch is the branch without equality deletes (delete_mode position and dv,
-	// design.md §11.1); absent: none.
+	// design.md §10.1); absent: none.
 	PositionalBranch *branchStatus `json:"positional_branch,omitempty"`
 	Error            string        `json:"error,omitempty"`
 }

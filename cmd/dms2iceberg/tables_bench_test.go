@@ -23,7 +23,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-// BenchmarkManyTables (make bench-tables; issue 15 item 3) runs many tables at a fixed total
+// BenchmarkManyTables (make bench-tables) runs many tables at a fixed total
 // rate through the decoder, the process-wide byte budget and the Iceberg sink (SQLite catalog,
 // local warehouse, maintenance on, ordering arrival with a commit bound always past every
 // record), as four shard readers do, without Kinesis: each reader admits a delivery of records

@@ -15,7 +15,7 @@ const (
 	AfterCheckpoint  = "after-checkpoint"  // a checkpoint was written
 	DuringShutdown   = "during-shutdown"   // graceful shutdown has started
 
-	// The points inside a table reload (design.md §12 "Reload"), hit only while a reload runs.
+	// The points inside a table reload (design.md §7 "Reload"), hit only while a reload runs.
 	AfterReloadMark     = "after-reload-mark"     // a reload's start is committed, its create-table not acknowledged
 	BeforeReloadReplace = "before-reload-replace" // a reload's replace is staged, not committed
 	AfterReloadReplace  = "after-reload-replace"  // a reload's replace is committed, nothing acknowledged

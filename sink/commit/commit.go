@@ -310,7 +310,7 @@ func (l *loop) wait(ctx context.Context, attempt int, conflict bool, err error) 
 // property is above 0. iceberg-go v0.7.0 reads that property from the table it commits on and,
 // after a lost race, replays the staged updates on the newer table by itself: the watermark
 // properties and the maintenance lease would be written over another writer's without the
-// re-check that keeps ingestion exactly-once (design.md §2). Without the property iceberg-go
+// re-check that keeps ingestion exactly-once (design.md §3.1). Without the property iceberg-go
 // does not retry and Spark and Glue keep their own default (4 retries), so dms2iceberg neither
 // sets it nor accepts it; the error names the property so that an operator can remove it, and the
 // commit is tried again after the usual wait.

@@ -11,7 +11,7 @@ import (
 )
 
 // KeyCache keeps the integer key column of data files in memory for the position conversion's
-// probe (design.md §11.1), shared by every table's Planner in the process and bounded in
+// probe (design.md §10.1), shared by every table's Planner in the process and bounded in
 // bytes (least recently used out). A conversion on a big table with random keys reads the key
 // column of every data file below the equality deletes' sequence number, every few seconds; the
 // data files never change, so after the first read a probe needs no Parquet decoding. Profiled on
@@ -41,7 +41,7 @@ type keyColumnID struct {
 }
 
 // keyColumn is one data file's key column sorted by key, for a probe that looks up the deleted
-// keys instead of visiting every row (design.md §11.1: its cost follows the changes, not the
+// keys instead of visiting every row (design.md §10.1: its cost follows the changes, not the
 // file's size): keys[i] is at position pos[i] of the file, or at position i when pos is nil (a
 // column written in key order, as a full load often is). Null keys are left out; they never
 // match a deleted key in probeInts either.
@@ -148,7 +148,7 @@ func (c *KeyCache) Stats() (held, hits, reads int64) {
 }
 
 // ProbeInts calls fn with the key and position of the rows of a data file whose key may be in
-// want (sorted): exactly those rows when the column is cached (looked up, design.md §11.1),
+// want (sorted): exactly those rows when the column is cached (looked up, design.md §10.1),
 // else every non-null row, read from the file (and the column is cached if it fits), so fn must
 // still check each key. rows is the file's row count (from its manifest entry), so that a column
 // read for the cache is allocated once at its size instead of grown.

@@ -14,7 +14,7 @@ import (
 	"github.com/google/uuid"
 )
 
-// A delete plan (design.md §11.1): the deleted keys, read from equality-delete files or given in
+// A delete plan (design.md §10.1): the deleted keys, read from equality-delete files or given in
 // memory, are probed in the key column of every live data file they can apply to, and the
 // positions found are written as position deletes (deletion vectors on a format v3 table),
 // merged with the live ones of each data file. Nothing is committed: the caller commits the plan

@@ -9,7 +9,7 @@ import (
 	"github.com/apache/iceberg-go/table"
 )
 
-// Deletion vectors for a writer's batch (design.md §11.1): the batch's deleted keys are probed
+// Deletion vectors for a writer's batch (design.md §10.1): the batch's deleted keys are probed
 // in every live data file of the head the writer commits on (all lie below the commit's sequence
 // number, as equality deletes would apply to all of them), and each touched file's vector is
 // merged with its live one, which the commit replaces. A commit that loses a race is restaged on

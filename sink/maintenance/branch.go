@@ -16,7 +16,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
-// The positional branch (Config.PositionalBranch, design.md §11.1). In delete modes position and
+// The positional branch (Config.PositionalBranch, design.md §10.1). In delete modes position and
 // dv the writer still commits one equality-delete file per commit, and a conversion turns them
 // positional within PositionDelay; so under steady commits main always holds the last seconds'
 // equality deletes, which PyIceberg and other readers refuse, and which iceberg-go's scan

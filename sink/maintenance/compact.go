@@ -119,7 +119,7 @@ func (c *compactor) config(tbl *table.Table) compaction.Config {
 	cc.MinInputFiles = 1
 	cc.DeleteFileThreshold = 1
 	if c.cfg.positionMode() {
-		// Position mode (design.md §11.1): the equality deletes were converted; rewrite only
+		// Position mode (design.md §10.1): the equality deletes were converted; rewrite only
 		// the files enough of whose rows are deleted, or that carry many delete files.
 		cc.DeleteFileThreshold = c.cfg.MaxDeleteFiles
 		cc.DeleteRatioThreshold = c.cfg.RewriteDeletedFraction
@@ -344,7 +344,7 @@ func landed(tbl *table.Table, id string, from int64) bool {
 }
 
 // worthRewriting keeps the data files whose rewrite the table's changes pay for, so that a
-// compaction's cost follows the changes since the last one, not the table's size (design.md §11,
+// compaction's cost follows the changes since the last one, not the table's size (design.md §10,
 // "What a compaction rewrites"). iceberg-go's planner takes every file under 75% of the target
 // size, so a table of files a little smaller than that (a full load flushed in parts, or the
 // output of earlier compactions) was rewritten whole by every compaction. Kept:

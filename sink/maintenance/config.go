@@ -68,7 +68,7 @@ type Config struct {
 	KeepLast int `yaml:"keep_last"`
 	// MaxSnapshots caps the snapshots kept on the main branch: older ones are expired even
 	// inside SnapshotRetention, because every snapshot kept costs memory and CPU in the table's
-	// writer (design.md §11). Their files are still deleted only once SnapshotRetention has
+	// writer (design.md §10). Their files are still deleted only once SnapshotRetention has
 	// passed. 0: no cap. Must be above KeepLast. Default 100.
 	MaxSnapshots int `yaml:"max_snapshots"`
 	// ExpireBatch expires snapshots once this many are expirable (expiry also follows every
@@ -97,7 +97,7 @@ type Config struct {
 	// recognised on the next attempt). The sink sets it from sink.commit_timeout. Default 2m;
 	// 0: only the run's context bounds them.
 	CommitTimeout time.Duration `yaml:"-"`
-	// DeleteMode is the table's delete mode (design.md §11.1), set per table by the sink from
+	// DeleteMode is the table's delete mode (design.md §10.1), set per table by the sink from
 	// sink.tables.<t>.delete_mode: DeleteModeEquality (default, "") leaves the writer's equality
 	// deletes to compaction; DeleteModePosition and DeleteModeDV turn them into position deletes
 	// within PositionDelay, and compaction then rewrites only files past RewriteDeletedFraction.
@@ -114,16 +114,16 @@ type Config struct {
 	// fraction of its rows is position-deleted (besides small files and files with
 	// max_delete_files position-delete files). Default 0.1: every reader pays for the deleted rows
 	// it skips (PyIceberg several times over), while a rewrite's cost per deleted row is 1/fraction
-	// rows, which follows the changes at any table size (docs/benchmarks.md, session 20).
+	// rows, which follows the changes at any table size (docs/benchmarks.md).
 	RewriteDeletedFraction float64 `yaml:"rewrite_deleted_fraction"`
 	// PositionalBranch: in position and dv mode, the branch the maintainer keeps free of
-	// equality deletes for readers that refuse them (branch.go, design.md §11.1): each conversion
+	// equality deletes for readers that refuse them (branch.go, design.md §10.1): each conversion
 	// moves it to its planning snapshot with that snapshot's equality deletes converted, and it
 	// follows main whenever main holds none. Default "positional"; "" keeps no such branch.
 	PositionalBranch string `yaml:"positional_branch"`
 	// WriterVectors: in dv mode, the writer commits its deletes as deletion vectors it plans
 	// with the process's key cache, instead of equality deletes for the maintainer to convert
-	// (vectors.go, design.md §11.1), so that main holds no equality delete. Tables whose key is
+	// (vectors.go, design.md §10.1), so that main holds no equality delete. Tables whose key is
 	// not one integer column, and commits during a reload, keep equality deletes. Default true.
 	WriterVectors bool `yaml:"writer_vectors"`
 }

@@ -19,7 +19,7 @@ import (
 	"go.uber.org/zap"
 )
 
-// Deferred file deletion (design.md §11, "Snapshots kept cost memory and CPU"). Snapshot expiry
+// Deferred file deletion (design.md §10, "Snapshots kept cost memory and CPU"). Snapshot expiry
 // with max_snapshots can expire snapshots younger than snapshot_retention. Their files (what a
 // later compaction or manifest rewrite replaced) may still be read by a query that started on
 // such a snapshot, so they are not deleted with the expiry but listed in a file under the

@@ -44,7 +44,7 @@ type maintained struct {
 // reloading reports whether a DMS reload of tbl is in progress (tableprop.ReloadBefore): step
 // (compaction, position conversion) is then skipped, because the files it would write carry the
 // rows of files at or below the reload's sequence number above it, where the reload's replacing
-// commit would not remove them (design.md §12 "Reload"). A step planned before the reload
+// commit would not remove them (design.md §7 "Reload"). A step planned before the reload
 // started writes files at its planning snapshot's sequence number (compaction: removed by the
 // replace) or position deletes naming such files (removed with them).
 func (t *maintained) reloading(tbl *table.Table, step string) bool {

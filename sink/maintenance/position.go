@@ -15,7 +15,7 @@ import (
 )
 
 // The conversion of equality deletes into position deletes (delete modes position and dv, design.md
-// §11.1): plan on snapshot P (sink/deletes reads the equality deletes' keys, probes the key column
+// §10.1): plan on snapshot P (sink/deletes reads the equality deletes' keys, probes the key column
 // of each data file they can apply to and writes the position deletes), then two commits on the
 // newest table: add the position deletes, then drop the equality deletes. Both read the same
 // rows as before.

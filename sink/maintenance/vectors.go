@@ -9,7 +9,7 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 )
 
-// Deletion vectors written by the writer (Config.WriterVectors, design.md §11.1): in dv mode the
+// Deletion vectors written by the writer (Config.WriterVectors, design.md §10.1): in dv mode the
 // table's writer asks its maintainer, for each commit attempt, to turn the batch's deletes into
 // deletion vectors on the table it commits on, and commits those instead. The plan is made by
 // the maintainer's planner (sink/deletes), on the writer's goroutine, through the caches the

@@ -12,7 +12,7 @@ import (
 const (
 	// WatermarkPrefix starts every property that records, per stream and shard, the highest
 	// Kinesis sequence number whose change is in the table: "dms2iceberg.wm.<stream>.<shard>".
-	// These are the record of progress that makes replays harmless (design.md §2); the same
+	// These are the record of progress that makes replays harmless (design.md §3.1); the same
 	// values go into the summary of the commit that advanced them.
 	WatermarkPrefix = "dms2iceberg.wm."
 
@@ -61,7 +61,7 @@ const (
 	// LastOrphanCleanup is when orphan files were last removed (RFC 3339, UTC).
 	LastOrphanCleanup = "dms2iceberg.maintenance.last-orphan-cleanup"
 
-	// ReloadBefore marks a reload of the table in progress (design.md §12 "Reload"): the
+	// ReloadBefore marks a reload of the table in progress (design.md §7 "Reload"): the
 	// table's last sequence number when a newer create-table started it. Every data and delete
 	// file of a sequence number at or below it holds the table's content from before the reload
 	// and is removed by the replacing commit; the reload's load rows are committed above it.
