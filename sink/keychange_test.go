@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,4 +40,62 @@ func TestFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=x2", "id=3,name=y")
+}
+
+// The gate clock counts the time from a flush that left rows a gate holds back to the next flush.
+func TestGateClock(t *testing.T) {
+	t.Parallel()
+	var c gateClock
+	t0 := time.Unix(100, 0)
+	if d := c.note(false, t0); d != 0 {
+		t.Fatalf("nothing held: %v", d)
+	}
+	if d := c.note(true, t0.Add(time.Second)); d != 0 {
+		t.Fatalf("held from now on: %v", d)
+	}
+	if d := c.note(true, t0.Add(3*time.Second)); d != 2*time.Second {
+		t.Fatalf("held for 2 s: %v", d)
+	}
+	if d := c.note(false, t0.Add(4*time.Second)); d != time.Second {
+		t.Fatalf("released after 1 s more: %v", d)
+	}
+	if d := c.note(false, t0.Add(9*time.Second)); d != 0 {
+		t.Fatalf("nothing held since: %v", d)
+	}
+}
+
+// gateMetrics records GateWait.
+type gateMetrics struct {
+	NopMetrics
+	waited atomic.Int64
+}
+
+func (m *gateMetrics) GateWait(_ string, d time.Duration) { m.waited.Add(int64(d)) }
+
+// A writer whose key change waits for another worker's older change reports the wait.
+func TestGateWaitIsReported(t *testing.T) {
+	t.Parallel()
+	gb := &gateBound{}
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	m := &gateMetrics{}
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
+		withOptions(WithCommitBounds(gb.get), WithMetrics(m)))
+	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4,name:STRING")
+	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
+	h.flush()
+	var g checkpoint.TableGates
+	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	h.arrive("b", 2, 1210, "items", change.OpUpdate, []change.Column{col("id", "3"), col("name", "y")},
+		[]change.Column{col("id", "2"), col("name", "y")})
+	h.flush()
+	if m.waited.Load() != 0 {
+		t.Fatalf("waited %v before a second flush", time.Duration(m.waited.Load()))
+	}
+	time.Sleep(20 * time.Millisecond)
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h.flush()
+	if w := time.Duration(m.waited.Load()); w < 20*time.Millisecond {
+		t.Fatalf("reported %v of gate wait, want at least the 20 ms between the flushes", w)
+	}
 }

@@ -90,6 +90,10 @@ type Metrics interface {
 	// it started and when it started (the create-table's timestamp); rows 0 and a zero since
 	// once it ended. Called only for tables that have had a reload since the writer started.
 	Reload(table string, rows int64, since time.Time)
+	// GateWait adds d to the time the table's writer held changes back for older changes
+	// another worker has not committed (the cross-process gates; waiting for the commit bound
+	// alone is not counted), measured from flush to flush.
+	GateWait(table string, d time.Duration)
 }
 
 // Resolutions of Metrics.CommitUnknown.
@@ -122,6 +126,7 @@ func (NopMetrics) DeadLettersCommitted(int, time.Duration) {}
 func (NopMetrics) OrderingRisk(string, string)             {}
 func (NopMetrics) Fresh(string, time.Time)                 {}
 func (NopMetrics) Reload(string, int64, time.Time)         {}
+func (NopMetrics) GateWait(string, time.Duration)          {}
 
 // nopMetrics is NopMetrics under the name the maintenance tests embed.
 type nopMetrics = NopMetrics

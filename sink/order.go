@@ -447,3 +447,22 @@ func (b *buffer) within(lim limit) bool {
 	}
 	return false
 }
+
+// gateClock measures how long a writer holds changes back for older changes another worker has
+// not committed (the cross-process gates), from flush to flush: the time between two flushes
+// counts when the first of them left changes a gate held back.
+type gateClock struct {
+	gated bool
+	last  time.Time
+}
+
+// note records whether the flush at now left changes a gate holds back and returns the time to
+// add since the previous flush.
+func (c *gateClock) note(gated bool, now time.Time) time.Duration {
+	var d time.Duration
+	if c.gated {
+		d = now.Sub(c.last)
+	}
+	c.gated, c.last = gated, now
+	return d
+}

@@ -26,8 +26,9 @@ type planner struct {
 	lim      *limit
 	stuck    limitKey
 	stuckSet bool
-	// gatedLogged is when logGated last logged.
+	// gatedLogged is when logGated last logged; gateWait measures the time gates hold rows back.
 	gatedLogged time.Time
+	gateWait    gateClock
 	// risk: the first shard this table's records came from, and which risks were reported
 	// (ordering shard only).
 	riskShard string
@@ -109,6 +110,14 @@ func msOrZero(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixMilli()
+}
+
+// noteGated reports to the metrics the time since the previous flush during which a gate held
+// rows back, after a flush at lim (whose waitFrom says whether a gate holds rows back).
+func (pl *planner) noteGated(lim limit) {
+	if d := pl.gateWait.note(lim.waitFrom != 0, time.Now()); d > 0 {
+		pl.env.metrics.GateWait(pl.name, d)
+	}
 }
 
 // logGated logs, at most once per 30 s per table, what the cross-process gates still hold back

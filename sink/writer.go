@@ -417,6 +417,7 @@ func (w *writer) flush(ctx context.Context) (err error) {
 		return err
 	}
 	w.pl.logGated(lim)
+	w.pl.noteGated(lim)
 	if w.pl.buf.pending() {
 		w.pl.leftOver(lim)
 	}

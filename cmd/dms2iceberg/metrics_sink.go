@@ -18,6 +18,7 @@ type promSinkMetrics struct {
 	vectorCommits  *prometheus.CounterVec
 	complete       *prometheus.GaugeVec
 	orderingRisk   *prometheus.CounterVec
+	gateWait       *prometheus.CounterVec
 	rows           *prometheus.CounterVec
 	deletes        *prometheus.CounterVec
 	trimmed        *prometheus.CounterVec
@@ -57,6 +58,7 @@ func newPromSinkMetrics(r *promRegistry, now func() time.Time) *promSinkMetrics 
 	m.vectorCommits = r.counter("table", "vector_commits_total", "Table batches whose deletes were committed as deletion vectors (writer_vectors), not equality deletes.", table)
 	m.complete = r.gauge("table", "complete_through_timestamp_seconds", "Unix time the table is complete through: its last commit holds every change that arrived in Kinesis before it (ordering: arrival).", table)
 	m.orderingRisk = r.counter("table", "ordering_risks_total", "Layouts that ordering: shard cannot keep in order, seen once per table and kind (multi_shard_table, key_change).", table, "kind")
+	m.gateWait = r.counter("table", "gate_wait_seconds_total", "Time the table's writer held changes back for older changes another worker had not committed (the ordering guard's cross-process gates), measured from flush to flush.", table)
 	m.rows = r.counter("table", "rows_total", "Row images written to the table (inserts, updates, loads after per-key dedupe).", table)
 	m.deletes = r.counter("table", "deletes_total", "Keys written as equality deletes to the table (every touched key of a keyed table).", table)
 	m.trimmed = r.counter("table", "trimmed_total", "Changes dropped at commit time because the table already held them (counted in committed batches only).", table)
@@ -165,6 +167,10 @@ func (m *promSinkMetrics) Filtered(_ string, n int) {
 func (m *promSinkMetrics) DeadLettersCommitted(rows int, _ time.Duration) {
 	m.dlqCommits.Inc()
 	m.dlqRows.Add(float64(rows))
+}
+
+func (m *promSinkMetrics) GateWait(table string, d time.Duration) {
+	m.gateWait.WithLabelValues(table).Add(d.Seconds())
 }
 
 func (m *promSinkMetrics) Fresh(table string, t time.Time) {
