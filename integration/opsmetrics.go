@@ -16,7 +16,7 @@ import (
 )
 
 // opsFreeAddr returns a loopback address with a port that was free a moment ago.
-func opsFreeAddr(t *testing.T) string {
+func opsFreeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

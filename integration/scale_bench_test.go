@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
 
 // BenchmarkScale measures how the service scales out on the layout of hot tables: primary-key
@@ -111,29 +113,72 @@ func (s *scaleStream) genArgs(shards, changes, loadRows, rate int) []string {
 		"--seed", "35", "--rate", strconv.Itoa(rate), "--expected", s.expected}
 }
 
-// scaleConfig writes a service configuration with the defaults a user gets (no per-table
-// configuration) on a fresh application and data directory; it returns the config path and the
-// application (lease table) name.
-func (s *scaleStream) scaleConfig(b *testing.B) (string, string) {
+// scaleConfig is one run's configuration with the defaults a user gets (no per-table
+// configuration) on a fresh application and data directory, one file per worker that differs
+// only in the worker's /metrics address.
+type scaleConfig struct {
+	app, dir string
+	cfg      map[string]any
+	// configs and addrs are each worker's config file and /metrics address, by worker number - 1.
+	configs, addrs []string
+}
+
+func (s *scaleStream) newConfig(b *testing.B) *scaleConfig {
 	b.Helper()
-	app, dir := UniqueName("dms2iceberg-scale"), b.TempDir()
-	b.Cleanup(func() { DeleteTable(b, app) })
-	cfg := map[string]any{"stream": s.stream, "application": app, "data_dir": dir, "shutdown_timeout": "60s", "http_addr": ""}
-	out, err := yaml.Marshal(cfg)
-	if err != nil {
-		b.Fatal(err)
+	c := &scaleConfig{app: UniqueName("dms2iceberg-scale"), dir: b.TempDir()}
+	b.Cleanup(func() { DeleteTable(b, c.app) })
+	c.cfg = map[string]any{"stream": s.stream, "application": c.app, "data_dir": c.dir, "shutdown_timeout": "60s"}
+	return c
+}
+
+// worker returns the config file of worker i (1-based), writing it on first use.
+func (c *scaleConfig) worker(b *testing.B, i int) string {
+	b.Helper()
+	for len(c.configs) < i {
+		n := len(c.configs) + 1
+		addr := opsFreeAddr(b)
+		cfg := maps.Clone(c.cfg)
+		cfg["http_addr"] = addr
+		out, err := yaml.Marshal(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		path := filepath.Join(c.dir, fmt.Sprintf("config-w%d.yaml", n))
+		if err := os.WriteFile(path, out, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		c.configs, c.addrs = append(c.configs, path), append(c.addrs, addr)
 	}
-	path := filepath.Join(dir, "config.yaml")
-	if err := os.WriteFile(path, out, 0o644); err != nil {
-		b.Fatal(err)
-	}
-	return path, app
+	return c.configs[i-1]
 }
 
 // startWorker starts worker w<i> of a configuration.
-func (s *scaleStream) startWorker(b *testing.B, config string, i int) *Service {
-	return startCommand(b, s.bin, []string{"run", "--config", config},
+func (s *scaleStream) startWorker(b *testing.B, c *scaleConfig, i int) *Service {
+	return startCommand(b, s.bin, []string{"run", "--config", c.worker(b, i)},
 		[]string{fmt.Sprintf("DMS2ICEBERG_WORKER_ID=w%d", i)}, "", ordLogTail)
+}
+
+// gateWait scrapes the running workers' /metrics: the seconds their writers held changes back
+// for other workers' older ones (summed over tables and workers), and the seconds their commits
+// took from the start of a flush (the commit wall time).
+func (c *scaleConfig) gateWait(b *testing.B, svcs []*Service) (wait, commits float64) {
+	for i, svc := range svcs {
+		if svc == nil || svc.Exited() {
+			continue
+		}
+		samples, err := metrictest.Scrape(scrapeClient, "http://"+c.addrs[i]+"/metrics")
+		if err != nil {
+			b.Logf("scrape w%d: %v", i+1, err)
+			continue
+		}
+		for _, v := range metrictest.ByLabel(samples, "dms2iceberg_table_gate_wait_seconds_total", "table") {
+			wait += v
+		}
+		for _, v := range metrictest.ByLabel(samples, "dms2iceberg_table_commit_duration_seconds_sum", "table") {
+			commits += v
+		}
+	}
+	return wait, commits
 }
 
 // waitConsumed waits until every shard of s.last is checkpointed at its last record.
@@ -153,7 +198,7 @@ func (s *scaleStream) waitConsumed(b *testing.B, app string, svcs []*Service, ti
 }
 
 // verify stops the services gracefully and fails unless every table equals the expected state.
-func (s *scaleStream) verify(b *testing.B, config string, svcs []*Service) {
+func (s *scaleStream) verify(b *testing.B, c *scaleConfig, svcs []*Service) {
 	b.Helper()
 	for _, svc := range svcs {
 		if svc != nil && !svc.Exited() {
@@ -162,7 +207,7 @@ func (s *scaleStream) verify(b *testing.B, config string, svcs []*Service) {
 			}
 		}
 	}
-	stdout, stderr, err := RunCLI(b, s.bin, "verify", "--config", config, "--expected", s.expected, "--max-diffs", "5")
+	stdout, stderr, err := RunCLI(b, s.bin, "verify", "--config", c.worker(b, 1), "--expected", s.expected, "--max-diffs", "5")
 	if err != nil {
 		b.Fatalf("verify: the tables differ from the expected state (%v):\n%s%s", err, stdout, stderr)
 	}
@@ -171,16 +216,22 @@ func (s *scaleStream) verify(b *testing.B, config string, svcs []*Service) {
 // backlogRun consumes the whole stream with n workers and returns the time until everything is
 // committed.
 func (s *scaleStream) backlogRun(b *testing.B, n int) time.Duration {
-	config, app := s.scaleConfig(b)
+	c := s.newConfig(b)
 	start := time.Now()
 	var svcs []*Service
 	for i := 1; i <= n; i++ {
-		svcs = append(svcs, s.startWorker(b, config, i))
+		svcs = append(svcs, s.startWorker(b, c, i))
 	}
-	s.waitConsumed(b, app, svcs, 30*time.Minute)
+	s.waitConsumed(b, c.app, svcs, 30*time.Minute)
 	took := time.Since(start)
-	b.Logf("%d workers: every shard committed at its last record after %s", n, took.Round(time.Millisecond))
-	s.verify(b, config, svcs)
+	wait, commits := c.gateWait(b, svcs)
+	b.Logf("%d workers: every shard committed at its last record after %s; writers held changes for other workers' older ones %.1f s in all, commits took %.1f s in all",
+		n, took.Round(time.Millisecond), wait, commits)
+	b.ReportMetric(wait, "gate-wait-s")
+	if commits > 0 {
+		b.ReportMetric(wait/commits, "gate-wait/commit-time")
+	}
+	s.verify(b, c, svcs)
 	return took
 }
 
@@ -191,15 +242,15 @@ func liveScaleRun(b *testing.B, bin string, shards, rate, loadRows int) {
 	s.expected = filepath.Join(b.TempDir(), "expected.json")
 	CreateStream(b, s.stream, int32(shards))
 	b.Cleanup(func() { DeleteStream(b, s.stream) })
-	config, app := s.scaleConfig(b)
-	svcs := []*Service{s.startWorker(b, config, 1), s.startWorker(b, config, 2)}
+	c := s.newConfig(b)
+	svcs := []*Service{s.startWorker(b, c, 1), s.startWorker(b, c, 2)}
 	gen := StartCommand(b, bin, s.genArgs(shards, rate*seconds, loadRows, rate), nil)
 	start := time.Now()
 	time.Sleep(seconds * time.Second / 3)
-	svcs = append(svcs, s.startWorker(b, config, 3))
+	svcs = append(svcs, s.startWorker(b, c, 3))
 	joined := time.Now()
 	time.Sleep(seconds * time.Second / 3)
-	held := leasesPerWorker(ordLeases(b, app))
+	held := leasesPerWorker(ordLeases(b, c.app))
 	b.Logf("shards per worker %s after the third worker joined: %v", time.Since(joined).Round(time.Second), held)
 	if err := svcs[0].Stop(90 * time.Second); err != nil {
 		b.Errorf("graceful stop of w1: %v", err)
@@ -211,17 +262,18 @@ func liveScaleRun(b *testing.B, bin string, shards, rate, loadRows int) {
 	b.Logf("gen wrote %d changes in %s (%.0f records/s)", rate*seconds, genEnd.Sub(start).Round(time.Second),
 		float64(rate*seconds)/genEnd.Sub(start).Seconds())
 	s.last, _ = ordLastSequences(b, s.stream)
-	s.waitConsumed(b, app, svcs[1:], 10*time.Minute)
+	s.waitConsumed(b, c.app, svcs[1:], 10*time.Minute)
 	b.ReportMetric(time.Since(genEnd).Seconds(), "s-after-gen")
-	b.Logf("shards per worker after the first left: %v", leasesPerWorker(ordLeases(b, app)))
-	s.verify(b, config, svcs[1:])
+	wait, commits := c.gateWait(b, svcs)
+	b.Logf("shards per worker after the first left: %v; gate wait %.1f s, commits %.1f s", leasesPerWorker(ordLeases(b, c.app)), wait, commits)
+	s.verify(b, c, svcs[1:])
 }
 
 // leasesPerWorker counts the shards each worker holds.
 func leasesPerWorker(leases map[string]ordLease) map[string]int {
 	out := map[string]int{}
 	for _, shard := range slices.Sorted(maps.Keys(leases)) {
-		if o := leases[shard].owner; o != "" && !strings.HasPrefix(shard, "dms2iceberg") {
+		if o := leases[shard].owner; o != "" && !strings.HasPrefix(shard, "~") {
 			out[o]++
 		}
 	}
