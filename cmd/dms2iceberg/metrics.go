@@ -35,6 +35,8 @@ type promMetrics struct {
 	buildInfo *prometheus.GaugeVec
 	// The process-wide byte budget, read at scrape time (metrics_buffers.go).
 	budget *budgetCollector
+	// leases is this worker's lease balance, read at scrape time (metrics_leases.go).
+	leases *leaseCollector
 }
 
 // Commit latencies run from tens of milliseconds (a small local commit) to tens of seconds (a
@@ -94,13 +96,14 @@ func newPromMetrics() *promMetrics {
 	m.hook = newPromHookMetrics(r)
 
 	m.budget = newBudgetCollector()
+	m.leases = newLeaseCollector()
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{Namespace: metricsNamespace, Name: "ready",
 		Help: "1 while the service is ready (catalog open, KCL worker started, no fatal error, not shutting down)."})
 	m.buildInfo = r.gauge("", "build_info", "1, labelled with the module version, VCS revision and Go version of this binary.", "version", "revision", "go_version")
 	bi, _ := debug.ReadBuildInfo()
 	v := buildVersion(bi)
 	m.buildInfo.WithLabelValues(v.Version, v.Revision, v.GoVersion).Set(1)
-	r.register(m.budget, m.ready, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	r.register(m.budget, m.leases, m.ready, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 

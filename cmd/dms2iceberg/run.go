@@ -139,6 +139,7 @@ func serve(ctx context.Context, cfg Config, log *zap.Logger) error {
 		return err
 	}
 	cons.Store(c)
+	metrics.leases.watch(c.LeaseShare)
 	p.sink, p.intake = snk, c
 	log.Info("starting", zap.String("stream", cfg.Stream), zap.String("worker", cfg.WorkerID),
 		zap.String("catalog", cfg.Sink.Catalog.Type), zap.String("warehouse", cfg.Sink.Catalog.Warehouse))
