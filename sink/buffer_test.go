@@ -416,10 +416,10 @@ func TestBufferHeld(t *testing.T) {
 	ev := func(op change.Op, shard, seq string) *change.Event {
 		return &change.Event{Op: op, Pos: change.Position{Shard: shard, Seq: seq}, Raw: []byte("r")}
 	}
-	b.hold(ev(change.OpInsert, "a", "1"), 200)
-	b.hold(ev(change.OpInsert, "a", "2"), 200)
-	b.hold(ev(change.OpControl, "c", "7"), 200)
-	b.hold(ev(change.OpInsert, "b", "4"), 100)
+	holdEv(&b, ev(change.OpInsert, "a", "1"), 200)
+	holdEv(&b, ev(change.OpInsert, "a", "2"), 200)
+	holdEv(&b, ev(change.OpControl, "c", "7"), 200)
+	holdEv(&b, ev(change.OpInsert, "b", "4"), 100)
 	var order []string
 	for _, h := range b.held {
 		order = append(order, h.ev.Pos.Shard+"/"+h.ev.Pos.Seq)
@@ -439,7 +439,7 @@ func TestBufferHeld(t *testing.T) {
 		t.Fatalf("due %d, want 0", got)
 	}
 	c := newBuffer()
-	c.hold(ev(change.OpControl, "c", "1"), 100)
+	holdEv(&c, ev(change.OpControl, "c", "1"), 100)
 	if c.due(limit{bound: 1000, ctlGate: 50, loadGate: 50, chGate: 50}) != 0 {
 		t.Fatal("a gate held a control record")
 	}
@@ -451,9 +451,9 @@ func TestBufferHeld(t *testing.T) {
 	// A gated held data record holds back only its own shard's later held events: the next
 	// shard's are due.
 	d := newBuffer()
-	d.hold(ev(change.OpInsert, "a", "1"), 100)
-	d.hold(ev(change.OpInsert, "a", "2"), 110)
-	d.hold(ev(change.OpLoad, "b", "1"), 120)
+	holdEv(&d, ev(change.OpInsert, "a", "1"), 100)
+	holdEv(&d, ev(change.OpInsert, "a", "2"), 110)
+	holdEv(&d, ev(change.OpLoad, "b", "1"), 120)
 	if got := d.due(limit{bound: 1000, loadGate: 90}); got != 2 {
 		t.Fatalf("due %d with shard a's CDC gated, want 2 (shard b's load)", got)
 	}
@@ -463,11 +463,11 @@ func TestBufferHeld(t *testing.T) {
 	// A flush's walk resumes after the held-back events and takes the rest of the other shard in
 	// order, never a held-back shard's event, and stops at a control record behind them.
 	e := newBuffer()
-	e.hold(ev(change.OpInsert, "a", "1"), 100)
-	e.hold(ev(change.OpLoad, "b", "1"), 110)
-	e.hold(ev(change.OpInsert, "a", "2"), 120)
-	e.hold(ev(change.OpLoad, "b", "2"), 130)
-	e.hold(ev(change.OpControl, "c", "1"), 140)
+	holdEv(&e, ev(change.OpInsert, "a", "1"), 100)
+	holdEv(&e, ev(change.OpLoad, "b", "1"), 110)
+	holdEv(&e, ev(change.OpInsert, "a", "2"), 120)
+	holdEv(&e, ev(change.OpLoad, "b", "2"), 130)
+	holdEv(&e, ev(change.OpControl, "c", "1"), 140)
 	var sc dueScan
 	var took []string
 	gated := limit{bound: 1000, loadGate: 90}
@@ -534,3 +534,6 @@ func TestBufferPlanKeylessIdentity(t *testing.T) {
 		t.Errorf("deletes %v (want %v), trimmed %d (want 1)", dels, want, got.trimmed)
 	}
 }
+
+// holdEv holds e in b with the kind its operation and images give (gateKindOf).
+func holdEv(b *buffer, e *change.Event, at int64) { b.hold(e, at, gateKindOf(e)) }

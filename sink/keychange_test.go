@@ -20,7 +20,7 @@ func TestFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	gb.set(Bound{At: time.UnixMilli(5000)})
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
 		withOptions(WithCommitBounds(gb.get)))
-	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4,name:STRING")
+	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
 	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "x")}, nil)
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
@@ -80,7 +80,7 @@ func TestGateWaitIsReported(t *testing.T) {
 	m := &gateMetrics{}
 	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
 		withOptions(WithCommitBounds(gb.get), WithMetrics(m)))
-	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4,name:STRING")
+	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
 	var g checkpoint.TableGates
@@ -98,4 +98,29 @@ func TestGateWaitIsReported(t *testing.T) {
 	if w := time.Duration(m.waited.Load()); w < 20*time.Millisecond {
 		t.Fatalf("reported %v of gate wait, want at least the 20 ms between the flushes", w)
 	}
+}
+
+// A data record held behind a control record (its turn comes when the bound passes the control
+// record) is classified with the key known when it was held: an update with a full before-image
+// that keeps its key does not wait for another worker's older change.
+func TestHeldFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
+	t.Parallel()
+	gb := &gateBound{}
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
+		withOptions(WithCommitBounds(gb.get)))
+	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "x")}, nil)
+	h.flush()
+	// Past the bound: held, and the update after it with it.
+	h.arriveCtl("c", 2, 6000, "items", "add-column", "id*:INT4 name:STRING tier:STRING")
+	h.arrive("a", 2, 6100, "items", change.OpUpdate, []change.Column{col("id", "1"), col("name", "x2")},
+		[]change.Column{col("id", "1"), col("name", "x")})
+	h.flush()
+	var g checkpoint.TableGates
+	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)} // another process's older change
+	gb.set(Bound{At: time.UnixMilli(7000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1,name=x2,tier=null")
 }

@@ -191,7 +191,7 @@ func (b *buffer) gatedFrom(lim limit) int64 {
 	for i := range b.held {
 		if h := &b.held[i]; !h.ctl {
 			pos := change.SourcePosOf(h.ev)
-			note(h.at, gateKindOf(h.ev), &pos)
+			note(h.at, h.kind, &pos)
 		}
 	}
 	return from
@@ -232,6 +232,9 @@ type held struct {
 	ev  *change.Event
 	at  int64
 	ctl bool
+	// kind is what the gates see of it, decided when it was held with the key known then
+	// (planner.heldKind).
+	kind gateKind
 	// reload: the table's create-table records may start a reload (sink.reload replace), which
 	// makes them wait for other processes' older data (waitsForData), as a truncate does.
 	reload bool
@@ -315,8 +318,8 @@ func (b *buffer) arrival(ev *change.Event) int64 {
 
 // hold keeps ev, which arrived at at, until its turn. Events come mostly in arrival order, so
 // the sorted insert searches from the end.
-func (b *buffer) hold(ev *change.Event, at int64) {
-	h := held{ev: ev, at: at, ctl: ev.Op == change.OpControl, reload: b.reloadOrder}
+func (b *buffer) hold(ev *change.Event, at int64, kind gateKind) {
+	h := held{ev: ev, at: at, ctl: ev.Op == change.OpControl, reload: b.reloadOrder, kind: kind}
 	i := len(b.held)
 	for i > 0 && heldBefore(&h, &b.held[i-1]) {
 		i--
@@ -366,7 +369,7 @@ func (b *buffer) dueFrom(lim limit, sc *dueScan) int {
 		if sc.blocked[h.ev.Pos.Shard] {
 			continue
 		}
-		if pos := change.SourcePosOf(h.ev); lim.admits(h.at, gateKindOf(h.ev), &pos) {
+		if pos := change.SourcePosOf(h.ev); lim.admits(h.at, h.kind, &pos) {
 			sc.next = i
 			return i
 		}

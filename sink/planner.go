@@ -112,6 +112,32 @@ func msOrZero(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// heldKind is what the gates see of ev, held before it can be converted: an update is a key
+// change only if it changes the columns of the key known now (the table's, else its table-def's,
+// else the configured one); with no key known, if its before-image differs anywhere
+// (change.MayChangeKey).
+func (pl *planner) heldKind(ev *change.Event) gateKind {
+	k := gateKindOf(ev)
+	if k != kindKeyChange {
+		return k
+	}
+	var key []string
+	switch l := pl.st.lay; {
+	case l != nil && l.keyed():
+		for _, i := range l.keyIdx {
+			key = append(key, l.names[i])
+		}
+	case pl.env.defs != nil && pl.env.defs.get(pl.src) != nil && len(pl.env.defs.get(pl.src).PrimaryKey) > 0:
+		key = pl.env.defs.get(pl.src).PrimaryKey
+	default:
+		key = pl.set.primaryKey
+	}
+	if len(key) > 0 && !change.ChangesKey(ev, key) {
+		return kindChange
+	}
+	return k
+}
+
 // noteGated reports to the metrics the time since the previous flush during which a gate held
 // rows back, after a flush at lim (whose waitFrom says whether a gate holds rows back).
 func (pl *planner) noteGated(lim limit) {
@@ -145,9 +171,9 @@ func (pl *planner) logGated(lim limit) {
 	for i := range pl.buf.held {
 		h := &pl.buf.held[i]
 		pos := change.SourcePosOf(h.ev)
-		if !h.ctl && h.at <= lim.bound && !lim.admits(h.at, gateKindOf(h.ev), &pos) {
+		if !h.ctl && h.at <= lim.bound && !lim.admits(h.at, h.kind, &pos) {
 			if n == 0 {
-				first = fmt.Sprintf("held %s/%s at %d kind %d pos %+v", h.ev.Pos.Shard, h.ev.Pos.Seq, h.at, gateKindOf(h.ev), pos)
+				first = fmt.Sprintf("held %s/%s at %d kind %d pos %+v", h.ev.Pos.Shard, h.ev.Pos.Seq, h.at, h.kind, pos)
 			}
 			n++
 		}

@@ -259,12 +259,12 @@ func TestCreateTableOrdersAsAnyControlRecord(t *testing.T) {
 	b := newBuffer()
 	b.reloadOrder = true
 	upd := &change.Event{Op: change.OpUpdate, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000400Z"}, Pos: change.Position{Shard: "a", Seq: "1"}}
-	b.hold(upd, 100)
+	holdEv(&b, upd, 100)
 	ct := ctlEvent("c", 5, "items", "create-table", "id*:INT4")
 	ct.Meta.Timestamp = "2025-01-02T00:00:00.000500Z"
-	b.hold(ct, 100)
+	holdEv(&b, ct, 100)
 	ld := &change.Event{Op: change.OpLoad, Meta: change.Metadata{Timestamp: "2025-01-02T00:00:00.000600Z"}, Pos: change.Position{Shard: "b", Seq: "1"}}
-	b.hold(ld, 100)
+	holdEv(&b, ld, 100)
 	if len(b.held) != 3 || b.held[0].ev != ct {
 		t.Fatalf("held order: %+v, want the create-table first", b.held)
 	}

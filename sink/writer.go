@@ -283,7 +283,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 		return nil
 	}
 	if ev.Op == change.OpControl || len(w.pl.buf.held) > 0 {
-		w.pl.buf.hold(ev, at)
+		w.pl.buf.hold(ev, at, w.pl.heldKind(ev))
 		return nil
 	}
 	if !w.st.loaded() {
@@ -298,7 +298,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 			// Created (from a table-def if one comes first) when its turn comes; a paused or
 			// dropped table's record is dead-lettered then unless a control record before it
 			// changed that.
-			w.pl.buf.hold(ev, at)
+			w.pl.buf.hold(ev, at, w.pl.heldKind(ev))
 			return nil
 		}
 	}

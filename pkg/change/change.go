@@ -216,6 +216,37 @@ type DeadLetterRedactor interface {
 	RedactDeadLetter(dl DeadLetter) DeadLetter
 }
 
+// ChangesKey reports whether ev is an update that changes the key of its row: a column of key
+// that its before-image holds differs in its after-image (or the after-image lacks it). A key
+// column the before-image leaves out did not change (Oracle's before-images, and DMS's pk-only
+// ones of an update that kept its key: {}). Values are compared as DMS rendered them. Unlike
+// MayChangeKey it gives the right answer for full before-images (MySQL's ColumnFilter all).
+func ChangesKey(ev *Event, key []string) bool {
+	if ev.Op != OpUpdate || len(ev.Before) == 0 {
+		return false
+	}
+	for _, k := range key {
+		b, ok := column(ev.Before, k)
+		if !ok {
+			continue
+		}
+		if a, ok := column(ev.Columns, k); !ok || a != b {
+			return true
+		}
+	}
+	return false
+}
+
+// column returns the value of the column named name in img.
+func column(img []Column, name string) (Value, bool) {
+	for _, c := range img {
+		if c.Name == name {
+			return c.Value, true
+		}
+	}
+	return Value{}, false
+}
+
 // MayChangeKey reports whether ev is an update whose before-image may name another row than its
 // after-image: a before-image column is absent from the after-image or has another value there.
 // With DMS's pk-only before-images (BeforeImageSettings ColumnFilter pk-only, the recommended

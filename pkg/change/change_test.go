@@ -82,3 +82,34 @@ func TestRecordIdentity(t *testing.T) {
 		}
 	}
 }
+
+func TestChangesKey(t *testing.T) {
+	t.Parallel()
+	num := func(n, v string) Column { return Column{Name: n, Value: Value{Kind: KindNumber, Text: v}} }
+	up := func(after, before []Column) *Event { return &Event{Op: OpUpdate, Columns: after, Before: before} }
+	key := []string{"id"}
+	cases := []struct {
+		name string
+		ev   *Event
+		want bool
+	}{
+		{"full before-image, key kept", up([]Column{num("id", "1"), num("v", "2")}, []Column{num("id", "1"), num("v", "1")}), false},
+		{"full before-image, key changed", up([]Column{num("id", "2"), num("v", "1")}, []Column{num("id", "1"), num("v", "1")}), true},
+		{"pk-only before-image of a kept key", up([]Column{num("id", "1")}, nil), false},
+		{"pk-only before-image, key changed", up([]Column{num("id", "2")}, []Column{num("id", "1")}), true},
+		{"before-image without the key column", up([]Column{num("id", "1"), num("v", "2")}, []Column{num("v", "1")}), false},
+		{"not an update", &Event{Op: OpInsert, Columns: []Column{num("id", "1")}, Before: []Column{num("id", "2")}}, false},
+	}
+	for _, c := range cases {
+		if got := ChangesKey(c.ev, key); got != c.want {
+			t.Errorf("%s: ChangesKey = %v, want %v", c.name, got, c.want)
+		}
+	}
+	if !MayChangeKey(cases[0].ev) {
+		t.Error("MayChangeKey of a full before-image that changed a column: want true (it cannot know the key)")
+	}
+	composite := up([]Column{num("a", "1"), num("b", "3")}, []Column{num("a", "1"), num("b", "2")})
+	if !ChangesKey(composite, []string{"a", "b"}) || ChangesKey(composite, []string{"a"}) {
+		t.Error("composite key: only a change of one of its columns is a key change")
+	}
+}
