@@ -316,6 +316,17 @@ func (b *buffer) arrival(ev *change.Event) int64 {
 	return at
 }
 
+// reclassify decides again, with kind, the gate kind of the held data records counted as key
+// changes: the key may be known now that was not when they were held (their table loaded, its
+// table-def seen).
+func (b *buffer) reclassify(kind func(*change.Event) gateKind) {
+	for i := range b.held {
+		if h := &b.held[i]; !h.ctl && h.kind == kindKeyChange {
+			h.kind = kind(h.ev)
+		}
+	}
+}
+
 // hold keeps ev, which arrived at at, until its turn. Events come mostly in arrival order, so
 // the sorted insert searches from the end.
 func (b *buffer) hold(ev *change.Event, at int64, kind gateKind) {

@@ -394,6 +394,9 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	if !w.pl.buf.pending() {
 		return nil
 	}
+	if err := w.knowHeldKeys(ctx); err != nil {
+		return err
+	}
 	// What the gates hold back stays held back for the whole flush (its limit is fixed), and a
 	// held data record that becomes due is admitted, so this is computed once.
 	lim.waitFrom = w.pl.buf.gatedFrom(lim)
@@ -421,6 +424,22 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	if w.pl.buf.pending() {
 		w.pl.leftOver(lim)
 	}
+	return nil
+}
+
+// knowHeldKeys gives the held data records the gate kind the table's key decides: a table
+// another worker created since they were held is loaded (as add loads it), and the updates
+// counted as key changes are classified again with its key (planner.heldKind).
+func (w *writer) knowHeldKeys(ctx context.Context) error {
+	if len(w.pl.buf.held) == 0 {
+		return nil
+	}
+	if !w.st.loaded() && w.st.status == tableprop.StatusActive && w.pl.buf.firstCtl() == nil {
+		if _, err := w.sa.load(ctx); err != nil {
+			return err
+		}
+	}
+	w.pl.buf.reclassify(w.pl.heldKind)
 	return nil
 }
 
