@@ -23,11 +23,13 @@ package integration
 //
 //   - chaosRun (chaos.go): the driver. It builds the parts below, sets the run up, runs the
 //     cycles on the test's goroutine and, at the end, drains with one last worker and hands
-//     over to the oracle and the report. chaosOptions (chaos.go) size the run.
+//     over to the oracle and the report. chaosOptions (chaos_options.go) size the run, from
+//     the environment variables below.
 //   - chaosLedger (chaos_ledger.go): the record every part writes to: the counters
 //     (chaosStats), the violations and problems, the current cycle, the log lines.
 //   - chaosEnv and chaosGenerator (chaos_env.go): the run's directories and service
-//     configurations, the catalog the oracle reads, the dependency fault proxies; the
+//     configurations, the catalog the oracle reads, the dependency fault proxies (their rules
+//     in depfaults.go) and the workers' environment that points them at the AWS ones; the
 //     generator process and its progress (the pace of the cycles).
 //   - chaosStream (chaos_stream.go): the Kinesis shards and the lease table: reading them,
 //     splitting and merging.
@@ -40,7 +42,8 @@ package integration
 //   - chaosOracle (chaos_oracle.go): the checkpoint-vs-watermark check, completion, verify,
 //     the file, orphan and dead-letter checks, over the record cache (recordCache).
 //   - chaosReport (chaos_report.go): the CHAOS: lines, from the ledger, the proxies, the
-//     /metrics and the evidence in the logs (logEvidence).
+//     /metrics and the evidence in the logs (logEvidence); the recoveries from dependency
+//     faults and the generator's rate (chaos_recovery.go), and the fault kinds never injected.
 
 import (
 	"context"
