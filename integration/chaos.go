@@ -97,8 +97,9 @@ const (
 	// every keyed record by primary key, a hot table's changes spread over every shard, with
 	// full before-images, MySQL's BeforeImageSettings ColumnFilter all).
 	EnvChaosLayout = "DMS2ICEBERG_CHAOS_LAYOUT"
-	// EnvChaosWorkers bounds the workers running at once (default 3; 2 to 5): with 4, the
-	// run starts with three and the schedule's adds go up to four.
+	// EnvChaosWorkers bounds the workers running at once (default 3; 2 to 5). With n of 4 or
+	// more, the run starts with n workers and keeps n-1 or n running (the schedule's kills,
+	// stops and removes take one away, a cycle's end or an add brings it back).
 	EnvChaosWorkers = "DMS2ICEBERG_CHAOS_WORKERS"
 )
 
@@ -157,8 +158,8 @@ func (c *chaosRun) run() {
 		c.cl.start("w2", "")
 	}
 	if c.opt.MaxWorkers >= 4 {
-		// More workers: the run starts with three or four of them at once.
-		for _, id := range []string{"w2", "w3"} {
+		// More workers (EnvChaosWorkers): the run starts with all of them.
+		for _, id := range chaosWorkerIDs[1:c.opt.MaxWorkers] {
 			if c.cl.workers[id] == nil {
 				c.cl.start(id, "")
 			}
@@ -200,8 +201,9 @@ func (c *chaosRun) cycle(n, cycles int, a string) {
 	what := c.act.do(a)
 	c.cl.reap()
 	// Mostly two or three workers at once (leases move between them), sometimes one; with
-	// EnvChaosWorkers 4 or more, at least two.
-	if k := len(c.cl.workers); k == 0 || (k == 1 && (c.opt.MaxWorkers >= 4 || c.rng.IntN(10) < 6)) {
+	// EnvChaosWorkers n of 4 or more, n-1 or n.
+	if k := len(c.cl.workers); k == 0 || (c.opt.MaxWorkers >= 4 && k < c.opt.MaxWorkers-1) ||
+		(c.opt.MaxWorkers < 4 && k == 1 && c.rng.IntN(10) < 6) {
 		id := c.cl.freeID()
 		c.cl.start(id, "")
 		what += "; started " + id
