@@ -181,12 +181,12 @@ func (e *chaosEnv) s3Warehouse(snk, verifySnk map[string]any) {
 func (e *chaosEnv) awsProxies() {
 	if e.opt.DepsDynamo {
 		up := requireEnv(e.t, "AWS_ENDPOINT_URL_DYNAMODB")
-		px := e.startDepProxy("dynamodb", up, dynamoFaultRules(0.05, 0.02, 2*time.Second))
+		px := e.startDepProxy("dynamodb", up, dynamoFaultRules(0.04, 0.02, 2*time.Second))
 		e.workerEnv = append(e.workerEnv, "AWS_ENDPOINT_URL_DYNAMODB="+px.URL())
 	}
 	if e.opt.DepsKinesis {
 		up := requireEnv(e.t, "AWS_ENDPOINT_URL_KINESIS")
-		px := e.startDepProxy("kinesis", up, kinesisFaultRules(0.03, 0.2, 2*time.Second, e.opt.Heartbeat > 0))
+		px := e.startDepProxy("kinesis", up, kinesisFaultRules(0.02, 0.2, 2*time.Second, e.opt.Heartbeat > 0))
 		e.workerEnv = append(e.workerEnv, "AWS_ENDPOINT_URL_KINESIS="+px.URL())
 	}
 }

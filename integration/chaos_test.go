@@ -5,7 +5,9 @@ package integration
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
@@ -114,5 +116,32 @@ func TestChaosRecoveryCounts(t *testing.T) {
 		"x\tWARN\tkcl\tError in refreshing lease on shard: s0\n"))
 	if k.consumersEnded != 1 || k.iteratorsExpired != 1 || k.renewalsFailed != 1 {
 		t.Errorf("evidence %+v", k)
+	}
+}
+
+// TestChaosFirstOfEachKind checks the coverage rules in front of the AWS rules: one per kind of
+// each rule, each injecting once, ahead of the rule itself, which keeps its probability.
+func TestChaosFirstOfEachKind(t *testing.T) {
+	rules := kinesisFaultRules(0.02, 0.2, time.Second, true)
+	var firsts, get int
+	for _, r := range rules[:len(rules)-2] {
+		if r.Max != 1 || len(r.Kinds) != 1 || r.Prob != 0.2 || !strings.HasSuffix(r.Name, "-first") {
+			t.Errorf("coverage rule %+v", r)
+		}
+		firsts++
+	}
+	for _, r := range rules[len(rules)-2:] {
+		if r.Max != 0 || strings.HasSuffix(r.Name, "-first") {
+			t.Errorf("rule %+v", r)
+		}
+		if r.Name == "get-records" {
+			get = len(r.Kinds)
+			if r.Prob != 0.02 {
+				t.Errorf("get-records probability %v", r.Prob)
+			}
+		}
+	}
+	if get != 5 || firsts != 5+4 {
+		t.Errorf("%d coverage rules, get-records with %d kinds; want 9 and 5", firsts, get)
 	}
 }

@@ -49,7 +49,7 @@ func s3FaultRules(writeProb, readProb float64, hold time.Duration) []faultproxy.
 // unknown-outcome path); its reads refused, answered 5xx or reset. The SDK retries throttling,
 // 5xx and resets by itself (3 attempts), so most faults are recovered below the KCL.
 func dynamoFaultRules(writeProb, readProb float64, hold time.Duration) []faultproxy.Rule {
-	return []faultproxy.Rule{
+	return firstOfEachKind(0.2, []faultproxy.Rule{
 		{Name: "lease-write", Target: faultproxy.DynamoDBTarget("UpdateItem", "PutItem", "DeleteItem"),
 			Kinds: []faultproxy.Kind{faultproxy.KindThroughput, faultproxy.KindThrottling, faultproxy.KindStatus,
 				faultproxy.KindLost, faultproxy.KindLost5xx, faultproxy.KindTimeout, faultproxy.KindReset},
@@ -57,7 +57,7 @@ func dynamoFaultRules(writeProb, readProb float64, hold time.Duration) []faultpr
 		{Name: "lease-read", Target: faultproxy.DynamoDBTarget("GetItem", "Scan", "Query"),
 			Kinds: []faultproxy.Kind{faultproxy.KindThroughput, faultproxy.KindThrottling, faultproxy.KindStatus, faultproxy.KindReset},
 			Prob:  readProb},
-	}
+	})
 }
 
 // kinesisFaultRules are the chaos run's faults on the workers' Kinesis calls: GetRecords
@@ -76,5 +76,22 @@ func kinesisFaultRules(getProb, putProb float64, hold time.Duration, heartbeats 
 			Kinds: []faultproxy.Kind{faultproxy.KindPartialPut, faultproxy.KindThroughput, faultproxy.KindStatus, faultproxy.KindLost},
 			Prob:  putProb, FailEntries: 0.3})
 	}
-	return rules
+	return firstOfEachKind(0.2, rules)
+}
+
+// firstOfEachKind puts in front of every rule one rule per kind of it, each injecting that
+// kind once (Max 1) with probability prob, the next in line once the one before has: the proxy
+// consults the first rule that selects a request and has budget left, so every kind is injected
+// early in a run however few requests it makes (a short run under load reads little), and the
+// rule itself with its own probability afterwards. They are named after the rule, "-first".
+func firstOfEachKind(prob float64, rules []faultproxy.Rule) []faultproxy.Rule {
+	var out []faultproxy.Rule
+	for _, r := range rules {
+		for _, k := range r.Kinds {
+			first := r
+			first.Name, first.Kinds, first.Prob, first.Max = r.Name+"-first", []faultproxy.Kind{k}, prob, 1
+			out = append(out, first)
+		}
+	}
+	return append(out, rules...)
 }
