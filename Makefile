@@ -12,14 +12,19 @@ export GOTOOLCHAIN ?= local
 
 FUZZTIME ?= 60s
 CHAOS_CYCLES ?= 200
-# Production-like chaos: CHAOS_RATE records/s, CHAOS_DEPS=rest for faults in the
-# REST catalog, CHAOS_DEPS=s3 for faults in S3 (the warehouse in the S3 emulator, the embedded
-# SQL catalog); empty: the embedded SQL catalog on local files, no proxy. rest,s3 is refused
-# (the shared REST server cannot write s3://).
+# Production-like chaos: CHAOS_RATE records/s; CHAOS_DEPS, a list of the dependencies to fault:
+# rest (the REST catalog), s3 (the warehouse in the S3 emulator, the embedded SQL catalog),
+# dynamodb (the KCL lease table), kinesis (the workers' GetRecords and heartbeat PutRecords), or
+# all (dynamodb,kinesis,s3); empty: the embedded SQL catalog on local files, no proxy. rest with
+# s3 is refused (the shared REST server cannot write s3://).
 CHAOS_RATE ?=
 CHAOS_DEPS ?=
 # CHAOS_DELETE_MODE: the workers' sink.delete_mode (equality, position, dv); empty: by seed.
 CHAOS_DELETE_MODE ?=
+# CHAOS_LAYOUT: dms-default (empty: the same) or primary-key-full (ParallelApply partitioning
+# with full before-images). CHAOS_WORKERS: at most this many workers at once (2-5; empty: 3).
+CHAOS_LAYOUT ?=
+CHAOS_WORKERS ?=
 BENCHTIME ?= 1s
 DEMO_ARGS ?=
 EMU_ENV = eval "$$(.ci/emulators.sh env)" && eval "$$(.ci/catalogs.sh env)" && eval "$$(.ci/spark.sh env)"
@@ -55,6 +60,7 @@ chaos: ## long crash-anywhere run: CHAOS_CYCLES (200) randomized kills, fault po
 	  echo "chaos: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=$${DMS2ICEBERG_RACE:-1} DMS2ICEBERG_CHAOS_CYCLES=$(CHAOS_CYCLES) \
 	  DMS2ICEBERG_CHAOS_RATE=$(CHAOS_RATE) DMS2ICEBERG_CHAOS_DEPS=$(CHAOS_DEPS) DMS2ICEBERG_CHAOS_DELETE_MODE=$(CHAOS_DELETE_MODE) \
+	  DMS2ICEBERG_CHAOS_LAYOUT=$(CHAOS_LAYOUT) DMS2ICEBERG_CHAOS_WORKERS=$(CHAOS_WORKERS) \
 	  go test -race -count=1 -tags integration -run '^TestChaos$$' -timeout 6h -v ./integration/
 
 lint: tools ## golangci-lint (pinned v2) with .ci/golangci.yml

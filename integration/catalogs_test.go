@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -80,16 +78,6 @@ func catalogCases() []catalogCase {
 				map[string]string{"type": "rest", "uri": uri}
 		}},
 	}
-}
-
-// createBucket creates a fresh bucket on the S3 emulator.
-func createBucket(t *testing.T) string {
-	t.Helper()
-	name := UniqueName("it-wh")
-	if _, err := S3(t).CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
-		t.Fatalf("create bucket %s: %v", name, err)
-	}
-	return name
 }
 
 // withCatalog returns a copy of p whose service configuration has its own KCL application

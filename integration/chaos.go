@@ -23,11 +23,13 @@ package integration
 //
 //   - chaosRun (chaos.go): the driver. It builds the parts below, sets the run up, runs the
 //     cycles on the test's goroutine and, at the end, drains with one last worker and hands
-//     over to the oracle and the report. chaosOptions (chaos.go) size the run.
+//     over to the oracle and the report. chaosOptions (chaos_options.go) size the run, from
+//     the environment variables below.
 //   - chaosLedger (chaos_ledger.go): the record every part writes to: the counters
 //     (chaosStats), the violations and problems, the current cycle, the log lines.
 //   - chaosEnv and chaosGenerator (chaos_env.go): the run's directories and service
-//     configurations, the catalog the oracle reads, the dependency fault proxies; the
+//     configurations, the catalog the oracle reads, the dependency fault proxies (their rules
+//     in depfaults.go) and the workers' environment that points them at the AWS ones; the
 //     generator process and its progress (the pace of the cycles).
 //   - chaosStream (chaos_stream.go): the Kinesis shards and the lease table: reading them,
 //     splitting and merging.
@@ -40,20 +42,18 @@ package integration
 //   - chaosOracle (chaos_oracle.go): the checkpoint-vs-watermark check, completion, verify,
 //     the file, orphan and dead-letter checks, over the record cache (recordCache).
 //   - chaosReport (chaos_report.go): the CHAOS: lines, from the ledger, the proxies, the
-//     /metrics and the evidence in the logs (logEvidence).
+//     /metrics and the evidence in the logs (logEvidence); the recoveries from dependency
+//     faults and the generator's rate (chaos_recovery.go), and the fault kinds never injected.
 
 import (
 	"context"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
-	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 )
 
 // Environment variables of the chaos run.
@@ -72,11 +72,17 @@ const (
 	EnvChaosRate = "DMS2ICEBERG_CHAOS_RATE"
 	// EnvChaosDeps puts faults in the dependencies, through the fault proxy
 	// (integration/faultproxy), which injects 5xx, unanswered requests, resets and lost answers
-	// (requests that took effect while the worker cannot know): "rest" runs the workers on
-	// Apache Iceberg's REST catalog server behind the proxy; "s3" keeps the embedded SQL catalog
-	// and puts the warehouse (every data, delete, manifest and metadata file) in the S3 emulator
-	// behind the proxy. "rest,s3" is refused: the shared REST server's FileIO cannot write s3://
-	// (see chaosOptionsFromEnv). Default "": the embedded SQL catalog on local files, no proxy.
+	// (requests that took effect while the worker cannot know), and the AWS services' own
+	// refusals. A comma-separated list: "rest" runs the workers on Apache Iceberg's REST catalog
+	// server behind the proxy; "s3" keeps the embedded SQL catalog and puts the warehouse (every
+	// data, delete, manifest and metadata file) in the S3 emulator behind the proxy; "dynamodb"
+	// puts the KCL lease table behind the proxy (throttling, throughput exceeded, 5xx, resets, a
+	// write that took effect with its answer lost); "kinesis" puts the workers' Kinesis calls
+	// behind the proxy (GetRecords: throughput exceeded, expired iterators, 5xx, resets; the
+	// heartbeat PutRecords, heartbeats then always on: partial failures, 5xx, lost answers).
+	// "all" is dynamodb,kinesis,s3. The generator and the oracle reach the emulators directly.
+	// "rest" with "s3" is refused: the shared REST server's FileIO cannot write s3:// (see
+	// parseDeps). Default "": the embedded SQL catalog on local files, no proxy.
 	EnvChaosDeps = "DMS2ICEBERG_CHAOS_DEPS"
 	// EnvChaosHeartbeat is the workers' consumer.heartbeat_interval ("0": off). Default: 250ms
 	// for odd seeds, off for even ones, so that the default suite's runs cover both.
@@ -86,114 +92,16 @@ const (
 	// suite's runs cover all three; the maintainer's conversions, rewrites and key cache then
 	// run under the same kills, stops and reshards as the writers.
 	EnvChaosDeleteMode = "DMS2ICEBERG_CHAOS_DELETE_MODE"
+	// EnvChaosLayout is the partitioning of the generated workload: "dms-default" (default:
+	// DMS without ParallelApply, CDC by schema.table) or "primary-key-full" (ParallelApply:
+	// every keyed record by primary key, a hot table's changes spread over every shard, with
+	// full before-images, MySQL's BeforeImageSettings ColumnFilter all).
+	EnvChaosLayout = "DMS2ICEBERG_CHAOS_LAYOUT"
+	// EnvChaosWorkers bounds the workers running at once (default 3; 2 to 5). With n of 4 or
+	// more, the run starts with n workers and keeps n-1 or n running (the schedule's kills,
+	// stops and removes take one away, a cycle's end or an add brings it back).
+	EnvChaosWorkers = "DMS2ICEBERG_CHAOS_WORKERS"
 )
-
-// chaosOptions sizes a run.
-type chaosOptions struct {
-	Seed      int64
-	Cycles    int
-	Shards    int32 // initial shard count
-	MinShards int   // merges keep at least this many open shards
-	MaxShards int   // splits keep at most this many open shards
-	// MaxTotalShards bounds the stream's shards, closed ones included.
-	MaxTotalShards int
-	MaxWorkers     int
-	LoadRows       int
-	Changes        int
-	// Rate is the generator's records per second, sized so that traffic lasts about as long as
-	// the cycles.
-	Rate     float64
-	Failover time.Duration
-	// CheckEvery is the interval of the sampled checkpoint check.
-	CheckEvery time.Duration
-	// Dwell bounds the random pause after each cycle.
-	MinDwell, MaxDwell time.Duration
-	// Deps is EnvChaosDeps ("", "rest" or "s3"); DepsREST and DepsS3 its parts.
-	Deps             string
-	DepsREST, DepsS3 bool
-	// Heartbeat is the workers' consumer.heartbeat_interval (0: off).
-	Heartbeat time.Duration
-	// DeleteMode is the workers' sink.delete_mode.
-	DeleteMode string
-}
-
-// cycleEstimate sizes the generator's rate: traffic is to last about cycles × cycleEstimate,
-// a little longer than the cycles take, and the cycles wait for the traffic when they run ahead
-// of it (pace), so that every cycle happens while records flow.
-const cycleEstimate = 12 * time.Second
-
-func chaosOptionsFromEnv(t *testing.T) chaosOptions {
-	t.Helper()
-	o := chaosOptions{Seed: time.Now().UnixNano() % 1_000_000_000, Cycles: 12, Shards: 4, MinShards: 2, MaxShards: 7, MaxTotalShards: 28,
-		MaxWorkers: 3, LoadRows: 100, Failover: 4 * time.Second, CheckEvery: 5 * time.Second,
-		MinDwell: time.Second, MaxDwell: 4 * time.Second}
-	if v := os.Getenv(EnvChaosSeed); v != "" {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: %v", EnvChaosSeed, v, err)
-		}
-		o.Seed = n
-	}
-	if v := os.Getenv(EnvChaosCycles); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive count", EnvChaosCycles, v)
-		}
-		o.Cycles = n
-	}
-	o.Changes = max(1500, 110*o.Cycles)
-	records := float64(5 + 4*o.LoadRows + o.Changes)
-	o.Rate = max(5, records/(float64(o.Cycles)*cycleEstimate.Seconds()))
-	if v := os.Getenv(EnvChaosRate); v != "" {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || r < 1 {
-			t.Fatalf("%s=%q: want records per second", EnvChaosRate, v)
-		}
-		o.Rate = r
-		o.Changes = max(o.Changes, int(r*float64(o.Cycles)*cycleEstimate.Seconds())-(5+4*o.LoadRows))
-	}
-	if o.Seed%2 != 0 {
-		o.Heartbeat = 250 * time.Millisecond
-	}
-	if v := os.Getenv(EnvChaosHeartbeat); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			t.Fatalf("%s=%q: want a duration (0: off)", EnvChaosHeartbeat, v)
-		}
-		o.Heartbeat = d
-	}
-	o.DeleteMode = []string{maintenance.DeleteModeEquality, maintenance.DeleteModePosition, maintenance.DeleteModeDV}[(o.Seed%3+3)%3]
-	if v := os.Getenv(EnvChaosDeleteMode); v != "" {
-		switch v {
-		case maintenance.DeleteModeEquality, maintenance.DeleteModePosition, maintenance.DeleteModeDV:
-			o.DeleteMode = v
-		default:
-			t.Fatalf("%s=%q: want %s, %s or %s", EnvChaosDeleteMode, v,
-				maintenance.DeleteModeEquality, maintenance.DeleteModePosition, maintenance.DeleteModeDV)
-		}
-	}
-	for _, d := range strings.Split(os.Getenv(EnvChaosDeps), ",") {
-		switch d = strings.TrimSpace(d); d {
-		case "":
-		case "rest":
-			o.DepsREST = true
-		case "s3":
-			o.DepsS3 = true
-		default:
-			t.Fatalf("%s=%q: want rest, s3 or nothing", EnvChaosDeps, os.Getenv(EnvChaosDeps))
-		}
-	}
-	if o.DepsREST && o.DepsS3 {
-		// The REST server decides every table's location under its own warehouse and writes
-		// the metadata files itself; the shared server (.ci/catalogs.sh) has a file://
-		// warehouse and Hadoop's FileIO without an S3 file system, so it cannot put a table
-		// in the S3 emulator. Faults on both at once need that server started with an S3
-		// FileIO (ResolvingFileIO and s3.endpoint): a change to the shared emulators.
-		t.Fatalf("%s=rest,s3: the shared REST catalog server cannot write s3:// (its FileIO has no S3); run rest and s3 separately", EnvChaosDeps)
-	}
-	o.Deps = map[[2]bool]string{{true, false}: "rest", {false, true}: "s3"}[[2]bool{o.DepsREST, o.DepsS3}]
-	return o
-}
 
 // chaosRun is the driver: it puts the run's parts together and runs its course (setup, the
 // cycles, the end and the report) on the test's goroutine, with the observer on its own.
@@ -239,15 +147,23 @@ func newChaosRun(t *testing.T, opt chaosOptions) *chaosRun {
 func (c *chaosRun) run() {
 	t := c.t
 	c.led.start = time.Now()
-	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q %s=%s %s=%s); workload %d load rows per table + %d changes at %.1f records/s; failover %s; heartbeat_interval %s; delete_mode %s",
+	t.Logf("CHAOS seed %d, %d cycles (replay: %s=%d %s=%d %s=%.0f %s=%q %s=%s %s=%s %s=%s %s=%d); workload %d load rows per table + %d changes at %.1f records/s, layout %s; failover %s; heartbeat_interval %s; delete_mode %s; up to %d workers",
 		c.opt.Seed, c.opt.Cycles, EnvChaosSeed, c.opt.Seed, EnvChaosCycles, c.opt.Cycles, EnvChaosRate, c.opt.Rate, EnvChaosDeps, c.opt.Deps,
-		EnvChaosHeartbeat, c.opt.Heartbeat, EnvChaosDeleteMode, c.opt.DeleteMode, c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Failover,
-		c.opt.Heartbeat, c.opt.DeleteMode)
+		EnvChaosHeartbeat, c.opt.Heartbeat, EnvChaosDeleteMode, c.opt.DeleteMode, EnvChaosLayout, c.opt.Layout, EnvChaosWorkers, c.opt.MaxWorkers,
+		c.opt.LoadRows, c.opt.Changes, c.opt.Rate, c.opt.Layout, c.opt.Failover, c.opt.Heartbeat, c.opt.DeleteMode, c.opt.MaxWorkers)
 	c.setup()
 	plan := chaosSchedule(c.rng, c.opt.Cycles)
 	c.cl.start("w1", "")
 	if c.rng.IntN(2) == 0 {
 		c.cl.start("w2", "")
+	}
+	if c.opt.MaxWorkers >= 4 {
+		// More workers (EnvChaosWorkers): the run starts with all of them.
+		for _, id := range chaosWorkerIDs[1:c.opt.MaxWorkers] {
+			if c.cl.workers[id] == nil {
+				c.cl.start(id, "")
+			}
+		}
 	}
 	obsCtx, stopObs := context.WithCancel(c.ctx)
 	var obs sync.WaitGroup
@@ -284,8 +200,10 @@ func (c *chaosRun) cycle(n, cycles int, a string) {
 	c.cl.reap()
 	what := c.act.do(a)
 	c.cl.reap()
-	// Mostly two or three workers at once (leases move between them), sometimes one.
-	if k := len(c.cl.workers); k == 0 || (k == 1 && c.rng.IntN(10) < 6) {
+	// Mostly two or three workers at once (leases move between them), sometimes one; with
+	// EnvChaosWorkers n of 4 or more, n-1 or n.
+	if k := len(c.cl.workers); k == 0 || (c.opt.MaxWorkers >= 4 && k < c.opt.MaxWorkers-1) ||
+		(c.opt.MaxWorkers < 4 && k == 1 && c.rng.IntN(10) < 6) {
 		id := c.cl.freeID()
 		c.cl.start(id, "")
 		what += "; started " + id

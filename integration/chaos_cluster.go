@@ -57,7 +57,7 @@ func newChaosCluster(t *testing.T, rng *rand.Rand, env *chaosEnv, stream *chaosS
 
 // start starts a worker under id, with the fault spec faults armed ("" for none).
 func (c *chaosCluster) start(id, faults string) *chaosWorker {
-	env := []string{"DMS2ICEBERG_WORKER_ID=" + id}
+	env := append([]string{"DMS2ICEBERG_WORKER_ID=" + id}, c.env.workerEnv...)
 	point := ""
 	if faults != "" {
 		env = append(env, "DMS2ICEBERG_FAULTS="+faults)

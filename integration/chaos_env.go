@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,10 +30,13 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/sink"
 )
 
-// depProxy is a fault proxy in front of one dependency ("rest" or "s3").
+// depProxy is a fault proxy in front of one dependency ("rest", "s3", "dynamodb" or
+// "kinesis"); kinds are the kinds of fault its rules can inject, each of which the run is to
+// inject at least once.
 type depProxy struct {
-	dep string
-	px  *faultproxy.Proxy
+	dep   string
+	px    *faultproxy.Proxy
+	kinds []faultproxy.Kind
 }
 
 // chaosEnv is where the run's processes run and what they are configured with.
@@ -56,8 +60,10 @@ type chaosEnv struct {
 	proxies      []depProxy
 	s3c          *s3.Client
 	// workerCfg is the workers' configuration; each worker process gets a copy with its own
-	// http_addr (workerConfig).
+	// http_addr (workerConfig). workerEnv is the workers' extra environment: the AWS endpoints
+	// of the faulted AWS dependencies (their proxies).
 	workerCfg map[string]any
+	workerEnv []string
 }
 
 // newChaosEnv makes the run's directories. One directory holds the data and every process's
@@ -109,6 +115,7 @@ func (e *chaosEnv) configure() {
 	case e.opt.DepsS3:
 		e.s3Warehouse(snk, verifySnk)
 	}
+	e.awsProxies()
 	if e.namespace != "" {
 		snk["namespace"] = e.namespace
 		verifySnk["namespace"] = e.namespace
@@ -132,8 +139,7 @@ func (e *chaosEnv) configure() {
 // own.
 func (e *chaosEnv) restCatalog(snk, verifySnk map[string]any) {
 	uri := RequireCatalogServer(e.t, EnvRESTURI)
-	px := e.startDepProxy("rest", uri)
-	px.SetRules(restFaultRules(0.15, 0.03, 2*time.Second)...)
+	px := e.startDepProxy("rest", uri, restFaultRules(0.15, 0.03, 2*time.Second))
 	e.namespace = uniqueNamespace("chaos")
 	e.catCfg = sink.CatalogConfig{Type: "rest", Name: "dms2iceberg", URI: uri}
 	snk["catalog"] = map[string]any{"type": "rest", "uri": px.URL()}
@@ -146,8 +152,7 @@ func (e *chaosEnv) restCatalog(snk, verifySnk map[string]any) {
 func (e *chaosEnv) s3Warehouse(snk, verifySnk map[string]any) {
 	t := e.t
 	s3url := os.Getenv("AWS_ENDPOINT_URL_S3")
-	px := e.startDepProxy("s3", s3url)
-	px.SetRules(s3FaultRules(0.05, 0.02, time.Second)...)
+	px := e.startDepProxy("s3", s3url, s3FaultRules(0.05, 0.02, time.Second))
 	bucket := createBucket(t)
 	e.s3c = S3(t)
 	aws := AWSConfig(t)
@@ -170,14 +175,49 @@ func (e *chaosEnv) s3Warehouse(snk, verifySnk map[string]any) {
 	verifySnk["catalog"] = asMap(e.catCfg)
 }
 
-// startDepProxy starts a fault proxy in front of a dependency for the run's lifetime.
-func (e *chaosEnv) startDepProxy(dep, upstream string) *faultproxy.Proxy {
+// awsProxies puts the workers' DynamoDB (the lease table) and Kinesis calls behind fault
+// proxies, as EnvChaosDeps asks, through the SDK's per-service endpoint variables; the
+// generator and the oracle keep the emulators.
+func (e *chaosEnv) awsProxies() {
+	if e.opt.DepsDynamo {
+		up := requireEnv(e.t, "AWS_ENDPOINT_URL_DYNAMODB")
+		px := e.startDepProxy("dynamodb", up, dynamoFaultRules(0.04, 0.02, 2*time.Second))
+		e.workerEnv = append(e.workerEnv, "AWS_ENDPOINT_URL_DYNAMODB="+px.URL())
+	}
+	if e.opt.DepsKinesis {
+		up := requireEnv(e.t, "AWS_ENDPOINT_URL_KINESIS")
+		px := e.startDepProxy("kinesis", up, kinesisFaultRules(0.02, 0.2, 2*time.Second, e.opt.Heartbeat > 0))
+		e.workerEnv = append(e.workerEnv, "AWS_ENDPOINT_URL_KINESIS="+px.URL())
+	}
+}
+
+// requireEnv returns the variable name's value; unset fails the test.
+func requireEnv(t *testing.T, name string) string {
+	v := os.Getenv(name)
+	if v == "" {
+		t.Fatalf("%s is not set: eval \"$(.ci/emulators.sh env)\"", name)
+	}
+	return v
+}
+
+// startDepProxy starts a fault proxy with rules in front of a dependency for the run's
+// lifetime.
+func (e *chaosEnv) startDepProxy(dep, upstream string, rules []faultproxy.Rule) *faultproxy.Proxy {
 	px, err := faultproxy.New(upstream, faultproxy.Options{Seed: uint64(e.opt.Seed)})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { _ = px.Close() })
-	e.proxies = append(e.proxies, depProxy{dep: dep, px: px})
+	px.SetRules(rules...)
+	var kinds []faultproxy.Kind
+	for _, r := range rules {
+		for _, k := range r.Kinds {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	e.proxies = append(e.proxies, depProxy{dep: dep, px: px, kinds: kinds})
 	return px
 }
 
@@ -234,17 +274,25 @@ type chaosGenerator struct {
 	rate float64 // records per second
 }
 
-// start starts the generator in the background. The workload is laid out the way DMS writes it by default (full load by primary key,
-// CDC by schema.table, control records on the task's key), with primary-key changes and a DMS
+// start starts the generator in the background. The workload is laid out the way DMS writes it
+// by default (full load by primary key, CDC by schema.table, control records on the task's
+// key), or with EnvChaosLayout primary-key-full as ParallelApply does (every keyed record by
+// primary key: a hot table's changes on every shard at once, a key change on another shard
+// than the old key's records) with full before-images; with primary-key changes and a DMS
 // reload of customers mid-stream (rows deleted at the source during its outage), and the
 // service gets no per-table configuration: tables come from the create-table records, in order
 // across shards (the ordering guard).
 func (g *chaosGenerator) start(e *chaosEnv) {
 	t, opt := e.t, e.opt
-	g.svc = startCommand(t, e.bin, []string{"gen", "--stream", e.stream, "--shards", strconv.Itoa(int(opt.Shards)),
+	layout := []string{"--layout", "dms-default"}
+	if opt.Layout == layoutPKFull {
+		layout = []string{"--layout", "primary-key", "--full-before-images"}
+	}
+	args := append([]string{"gen", "--stream", e.stream, "--shards", strconv.Itoa(int(opt.Shards)),
 		"--changes", strconv.Itoa(opt.Changes), "--load-rows", strconv.Itoa(opt.LoadRows),
-		"--seed", strconv.FormatInt(opt.Seed, 10), "--rate", strconv.FormatFloat(opt.Rate, 'f', 1, 64),
-		"--layout", "dms-default", "--reload-table", "customers", "--expected", e.expected}, nil, e.logDir, 16<<10)
+		"--seed", strconv.FormatInt(opt.Seed, 10), "--rate", strconv.FormatFloat(opt.Rate, 'f', 1, 64)}, layout...)
+	args = append(args, "--reload-table", "customers", "--expected", e.expected)
+	g.svc = startCommand(t, e.bin, args, nil, e.logDir, 16<<10)
 }
 
 // waitExpected waits until the generator has written the expected state.

@@ -25,8 +25,8 @@ type chaosStats struct {
 	terms       int            // graceful stops (exit 0 in time)
 	maxStop     time.Duration  // the longest graceful stop
 	slowStops   int            // graceful stops that left handed-on changes uncommitted at shutdown_timeout
-	// workerSamples counts the observer's one-second samples by running workers (0-3).
-	workerSamples [4]int
+	// workerSamples counts the observer's one-second samples by running workers (0-5).
+	workerSamples [6]int
 	starts        int // worker processes started
 	splits        int
 	merges        int

@@ -23,6 +23,8 @@ type procMetrics struct {
 	frozen, done bool
 	scrapes      int
 	unknown      map[string]float64 // unknown commit outcomes by resolution
+	// recovery holds the recovery counters (recoveryMetrics) by series, as last scraped.
+	recovery map[string]recoverySeries
 }
 
 // scraper holds every worker process's metrics; safe for concurrent use (the driver and the
@@ -35,7 +37,7 @@ type scraper struct {
 func (s *scraper) add(id, addr string) *procMetrics {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	p := &procMetrics{id: id, addr: addr, unknown: map[string]float64{}}
+	p := &procMetrics{id: id, addr: addr, unknown: map[string]float64{}, recovery: map[string]recoverySeries{}}
 	s.procs = append(s.procs, p)
 	return p
 }
@@ -60,6 +62,7 @@ func (s *scraper) scrape(p *procMetrics) {
 	for k, v := range u {
 		p.unknown[k] = max(p.unknown[k], v) // counters only grow
 	}
+	p.noteRecoveries(samples)
 }
 
 // last scrapes p a final time and marks it done (call before signalling it to stop).

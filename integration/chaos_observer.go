@@ -59,7 +59,7 @@ func (o *chaosObserver) noteLeases(rows map[string]checkpoint.LeaseRow) {
 	var bad []string
 	running := int(o.cl.running.Load())
 	o.led.with(func(st *chaosStats) {
-		st.workerSamples[min(running, 3)]++
+		st.workerSamples[min(running, len(st.workerSamples)-1)]++
 		for shard, r := range rows {
 			prev := o.seen[shard]
 			if r.Epoch > prev.Epoch {

@@ -57,6 +57,7 @@ type logEvidence struct {
 	commits, conflicts, contended         int
 	maxAttempts                           int
 	errs                                  map[string]int // the ERROR lines, by message
+	kcl                                   kclEvidence    // the KCL's recovery lines
 }
 
 // scanLogs reads the logs at paths (a missing one is skipped).
@@ -94,6 +95,7 @@ func (ev *logEvidence) scan(b []byte) {
 		}
 	}
 	ev.conflicts += len(conflictLine.FindAll(b, -1))
+	ev.kcl.scan(b)
 	for _, m := range errorLine.FindAllSubmatch(b, -1) {
 		msg := strings.ReplaceAll(string(m[1]), "\t", " ")
 		ev.errs[numbers.ReplaceAllString(workerName.ReplaceAllString(msg, "worker: W"), "N")]++
@@ -110,13 +112,14 @@ type chaosReport struct {
 	st      chaosStats // the counters at the end
 	proxies []depProxy
 	scr     *scraper
+	genLog  string // the generator's log
 }
 
 // report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
 func (c *chaosRun) report() {
 	ev := scanLogs(c.cl.logs)
 	r := &chaosReport{t: c.t, opt: c.opt, led: c.led, ev: ev,
-		st: c.led.stats(), proxies: c.env.proxies, scr: c.cl.scr}
+		st: c.led.stats(), proxies: c.env.proxies, scr: c.cl.scr, genLog: c.gen.svc.LogPath}
 	r.log()
 }
 
@@ -124,6 +127,8 @@ func (r *chaosReport) log() {
 	r.errorLines()
 	r.summary()
 	r.dependencies()
+	r.recoveries()
+	r.generator()
 	r.deleteModes()
 	r.detail()
 }
@@ -235,10 +240,17 @@ func (r *chaosReport) detail() {
 	for _, a := range []string{actKill, actFault, actStop, actTerm, actAdd, actRemove, actSplit, actMerge} {
 		actions = append(actions, fmt.Sprintf("%s=%d", a, st.actions[a]))
 	}
-	samples := st.workerSamples[0] + st.workerSamples[1] + st.workerSamples[2] + st.workerSamples[3]
+	samples := 0
+	for _, n := range st.workerSamples {
+		samples += n
+	}
 	share := func(i int) int { return 100 * st.workerSamples[i] / max(1, samples) }
-	r.t.Logf("CHAOS detail: time with 0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie processors fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
-		share(0), share(1), share(2), share(3), strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
+	running := fmt.Sprintf("0/1/2/3 workers running %d%%/%d%%/%d%%/%d%%", share(0), share(1), share(2), share(3))
+	if r.opt.MaxWorkers > 3 {
+		running = fmt.Sprintf("0/1/2/3/4/5 workers running %d%%/%d%%/%d%%/%d%%/%d%%/%d%%", share(0), share(1), share(2), share(3), share(4), share(5))
+	}
+	r.t.Logf("CHAOS detail: time with %s; actions %s; fault kills/armed per point: %s; SIGSTOPs during which a lease moved %d/%d; graceful stops %d (longest %s); worker starts %d; lease acquisitions %d; reshards while traffic flowed %d; checkpoint checks %d (the final one over %d records); files checked %d; zombie processors fenced %d; rows trimmed by watermarks %d; batches the reloaded table already held after a failed attempt %d; writer commits %d (failed attempts: lost races and dependency faults %d, commits needing 5 or more attempts %d, most attempts %d); graceful stops past shutdown_timeout %d; problems %d",
+		running, strings.Join(actions, " "), strings.Join(perPoint, " "), st.stopsMoved, st.stops, st.terms, st.maxStop.Round(100*time.Millisecond),
 		st.starts, st.acquisitions, st.reshardsLive, st.checks, st.records, st.files, ev.fenced, ev.trimmed, ev.held,
 		ev.commits, ev.conflicts, ev.contended, ev.maxAttempts, st.slowStops, len(st.problems))
 }

@@ -5,7 +5,11 @@ package integration
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
 )
 
 // TestChaos is the crash-anywhere run (see chaos.go): generated traffic flows while a
@@ -52,5 +56,92 @@ func TestChaosSchedule(t *testing.T) {
 		if again := chaosSchedule(rand.New(rand.NewPCG(7, 1)), cycles); !slices.Equal(plan, again) {
 			t.Errorf("%d cycles: the same seed drew another schedule", cycles)
 		}
+	}
+}
+
+// TestChaosOptionsDeps checks how EnvChaosDeps, EnvChaosLayout and EnvChaosWorkers are read:
+// the canonical list of faulted dependencies, all, heartbeats on whenever Kinesis is faulted,
+// and the defaults unchanged without the variables.
+func TestChaosOptionsDeps(t *testing.T) {
+	for _, env := range []string{EnvChaosHeartbeat, EnvChaosLayout, EnvChaosWorkers} {
+		t.Setenv(env, "") // the run's own settings do not apply here
+	}
+	for _, c := range []struct {
+		deps, want                      string
+		rest, s3, dynamo, kinesis, beat bool
+	}{
+		{deps: "", want: ""},
+		{deps: "kinesis, dynamodb", want: "dynamodb,kinesis", dynamo: true, kinesis: true, beat: true},
+		{deps: "all", want: "s3,dynamodb,kinesis", s3: true, dynamo: true, kinesis: true, beat: true},
+		{deps: "rest,dynamodb", want: "rest,dynamodb", rest: true, dynamo: true},
+		{deps: "s3", want: "s3", s3: true},
+	} {
+		t.Setenv(EnvChaosDeps, c.deps)
+		t.Setenv(EnvChaosSeed, "2") // even: heartbeats off unless Kinesis is faulted
+		o := chaosOptionsFromEnv(t)
+		if o.Deps != c.want || o.DepsREST != c.rest || o.DepsS3 != c.s3 || o.DepsDynamo != c.dynamo || o.DepsKinesis != c.kinesis {
+			t.Errorf("%s=%q: got %q (rest %v s3 %v dynamodb %v kinesis %v)", EnvChaosDeps, c.deps, o.Deps, o.DepsREST, o.DepsS3, o.DepsDynamo, o.DepsKinesis)
+		}
+		if (o.Heartbeat > 0) != c.beat {
+			t.Errorf("%s=%q: heartbeat_interval %s", EnvChaosDeps, c.deps, o.Heartbeat)
+		}
+		if o.Layout != layoutDMSDefault || o.MaxWorkers != 3 {
+			t.Errorf("defaults changed: layout %q, %d workers", o.Layout, o.MaxWorkers)
+		}
+	}
+	t.Setenv(EnvChaosLayout, layoutPKFull)
+	t.Setenv(EnvChaosWorkers, "4")
+	if o := chaosOptionsFromEnv(t); o.Layout != layoutPKFull || o.MaxWorkers != 4 {
+		t.Errorf("layout %q, %d workers; want %s, 4", o.Layout, o.MaxWorkers, layoutPKFull)
+	}
+}
+
+// TestChaosRecoveryCounts checks that the recovery counters keep each series' largest value and
+// sum by the label that names the recovery, and that the KCL's lines are counted.
+func TestChaosRecoveryCounts(t *testing.T) {
+	s := &scraper{}
+	p := s.add("w1", "")
+	lease := func(shard, event string, v float64) metrictest.Sample {
+		return metrictest.Sample{Name: "dms2iceberg_shard_heartbeats_total", Labels: map[string]string{"shard": shard, "event": event}, Value: v}
+	}
+	p.noteRecoveries([]metrictest.Sample{lease("s0", "put_failed", 3), lease("s1", "put_failed", 2),
+		{Name: "dms2iceberg_table_commit_failures_total", Labels: map[string]string{"table": "a"}, Value: 4}})
+	p.noteRecoveries([]metrictest.Sample{lease("s0", "put_failed", 1)}) // recreated from zero
+	got := s.recoveryTotals()
+	if got["dms2iceberg_shard_heartbeats_total{event=put_failed}"] != 5 || got["dms2iceberg_table_commit_failures_total"] != 4 {
+		t.Errorf("totals %v", got)
+	}
+	var k kclEvidence
+	k.scan([]byte("x\tERROR\tkcl\tError getting records from Kinesis that cannot be retried: ExpiredIteratorException: gone\n" +
+		"x\tWARN\tkcl\tError in refreshing lease on shard: s0\n"))
+	if k.consumersEnded != 1 || k.iteratorsExpired != 1 || k.renewalsFailed != 1 {
+		t.Errorf("evidence %+v", k)
+	}
+}
+
+// TestChaosFirstOfEachKind checks the coverage rules in front of the AWS rules: one per kind of
+// each rule, each injecting once, ahead of the rule itself, which keeps its probability.
+func TestChaosFirstOfEachKind(t *testing.T) {
+	rules := kinesisFaultRules(0.02, 0.2, time.Second, true)
+	var firsts, get int
+	for _, r := range rules[:len(rules)-2] {
+		if r.Max != 1 || len(r.Kinds) != 1 || r.Prob != 0.2 || !strings.HasSuffix(r.Name, "-first") {
+			t.Errorf("coverage rule %+v", r)
+		}
+		firsts++
+	}
+	for _, r := range rules[len(rules)-2:] {
+		if r.Max != 0 || strings.HasSuffix(r.Name, "-first") {
+			t.Errorf("rule %+v", r)
+		}
+		if r.Name == "get-records" {
+			get = len(r.Kinds)
+			if r.Prob != 0.02 {
+				t.Errorf("get-records probability %v", r.Prob)
+			}
+		}
+	}
+	if get != 5 || firsts != 5+4 {
+		t.Errorf("%d coverage rules, get-records with %d kinds; want 9 and 5", firsts, get)
 	}
 }

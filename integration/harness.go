@@ -378,6 +378,16 @@ func S3(t testing.TB) *s3.Client {
 	return s3.NewFromConfig(AWSConfig(t), func(o *s3.Options) { o.UsePathStyle = true })
 }
 
+// createBucket creates a fresh bucket on the S3 emulator.
+func createBucket(t testing.TB) string {
+	t.Helper()
+	name := UniqueName("it-wh")
+	if _, err := S3(t).CreateBucket(t.Context(), &s3.CreateBucketInput{Bucket: aws.String(name)}); err != nil {
+		t.Fatalf("create bucket %s: %v", name, err)
+	}
+	return name
+}
+
 // CreateStream creates a Kinesis stream with the given number of shards, waits until it is
 // ACTIVE, and deletes it when the test ends.
 func CreateStream(t testing.TB, name string, shards int32) {
