@@ -55,6 +55,21 @@ var foreignNames = []string{
 // designDocPath is the design document, relative to this package.
 const designDocPath = "../../docs/design.md"
 
+// designDocMaxLines bounds the design document: one short read for a newcomer; history goes
+// to CHANGELOG.md and figures to docs/benchmarks.md.
+const designDocMaxLines = 600
+
+func TestDesignDocIsShort(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile(designDocPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(doc), "\n"); n > designDocMaxLines {
+		t.Errorf("docs/design.md has %d lines, more than %d: move history to CHANGELOG.md and figures to docs/benchmarks.md", n, designDocMaxLines)
+	}
+}
+
 func TestDesignDocNamesOnlyDeclaredIdentifiers(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile(designDocPath)
