@@ -16,11 +16,7 @@ import (
 // key commits at once.
 func TestFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	t.Parallel()
-	gb := &gateBound{}
-	gb.set(Bound{At: time.UnixMilli(5000)})
-	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
-		withOptions(WithCommitBounds(gb.get)))
-	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+	h, gb := itemsWithGates(t)
 	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "x")}, nil)
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
@@ -75,12 +71,8 @@ func (m *gateMetrics) GateWait(_ string, d time.Duration) { m.waited.Add(int64(d
 // A writer whose key change waits for another worker's older change reports the wait.
 func TestGateWaitIsReported(t *testing.T) {
 	t.Parallel()
-	gb := &gateBound{}
-	gb.set(Bound{At: time.UnixMilli(5000)})
 	m := &gateMetrics{}
-	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
-		withOptions(WithCommitBounds(gb.get), WithMetrics(m)))
-	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+	h, gb := itemsWithGates(t, WithMetrics(m))
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
 	var g checkpoint.TableGates
@@ -105,11 +97,7 @@ func TestGateWaitIsReported(t *testing.T) {
 // that keeps its key does not wait for another worker's older change.
 func TestHeldFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	t.Parallel()
-	gb := &gateBound{}
-	gb.set(Bound{At: time.UnixMilli(5000)})
-	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
-		withOptions(WithCommitBounds(gb.get)))
-	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+	h, gb := itemsWithGates(t)
 	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "1"), col("name", "x")}, nil)
 	h.flush()
 	// Past the bound: held, and the update after it with it.
@@ -123,4 +111,16 @@ func TestHeldFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=x2,tier=null")
+}
+
+// itemsWithGates runs a sink with ordering arrival whose commit bound (5000 ms) and gates the
+// test sets, with table items (id key, name) created at 1000 ms.
+func itemsWithGates(t *testing.T, opts ...Option) (*harness, *gateBound) {
+	t.Helper()
+	gb := &gateBound{}
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
+		withOptions(append([]Option{WithCommitBounds(gb.get)}, opts...)...))
+	h.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+	return h, gb
 }

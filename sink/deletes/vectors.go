@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 )
 
@@ -52,18 +53,11 @@ func (pl *Planner) VectorsOfKeys(ctx context.Context, head *table.Table, keyID i
 	if !IntKeyed(head.Schema(), []int{keyID}) {
 		return nil, fmt.Errorf("key column %d is not one int or long column of the table", keyID)
 	}
-	snap := head.CurrentSnapshot()
-	if snap == nil {
-		return &Vectors{}, nil // nothing to delete from
+	snap, fs, live, err := pl.liveOf(ctx, head)
+	if snap == nil || err != nil {
+		return live.none, err
 	}
-	fs, err := head.FS(ctx)
-	if err != nil {
-		return nil, err
-	}
-	data, _, posDels, err := pl.manifests.LiveFiles(fs, snap)
-	if err != nil {
-		return nil, err
-	}
+	data, posDels := live.data, live.posDels
 	p, w, err := pl.start(head, snap, fs, posDels)
 	if err != nil {
 		return nil, err
@@ -91,18 +85,11 @@ func (pl *Planner) VectorsOfKeys(ctx context.Context, head *table.Table, keyID i
 // commit on head (not committed), into deletion vectors on head. head must be at format version
 // 3.
 func (pl *Planner) VectorsOfFiles(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*Vectors, error) {
-	snap := head.CurrentSnapshot()
-	if snap == nil {
-		return &Vectors{}, nil // nothing to delete from
+	snap, fs, live, err := pl.liveOf(ctx, head)
+	if snap == nil || err != nil {
+		return live.none, err
 	}
-	fs, err := head.FS(ctx)
-	if err != nil {
-		return nil, err
-	}
-	data, _, posDels, err := pl.manifests.LiveFiles(fs, snap)
-	if err != nil {
-		return nil, err
-	}
+	data, posDels := live.data, live.posDels
 	own := make([]LiveFile, len(eqDels))
 	for i, df := range eqDels {
 		own[i] = LiveFile{File: df, Seq: snap.SequenceNumber + 1} // the commit's: above every live file
@@ -112,6 +99,28 @@ func (pl *Planner) VectorsOfFiles(ctx context.Context, head *table.Table, eqDels
 		return nil, err
 	}
 	return p.vectors(), nil
+}
+
+// headFiles are the live files of a head a writer's vectors are planned on; none is what to
+// return when it has no snapshot (nothing to delete from).
+type headFiles struct {
+	data, posDels []LiveFile
+	none          *Vectors
+}
+
+// liveOf returns head's current snapshot, file IO and live data and position-delete files; a nil
+// snapshot (and the empty vectors in none) when head has none.
+func (pl *Planner) liveOf(ctx context.Context, head *table.Table) (*table.Snapshot, icebergio.IO, headFiles, error) {
+	snap := head.CurrentSnapshot()
+	if snap == nil {
+		return nil, nil, headFiles{none: &Vectors{}}, nil
+	}
+	fs, err := head.FS(ctx)
+	if err != nil {
+		return snap, nil, headFiles{}, err
+	}
+	data, _, posDels, err := pl.manifests.LiveFiles(fs, snap)
+	return snap, fs, headFiles{data: data, posDels: posDels}, err
 }
 
 // IntKeyed reports whether the key columns keyIDs are one int or long column of schema, which
