@@ -19,10 +19,9 @@ type Gate struct {
 }
 
 // Older reports whether g names a record older than one that arrived at at with source
-// position pos: an earlier arrival, or the same arrival and an earlier source position in the
-// total order change.SourcePos.Order (a partial order would let workers wait in a cycle).
+// position pos: an earlier arrival, or the same arrival and an earlier source position.
 func (g *Gate) Older(at time.Time, pos *change.SourcePos) bool {
-	return !g.At.IsZero() && (g.At.Before(at) || g.At.Equal(at) && g.Pos.Order(pos) < 0)
+	return !g.At.IsZero() && (g.At.Before(at) || g.At.Equal(at) && g.Pos.Compare(pos) < 0)
 }
 
 // Min lowers g to o when o is older (o.At zero: nothing).

@@ -153,7 +153,7 @@ func (l *limit) admits(at int64, k gateKind, pos *change.SourcePos) bool {
 // older reports whether the gate (gate, gatePos; 0: none) names a record older than one that
 // arrived at at with source position pos.
 func older(gate int64, gatePos *change.SourcePos, at int64, pos *change.SourcePos) bool {
-	return gate != 0 && (gate < at || gate == at && gatePos.Order(pos) < 0)
+	return gate != 0 && (gate < at || gate == at && gatePos.Compare(pos) < 0)
 }
 
 // completeThrough is what a commit within lim is complete through: the bound, or just before the

@@ -45,24 +45,6 @@ func (p *SourcePos) Compare(q *SourcePos) int {
 	return 0
 }
 
-// Order is a total order of source positions for the ordering guard's ties (records of one
-// PutRecords call share their arrival millisecond across shards): commit-timestamp, then
-// stream-position, transaction-id and transaction-record-id, an absent field before any value.
-// Where both records carry every field it agrees with Compare; unlike Compare it is transitive
-// when some records lack fields (a task without IncludeTransactionDetails on some tables, or a
-// mix), so gates computed on several workers can never wait for each other in a cycle.
-func (p *SourcePos) Order(q *SourcePos) int {
-	if c := strings.Compare(p.CommitTS, q.CommitTS); c != 0 {
-		return c
-	}
-	for _, f := range [...][2]string{{p.Position, q.Position}, {p.TxID, q.TxID}, {p.TxRecord, q.TxRecord}} {
-		if c := NatCompare(f[0], f[1]); c != 0 {
-			return c
-		}
-	}
-	return 0
-}
-
 // IsZero reports whether p has no field.
 func (p *SourcePos) IsZero() bool { return *p == SourcePos{} }
 
