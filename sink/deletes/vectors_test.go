@@ -13,7 +13,6 @@ import (
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
-	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
@@ -111,24 +110,6 @@ func commit(t *testing.T, tbl *table.Table, v *deletes.Vectors) *table.Table {
 	return tbl
 }
 
-// positions reads deletion vectors: the positions of each by the data file it references.
-func positions(t *testing.T, tbl *table.Table, vectors []iceberg.DataFile) map[string][]uint64 {
-	t.Helper()
-	fs, err := tbl.FS(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]uint64{}
-	for _, df := range vectors {
-		bm, err := dv.ReadDV(fs, df)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[*df.ReferencedDataFile()] = slices.Collect(bm.Positions())
-	}
-	return out
-}
-
 // want renders the rows of keys 1..n but those deleted.
 func want(n int64, deleted ...int64) []string {
 	var out []string
@@ -164,7 +145,7 @@ func TestVectorsOfKeys(t *testing.T) {
 			if v.Probed != 2 || v.Positions != 3 || len(v.Add) != 2 || len(v.Remove) != 0 {
 				t.Fatalf("first batch: %+v, want 2 files probed, 3 positions in 2 new vectors", v)
 			}
-			got := slices.Sorted(maps.Values(mapLen(positions(t, tbl, v.Add))))
+			got := slices.Sorted(maps.Values(mapLen(sinktest.VectorPositions(t, tbl, v.Add))))
 			if !slices.Equal(got, []int{1, 2}) {
 				t.Fatalf("positions per vector %v, want 1 and 2", got)
 			}
@@ -204,7 +185,7 @@ func TestVectorsOfKeysMatchVectorsOfFiles(t *testing.T) {
 	if fromKeys.Probed != fromFiles.Probed || fromKeys.Positions != fromFiles.Positions || fromKeys.Positions != 10 {
 		t.Fatalf("from keys %+v, from files %+v: want the same 10 positions", fromKeys, fromFiles)
 	}
-	if a, b := positions(t, tbl, fromKeys.Add), positions(t, tbl, fromFiles.Add); !maps.EqualFunc(a, b, slices.Equal[[]uint64]) {
+	if a, b := sinktest.VectorPositions(t, tbl, fromKeys.Add), sinktest.VectorPositions(t, tbl, fromFiles.Add); !maps.EqualFunc(a, b, slices.Equal[[]uint64]) {
 		t.Fatalf("positions from keys %v, from files %v", a, b)
 	}
 }
@@ -299,7 +280,7 @@ func TestVectorsOfKeysByPartition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := positions(t, tbl, v.Add)
+	got := sinktest.VectorPositions(t, tbl, v.Add)
 	if len(got) != 2 || !slices.Equal(got[region1.FilePath()], []uint64{4, 6}) {
 		t.Fatalf("positions by data file %v: want 4 and 6 in region 1's %s, 6 in region 2's", got, region1.FilePath())
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/iceberg-go"
 	"github.com/apache/iceberg-go/table"
-	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
@@ -212,7 +211,7 @@ func TestWriterVectorsOfKeysMatchEqualityDeletes(t *testing.T) {
 	if got, want := paths(byKeys.Remove), paths(byFiles.Remove); !slices.Equal(got, want) {
 		t.Fatalf("replaced vectors %v, want %v", got, want)
 	}
-	if got, want := vectorPositions(t, tbl, byKeys.Add), vectorPositions(t, tbl, byFiles.Add); !maps.EqualFunc(got, want, slices.Equal[[]uint64]) {
+	if got, want := sinktest.VectorPositions(t, tbl, byKeys.Add), sinktest.VectorPositions(t, tbl, byFiles.Add); !maps.EqualFunc(got, want, slices.Equal[[]uint64]) {
 		t.Fatalf("positions from keys %v, from equality deletes %v", got, want)
 	}
 	removeFiles(t, tbl, byFiles.Add)
@@ -262,24 +261,6 @@ func paths(files []iceberg.DataFile) []string {
 		out = append(out, p)
 	}
 	slices.Sort(out)
-	return out
-}
-
-// vectorPositions reads deletion vectors: the positions of each by the data file it references.
-func vectorPositions(t *testing.T, tbl *table.Table, vectors []iceberg.DataFile) map[string][]uint64 {
-	t.Helper()
-	fs, err := tbl.FS(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string][]uint64{}
-	for _, df := range vectors {
-		bm, err := dv.ReadDV(fs, df)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[*df.ReferencedDataFile()] = slices.Collect(bm.Positions())
-	}
 	return out
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+	"github.com/apache/iceberg-go/table/dv"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
@@ -118,6 +119,24 @@ func LiveEntries(t testing.TB, tbl *table.Table) []iceberg.DataFile {
 			}
 			out = append(out, e.DataFile())
 		}
+	}
+	return out
+}
+
+// VectorPositions reads deletion vectors: the positions of each, by the data file it references.
+func VectorPositions(t testing.TB, tbl *table.Table, vectors []iceberg.DataFile) map[string][]uint64 {
+	t.Helper()
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string][]uint64{}
+	for _, df := range vectors {
+		bm, err := dv.ReadDV(fs, df)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[*df.ReferencedDataFile()] = slices.Collect(bm.Positions())
 	}
 	return out
 }
