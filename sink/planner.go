@@ -112,6 +112,20 @@ func msOrZero(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
+// rowKind is what the gates see of a converted data row: a load, a key change when convert
+// found the key columns changed between before- and after-image (oldKey), else a CDC change.
+// Whatever the before-image holds besides the key (MySQL's ColumnFilter all sends every column)
+// does not make a key change.
+func rowKind(op change.Op, oldKey []dms.Datum) gateKind {
+	switch {
+	case op == change.OpLoad:
+		return kindLoad
+	case oldKey != nil:
+		return kindKeyChange
+	}
+	return kindChange
+}
+
 // heldKind is what the gates see of ev, held before it can be converted: an update is a key
 // change only if it changes the columns of the key known now (the table's, else its table-def's,
 // else the configured one); with no key known, if its before-image differs anywhere
@@ -121,16 +135,11 @@ func (pl *planner) heldKind(ev *change.Event) gateKind {
 	if k != kindKeyChange {
 		return k
 	}
-	var key []string
-	switch l := pl.st.lay; {
-	case l != nil && l.keyed():
-		for _, i := range l.keyIdx {
-			key = append(key, l.names[i])
-		}
-	case pl.env.defs != nil && pl.env.defs.get(pl.src) != nil && len(pl.env.defs.get(pl.src).PrimaryKey) > 0:
-		key = pl.env.defs.get(pl.src).PrimaryKey
-	default:
-		key = pl.set.primaryKey
+	key := pl.set.primaryKey
+	if l := pl.st.lay; l != nil && l.keyed() {
+		key = l.keyNames
+	} else if def := pl.env.defs.get(pl.src); def != nil && len(def.PrimaryKey) > 0 {
+		key = def.PrimaryKey
 	}
 	if len(key) > 0 && !change.ChangesKey(ev, key) {
 		return kindChange
@@ -199,13 +208,7 @@ func (pl *planner) admit(ev *change.Event, at int64) (reason string) {
 	if reason != "" {
 		return reason
 	}
-	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
-	if r.kind == kindKeyChange && r.oldKey == nil {
-		// The before-image names the same row: with full before-images (MySQL's ColumnFilter
-		// all) every update that changes any column looks like a key change to the consumer,
-		// which cannot know the key; convert compared the key columns themselves.
-		r.kind = kindChange
-	}
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, rowKind(ev.Op, r.oldKey), sourceTime(ev)
 	if pl.buf.reloadOrder {
 		r.built = ev.Meta.Timestamp // only a reload's supersession reads it (batch.superseded)
 	}

@@ -79,7 +79,8 @@ type layout struct {
 	byName    map[string]int
 	keyIdx    []int // positions of the identifier fields
 	keyIDs    []int
-	live      []int // non-key columns not dropped at the source: an update may leave them out (absent_columns keep)
+	keyNames  []string // names of the identifier fields, in keyIdx order
+	live      []int    // non-key columns not dropped at the source: an update may leave them out (absent_columns keep)
 	arrow     *arrow.Schema
 	keyArrow  *arrow.Schema
 	watermark map[string]string // shard -> highest committed sequence number
@@ -146,6 +147,7 @@ func newLayout(tbl *table.Table, stream string) (*layout, error) {
 			if f.ID == id {
 				l.keyIdx = append(l.keyIdx, i)
 				l.keyIDs = append(l.keyIDs, id)
+				l.keyNames = append(l.keyNames, f.Name)
 			}
 		}
 	}

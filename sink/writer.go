@@ -479,6 +479,9 @@ func (d *tableDefs) set(src string, def *change.TableDef) {
 }
 
 func (d *tableDefs) get(src string) *change.TableDef {
+	if d == nil {
+		return nil
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.defs[src]

@@ -258,18 +258,16 @@ func MayChangeKey(ev *Event) bool {
 	if ev.Op != OpUpdate || len(ev.Before) == 0 {
 		return false
 	}
-	for _, b := range ev.Before {
-		found := false
-		for _, c := range ev.Columns {
-			if c.Name == b.Name {
-				if c.Value != b.Value {
-					return true
-				}
-				found = true
-				break
+	for i, b := range ev.Before {
+		// DMS writes a full before-image in the after-image's column order: look at the same
+		// place first, so the usual update costs one comparison per column, not a search.
+		if i < len(ev.Columns) && ev.Columns[i].Name == b.Name {
+			if ev.Columns[i].Value != b.Value {
+				return true
 			}
+			continue
 		}
-		if !found {
+		if a, ok := column(ev.Columns, b.Name); !ok || a != b.Value {
 			return true
 		}
 	}

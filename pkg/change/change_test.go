@@ -20,6 +20,8 @@ func TestMayChangeKey(t *testing.T) {
 		{"full before-image, a changed column", OpUpdate, []Column{{"id", num("1")}, {"name", str("y")}}, true},
 		{"full before-image, nothing changed", OpUpdate, []Column{{"id", num("1")}, {"name", str("x")}}, false},
 		{"same text, other kind", OpUpdate, []Column{{"id", str("1")}}, true},
+		{"full before-image in another order, nothing changed", OpUpdate, []Column{{"name", str("x")}, {"id", num("1")}}, false},
+		{"full before-image in another order, a changed column", OpUpdate, []Column{{"name", str("x")}, {"id", num("2")}}, true},
 		{"not an update", OpDelete, []Column{{"id", num("2")}}, false},
 	} {
 		ev := &Event{Op: c.op, Columns: after, Before: c.before}
