@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -22,28 +21,16 @@ import (
 	kintypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/dms2iceberg/dms2iceberg/integration"
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
 )
 
-// emulator returns the endpoint of env, skipping the test when the variable is absent; when it
-// is set, the emulator must answer and credentials be set, or the test fails loudly, as
-// integration.RequireEmulators does (package integration cannot be imported from here: its
-// non-test files use its test files).
+// emulator returns the endpoint of env after integration.RequireEmulators: the test fails, never
+// skips, when the emulators are not configured or do not answer.
 func emulator(t *testing.T, env string) string {
 	t.Helper()
-	url := os.Getenv(env)
-	if url == "" {
-		t.Skipf("%s is not set: the emulators are not configured (.ci/emulators.sh up && eval \"$(.ci/emulators.sh env)\")", env)
-	}
-	resp, err := (&http.Client{Timeout: 15 * time.Second}).Get(url)
-	if err != nil {
-		t.Fatalf("%s=%s does not answer (%v): start the emulators with .ci/emulators.sh up", env, url, err)
-	}
-	_ = resp.Body.Close()
-	if os.Getenv("AWS_ACCESS_KEY_ID") == "" || os.Getenv("AWS_SECRET_ACCESS_KEY") == "" {
-		t.Fatalf("AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY are not set: eval \"$(.ci/emulators.sh env)\"")
-	}
-	return url
+	integration.RequireEmulators(t)
+	return os.Getenv(env)
 }
 
 // directConfig is the SDK configuration of the environment, straight to the emulators.
