@@ -51,7 +51,7 @@ func TestControlRecordsEvolveTheSchema(t *testing.T) {
 	if name, ok := s.FindFieldByName("name"); ok {
 		t.Fatalf("renamed column still there: %v", name)
 	}
-	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassIncompatible, ClassConvert}) {
+	if got := classes(h.dlq.Letters()); !slices.Equal(got, []string{ClassIncompatible, ClassConvert}) {
 		t.Fatalf("dead letters %v, want incompatible_schema then convert", got)
 	}
 	if !strings.Contains(tbl.Properties()[tableprop.IncompatibleChange], "price") {
@@ -87,8 +87,8 @@ func TestReplayedControlRecordsAreSkipped(t *testing.T) {
 	if n := len(tbl.Metadata().Snapshots()); n != snaps {
 		t.Fatalf("replay added snapshots: %d, was %d", n, snaps)
 	}
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters on replay: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters on replay: %+v", h.dlq.Letters())
 	}
 }
 
@@ -109,7 +109,7 @@ func TestDataBeforeControlRecords(t *testing.T) {
 	if ids := tbl.Schema().IdentifierFieldIDs; len(ids) != 1 {
 		t.Fatalf("identifier fields %v, want the id column", ids)
 	}
-	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassKeyless}) {
+	if got := classes(h.dlq.Letters()); !slices.Equal(got, []string{ClassKeyless}) {
 		t.Fatalf("dead letters %v", got)
 	}
 	h.close()
@@ -164,7 +164,7 @@ func TestPausedTableDoesNotStopOthers(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "good")
 	eq(t, rows, "id=1")
-	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassPaused}) {
+	if got := classes(h.dlq.Letters()); !slices.Equal(got, []string{ClassPaused}) {
 		t.Fatalf("dead letters %v", got)
 	}
 	var paused bool
@@ -417,12 +417,10 @@ func TestUnsignedSourceRangeIsEnforced(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "counters")
 	eq(t, rows, "id=1,n=18446744073709551615")
-	h.dlq.mu.Lock()
-	defer h.dlq.mu.Unlock()
-	if len(h.dlq.dls) != 2 {
-		t.Fatalf("%d dead letters, want the two out-of-range values: %+v", len(h.dlq.dls), h.dlq.dls)
+	if len(h.dlq.Letters()) != 2 {
+		t.Fatalf("%d dead letters, want the two out-of-range values: %+v", len(h.dlq.Letters()), h.dlq.Letters())
 	}
-	for _, dl := range h.dlq.dls {
+	for _, dl := range h.dlq.Letters() {
 		if !strings.Contains(dl.Reason, "outside the range of the source type") {
 			t.Errorf("dead letter reason %q, want the source range named", dl.Reason)
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,17 +23,8 @@ import (
 // counter counts acknowledged events (the shared sinktest.Acks).
 type counter = sinktest.Acks
 
-type memDLQ struct {
-	mu  sync.Mutex
-	dls []change.DeadLetter
-}
-
-func (m *memDLQ) DeadLetter(_ context.Context, dl change.DeadLetter) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.dls = append(m.dls, dl)
-	return nil
-}
+// memDLQ keeps dead letters in memory (the shared sinktest.DLQ).
+type memDLQ = sinktest.DLQ
 
 type harness struct {
 	t    *testing.T

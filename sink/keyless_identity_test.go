@@ -93,8 +93,8 @@ func TestKeylessResendsWithTransactionDetailsAreExactlyOnce(t *testing.T) {
 	h2.flush()
 	eq(t, msgs(t, h2), "msg=a", "msg=b", "msg=c", "msg=d")
 	h2.close()
-	if len(h2.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h2.dlq.dls)
+	if len(h2.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h2.dlq.Letters())
 	}
 }
 
@@ -218,8 +218,8 @@ func TestKeylessIdentityColumnAndSchemaEvolution(t *testing.T) {
 		t.Fatalf("identity column doc %q", f.Doc)
 	}
 	h.close()
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
 

@@ -36,10 +36,10 @@ func TestTableDefKeyRules(t *testing.T) {
 			h := newHarness(t, t.TempDir(), withTables(map[string]TableConfig{key: tc.tc}), withMaintenance(nil))
 			users(h)
 			h.close()
-			if len(h.dlq.dls) != 2 {
-				t.Fatalf("%d dead letters, want the 2 rows: %+v", len(h.dlq.dls), h.dlq.dls)
+			if len(h.dlq.Letters()) != 2 {
+				t.Fatalf("%d dead letters, want the 2 rows: %+v", len(h.dlq.Letters()), h.dlq.Letters())
 			}
-			for _, dl := range h.dlq.dls {
+			for _, dl := range h.dlq.Letters() {
 				if dl.Class != ClassPaused || !strings.Contains(dl.Reason, tc.path) || !strings.Contains(dl.Reason, "table-def") {
 					t.Fatalf("dead letter %+v, want class %s naming %s", dl, ClassPaused, tc.path)
 				}
@@ -63,8 +63,8 @@ func TestHashedTableDefKeyKeepsRowsApart(t *testing.T) {
 	h.flush()
 	h.close()
 	rows, tbl := scanRows(t, h.cat, "users")
-	if len(rows) != 2 || len(tbl.Schema().IdentifierFieldIDs) != 1 || len(h.dlq.dls) != 0 {
-		t.Fatalf("rows %v, key %v, dead letters %+v", rows, tbl.Schema().IdentifierFieldIDs, h.dlq.dls)
+	if len(rows) != 2 || len(tbl.Schema().IdentifierFieldIDs) != 1 || len(h.dlq.Letters()) != 0 {
+		t.Fatalf("rows %v, key %v, dead letters %+v", rows, tbl.Schema().IdentifierFieldIDs, h.dlq.Letters())
 	}
 	names := map[string]bool{}
 	for _, r := range rows {
@@ -94,8 +94,8 @@ func TestMaskOnAnExistingKeyPauses(t *testing.T) {
 	h2.close()
 	rows, _ := scanRows(t, h2.cat, "users")
 	eq(t, rows, "id=1,name=a")
-	if got := classes(h2.dlq.dls); len(got) != 2 || got[0] != ClassPaused || !strings.Contains(h2.dlq.dls[0].Reason, "sink.tables[shop.users].mask_columns[0]") {
-		t.Fatalf("dead letters %+v", h2.dlq.dls)
+	if got := classes(h2.dlq.Letters()); len(got) != 2 || got[0] != ClassPaused || !strings.Contains(h2.dlq.Letters()[0].Reason, "sink.tables[shop.users].mask_columns[0]") {
+		t.Fatalf("dead letters %+v", h2.dlq.Letters())
 	}
 
 	// Keyless first (the table-def came without a key), then a create-table with the key.
@@ -107,7 +107,7 @@ func TestMaskOnAnExistingKeyPauses(t *testing.T) {
 	h3.data("s0", 4, "users", change.OpInsert, []change.Column{col("id", "2"), col("name", "'b'")}, nil)
 	h3.flush()
 	h3.close()
-	if got := classes(h3.dlq.dls); len(got) != 1 || got[0] != ClassPaused || !strings.Contains(h3.dlq.dls[0].Reason, "mask_columns[0]") {
-		t.Fatalf("dead letters %+v", h3.dlq.dls)
+	if got := classes(h3.dlq.Letters()); len(got) != 1 || got[0] != ClassPaused || !strings.Contains(h3.dlq.Letters()[0].Reason, "mask_columns[0]") {
+		t.Fatalf("dead letters %+v", h3.dlq.Letters())
 	}
 }

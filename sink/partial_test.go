@@ -45,8 +45,8 @@ func TestPartialUpdateKeepsStoredColumns(t *testing.T) {
 		"id=1,name=anna,amount=11.50,city=oslo",
 		"id=2,name=bob,amount=20.00,city=null",
 		"id=3,name=cy,amount=30.00,city=kyiv")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
 
@@ -143,8 +143,8 @@ func TestPartialUpdateOfUnknownKey(t *testing.T) {
 		"id=1,name=ann,amount=10.00,city=oslo",
 		"id=98,name=null,amount=1.00,city=null",
 		"id=99,name=ghost,amount=null,city=null")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 	if got := h.ack.N.Load(); got != 3 {
 		t.Fatalf("acknowledged %d, want 3", got)
@@ -231,8 +231,8 @@ func TestPartialUpdateAndSchemaEvolution(t *testing.T) {
 	h.close()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=null,qty=3,tier=gold")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
 
@@ -324,8 +324,8 @@ func TestPartialUpdateKeyTypes(t *testing.T) {
 			t.Errorf("%s (timestamptz %v): rows %v", c.typ, c.tz, rows)
 		}
 	}
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
 

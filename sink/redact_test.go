@@ -98,8 +98,8 @@ func TestReplayRefusesChangedColumnRule(t *testing.T) {
 	ev.Replay, ev.Redacted = true, dms.RedactedColumns(red.Raw)
 	h.event(ev)
 	h.flush()
-	if len(h.dlq.dls) != 1 || !strings.Contains(h.dlq.dls[0].Reason, "column ssn was masked when the record was dead-lettered and is not redacted now") {
-		t.Fatalf("dead letters %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 1 || !strings.Contains(h.dlq.Letters()[0].Reason, "column ssn was masked when the record was dead-lettered and is not redacted now") {
+		t.Fatalf("dead letters %+v", h.dlq.Letters())
 	}
 	h.close()
 }
@@ -148,7 +148,7 @@ func TestReplayedRedactedDeleteOfAHashedKey(t *testing.T) {
 	rows, _ := scanRows(t, h.cat, "users")
 	two, _ := h.s.cfg.Rules("shop.users").Value("id", change.Value{Kind: change.KindNumber, Text: "2"})
 	eq(t, rows, "id="+two.Text+",name=****")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters %+v", h.dlq.Letters())
 	}
 }

@@ -127,7 +127,7 @@ func TestReloadReplacesTableContent(t *testing.T) {
 						t.Fatalf("property %s=%q left after the reload ended", k, v)
 					}
 				}
-				if got := h.ack.N.Load(); got != int64(len(h.dlq.dls))+int64(map[bool]int{true: 11, false: 10}[keyed]) {
+				if got := h.ack.N.Load(); got != int64(len(h.dlq.Letters()))+int64(map[bool]int{true: 11, false: 10}[keyed]) {
 					t.Fatalf("acknowledged %d", got)
 				}
 				h.close()

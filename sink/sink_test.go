@@ -100,10 +100,10 @@ func TestBadInputGoesToDeadLetters(t *testing.T) {
 	h.submit("s0", 5, change.OpInsert, "users", []change.Column{col("id", "3"), col("name", "'ok'")}, nil)
 	h.flush()
 	h.close()
-	if len(h.dlq.dls) != 4 {
-		t.Fatalf("%d dead letters, want 4: %+v", len(h.dlq.dls), h.dlq.dls)
+	if len(h.dlq.Letters()) != 4 {
+		t.Fatalf("%d dead letters, want 4: %+v", len(h.dlq.Letters()), h.dlq.Letters())
 	}
-	for _, dl := range h.dlq.dls {
+	for _, dl := range h.dlq.Letters() {
 		if dl.Reason == "" || string(dl.Raw) != `{"raw":true}` || dl.Shard != "s0" || dl.Seq == "" {
 			t.Fatalf("incomplete dead letter %+v", dl)
 		}

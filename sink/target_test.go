@@ -67,10 +67,10 @@ func TestSecondSourceOfATargetIsDeadLettered(t *testing.T) {
 	if got := tbl.Properties()[tableprop.Source]; got != "shop.log" {
 		t.Fatalf("%s = %q, want shop.log", tableprop.Source, got)
 	}
-	if len(h.dlq.dls) != 1 {
-		t.Fatalf("%d dead letters, want 1 (crm.log seq 5): %+v", len(h.dlq.dls), h.dlq.dls)
+	if len(h.dlq.Letters()) != 1 {
+		t.Fatalf("%d dead letters, want 1 (crm.log seq 5): %+v", len(h.dlq.Letters()), h.dlq.Letters())
 	}
-	dl := h.dlq.dls[0]
+	dl := h.dlq.Letters()[0]
 	if dl.Seq != "5" || dl.Table != "crm.log" || dl.Class != ClassTargetTaken ||
 		!strings.Contains(dl.Reason, "shop.log") || !strings.Contains(dl.Reason, "crm.log") || !strings.Contains(dl.Reason, "sink.tables") {
 		t.Fatalf("dead letter %+v", dl)
@@ -114,7 +114,7 @@ func TestTargetOwnerHoldsAcrossWorkers(t *testing.T) {
 	if n := len(tbl.Schema().Fields()); n != 2 { // msg and the keyless table's _dms_record_id
 		t.Fatalf("the other source's create-table changed the owner's schema: %s", tbl.Schema())
 	}
-	if got := classes(b.dlq.dls); len(got) != 2 || got[0] != ClassTargetTaken || got[1] != ClassTargetTaken {
+	if got := classes(b.dlq.Letters()); len(got) != 2 || got[0] != ClassTargetTaken || got[1] != ClassTargetTaken {
 		t.Fatalf("dead letters %v, want the control record and seq 10", got)
 	}
 	if got := b.ack.N.Load(); got != 2 {
@@ -145,7 +145,7 @@ func TestUnownedTableIsClaimed(t *testing.T) {
 	if got := tbl.Properties()[tableprop.Source]; got != "crm.log" {
 		t.Fatalf("%s = %q, want crm.log", tableprop.Source, got)
 	}
-	if got := classes(h.dlq.dls); len(got) != 1 || got[0] != ClassTargetTaken {
+	if got := classes(h.dlq.Letters()); len(got) != 1 || got[0] != ClassTargetTaken {
 		t.Fatalf("dead letters %v", got)
 	}
 }
@@ -172,8 +172,8 @@ func TestGuardedSourcesRaceForOneTarget(t *testing.T) {
 	if loser == "" || len(rows) != 1 || rows[0] != "msg="+strings.TrimSuffix(owner, ".log") {
 		t.Fatalf("owner %q, rows %v", owner, rows)
 	}
-	if len(h.dlq.dls) != 1 || h.dlq.dls[0].Table != loser || h.dlq.dls[0].Class != ClassTargetTaken {
-		t.Fatalf("dead letters %+v, want the one record of %s", h.dlq.dls, loser)
+	if len(h.dlq.Letters()) != 1 || h.dlq.Letters()[0].Table != loser || h.dlq.Letters()[0].Class != ClassTargetTaken {
+		t.Fatalf("dead letters %+v, want the one record of %s", h.dlq.Letters(), loser)
 	}
 	if got := h.ack.N.Load(); got != 2 {
 		t.Fatalf("acknowledged %d, want 2", got)
@@ -198,7 +198,7 @@ func TestDropOfAnotherSourceIsDeadLettered(t *testing.T) {
 	if st := tbl.Properties()[tableprop.Status]; st == tableprop.StatusDropped {
 		t.Fatal("the other source's drop-table marked the owner's table dropped")
 	}
-	if got := classes(b.dlq.dls); len(got) != 1 || got[0] != ClassTargetTaken {
+	if got := classes(b.dlq.Letters()); len(got) != 1 || got[0] != ClassTargetTaken {
 		t.Fatalf("dead letters %v", got)
 	}
 }

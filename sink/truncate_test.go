@@ -108,8 +108,8 @@ func TestTruncateRemovesOlderRows(t *testing.T) {
 			if wm := tableprop.Watermarks(tbl.Properties(), "st"); wm["c"] != "2" || wm["a"] != "4" {
 				t.Fatalf("watermarks %v, want c=2 a=4", wm)
 			}
-			if len(h.dlq.dls) != 0 {
-				t.Fatalf("dead letters: %+v", h.dlq.dls)
+			if len(h.dlq.Letters()) != 0 {
+				t.Fatalf("dead letters: %+v", h.dlq.Letters())
 			}
 			if got := h.ack.N.Load(); got != 6 {
 				t.Fatalf("acknowledged %d, want 6", got)
@@ -122,8 +122,8 @@ func TestTruncateRemovesOlderRows(t *testing.T) {
 			if n := len(tbl.Metadata().Snapshots()); n != afterFirst {
 				t.Fatalf("replay made snapshots: %d, was %d", n, afterFirst)
 			}
-			if len(h.dlq.dls) != 0 {
-				t.Fatalf("dead letters on replay: %+v", h.dlq.dls)
+			if len(h.dlq.Letters()) != 0 {
+				t.Fatalf("dead letters on replay: %+v", h.dlq.Letters())
 			}
 			h.close()
 		})
@@ -148,8 +148,8 @@ func TestTruncateInArrivalOrder(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=again", "id=2,name=after", "id=3,name=after")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
 
@@ -188,7 +188,7 @@ func TestTruncateEdgeCases(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "empty")
 	eq(t, rows, "id=2")
-	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassUnsupported}) {
+	if got := classes(h.dlq.Letters()); !slices.Equal(got, []string{ClassUnsupported}) {
 		t.Fatalf("dead letters %v, want one %s", got, ClassUnsupported)
 	}
 	if got := h.ack.N.Load(); got != 8 {
@@ -219,10 +219,10 @@ func TestRenameTableIsDeadLettered(t *testing.T) {
 	if tableExists(t, h.cat, "goods") {
 		t.Fatal("rename-table created a table")
 	}
-	if got := classes(h.dlq.dls); !slices.Equal(got, []string{ClassUnsupported, ClassUnsupported}) {
+	if got := classes(h.dlq.Letters()); !slices.Equal(got, []string{ClassUnsupported, ClassUnsupported}) {
 		t.Fatalf("dead letters %v", got)
 	}
-	if r := h.dlq.dls[0].Reason; !strings.Contains(r, "rename-table") || !strings.Contains(r, "sink.tables") {
+	if r := h.dlq.Letters()[0].Reason; !strings.Contains(r, "rename-table") || !strings.Contains(r, "sink.tables") {
 		t.Fatalf("reason %q does not name the manual step", r)
 	}
 }

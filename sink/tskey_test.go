@@ -34,8 +34,8 @@ func TestTimestampKeyBelowMicrosecond(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "ev")
 	eq(t, rows, "at=2024-01-02T03:04:05.1234568,note=b2")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 	// A primary-key change moves only the row it names.
 	h.data("d", 5, "ev", change.OpInsert, []change.Column{col("at", "'2024-01-02T03:04:05.1234567Z'"), col("note", "'c'")}, nil)
@@ -51,8 +51,8 @@ func TestTimestampKeyBelowMicrosecond(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "ev")
 	eq(t, rows, "at=2024-01-02T03:04:05.1234569,note=c")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
 
@@ -70,10 +70,10 @@ func TestTimestampKeyUnknownPrecision(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "ev")
 	eq(t, rows, "at=2024-01-02T03:04:05.123456,seen=2024-01-02T03:04:05.999999,note=a2")
-	if len(h.dlq.dls) != 2 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 2 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
-	for _, dl := range h.dlq.dls {
+	for _, dl := range h.dlq.Letters() {
 		if dl.Class != ClassConvert || !strings.Contains(dl.Reason, "below a microsecond") || !strings.Contains(dl.Reason, "column at") {
 			t.Errorf("reason: %s (%s)", dl.Reason, dl.Class)
 		}
@@ -94,7 +94,7 @@ func TestTimestampKeyConfigured(t *testing.T) {
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "ev")
 	eq(t, rows, "at=2024-01-02T03:04:05.000000002Z,note=b")
-	if len(h.dlq.dls) != 0 {
-		t.Fatalf("dead letters: %+v", h.dlq.dls)
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters: %+v", h.dlq.Letters())
 	}
 }
