@@ -357,18 +357,10 @@ func (cm *committer) writeFiles(ctx context.Context, b *batch) (*staged, error) 
 // (the maintainer decides at each attempt whether it plans them; writeDeletes then follows).
 func (cm *committer) memoryKeys(b *batch) []deletes.Keys {
 	l := cm.st.lay
-	if len(b.deletes) == 0 || cm.maint == nil || !l.keyed() || len(l.keyIdx) != 1 {
-		return nil
-	}
-	if !cm.st.tbl.Spec().IsUnpartitioned() {
+	if len(b.deletes) == 0 || cm.maint == nil || !deletes.IntKeyed(l.schema, l.keyIDs) || !cm.st.tbl.Spec().IsUnpartitioned() {
 		return nil
 	}
 	if _, ok := cm.rt.reloading(); ok {
-		return nil
-	}
-	switch l.types[l.keyIdx[0]].(type) {
-	case iceberg.Int32Type, iceberg.Int64Type:
-	default:
 		return nil
 	}
 	vals := make([]int64, len(b.deletes))
