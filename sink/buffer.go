@@ -266,6 +266,11 @@ type batch struct {
 	// back a row deleted at the source, or win over their key's load row. Their sequence
 	// numbers still advance the watermarks (maxSeq), so a replay skips them.
 	superseded int
+	// moves are the old keys of the key changes the batch writes (moved.go); overtaken counts
+	// the surviving images it does not write because a newer key change, already committed,
+	// moved their key away (limit.moved).
+	moves     []move
+	overtaken int
 	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
 	// that need the table's row, fill the rows found (by row index) on snapshot fillSnap;
 	// fromBuffer counts images completed within the batch, missing those of a key deleted
@@ -418,6 +423,7 @@ func (b *buffer) planKeyed(out *batch, l *layout, lim *limit, sel []int) {
 		}
 		if r.oldKey != nil {
 			set(r.oldKey, -1, nil, i)
+			out.moves = append(out.moves, move{key: string(encodeKey(l, nil, r.oldKey)), at: r.at, pos: r.src.SourcePos})
 		}
 		if r.del {
 			set(key, -1, nil, i)
@@ -425,16 +431,25 @@ func (b *buffer) planKeyed(out *batch, l *layout, lim *limit, sel []int) {
 			set(key, i, src, i)
 		}
 	}
-	out.takeStates(&b.rows, states)
+	out.takeStates(&b.rows, states, l, lim.moved)
 }
 
 // takeStates adds the keys' final states to the batch: a delete of every key, an upsert of
-// every surviving image, and what completes a partial one.
-func (b *batch) takeStates(rows *rowList, states []keyState) {
+// every surviving image that no committed key change overtook (moved), and what completes a
+// partial one.
+func (b *batch) takeStates(rows *rowList, states []keyState, l *layout, moved *movedKeys) {
+	var kb []byte
 	for _, st := range states {
 		b.deletes = append(b.deletes, st.key)
 		if st.row < 0 {
 			continue
+		}
+		if !moved.empty() {
+			kb = encodeKey(l, kb[:0], st.key)
+			if moved.overtakes(kb, rows.at(st.by)) {
+				b.overtaken++
+				continue
+			}
 		}
 		b.upserts = append(b.upserts, st.row)
 		switch r := rows.at(st.row); {

@@ -34,6 +34,8 @@ type staged struct {
 	// integer key column of an unpartitioned table, for deletion vectors: memoryKeys); deletes is
 	// written from the batch only if no attempt commits them as vectors.
 	keys []deletes.Keys
+	// moved is the file listing the batch's moves (moved.go), "" when it has none.
+	moved string
 }
 
 // committer is the commit path of a table writer's rows, and the only caller of the commit
@@ -59,6 +61,8 @@ type committer struct {
 	fresh time.Time
 	// contended is when a commit of this writer last lost a race (contention.go).
 	contended time.Time
+	// moved are the key changes committed to the table, read before every attempt (moved.go).
+	moved *movedKeys
 }
 
 // policy is how the writer's commits are tried: CommitRetries attempts after the first, and
@@ -136,8 +140,14 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 	if m, ok := cm.rt.reloading(); ok && cm.set.reloadReplace {
 		lim.supersede = m.started
 	}
+	if cm.st.lay.keyed() {
+		if err := cm.moved.update(ctx, cm.st.tbl, time.Now()); err != nil {
+			return nil, err
+		}
+		lim.moved = cm.moved
+	}
 	nb := cm.pl.buf.plan(cm.st.lay, lim)
-	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded {
+	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded || nb.overtaken != f.b.overtaken {
 		f.b, f.files = nb, nil
 	}
 	if f.b.empty() {
@@ -161,6 +171,13 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		}
 		f.files = files
 		fault.Hit(fault.AfterDataFiles)
+	}
+	if len(f.b.moves) > 0 && f.files.moved == "" {
+		path, err := cm.moved.write(ctx, cm.st.tbl, f.token, f.b.moves)
+		if err != nil {
+			return nil, fmt.Errorf("write moved keys for %s: %w", cm.name, err)
+		}
+		f.files.moved = path
 	}
 	f.reload = cm.rt.reloadFor(&f.b) // on the table this attempt commits on
 	vec, err := cm.vectors(ctx, f)
@@ -431,6 +448,12 @@ func (cm *committer) commitBatch(ctx context.Context, b *batch, f *staged, vec *
 	txn := cm.rt.dataTxn() // on the reload branch while a reload is in progress
 	if b.superseded > 0 {
 		summary[tableprop.SummarySuperseded] = strconv.Itoa(b.superseded)
+	}
+	if f.moved != "" {
+		summary[tableprop.SummaryMoved] = f.moved
+	}
+	if b.overtaken > 0 {
+		summary[tableprop.SummaryOvertaken] = strconv.Itoa(b.overtaken)
 	}
 	deletes := f.deletes
 	if vec != nil {

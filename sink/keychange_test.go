@@ -7,13 +7,14 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // With full before-images (MySQL's ColumnFilter all) the before-image of every update holds every
 // column, so the consumer, which does not know the key, cannot tell a key change from an update
-// that changed another column. The writer compares the key columns: only a real key change waits
-// for the older CDC changes another process holds (the change gate); an update that keeps its
-// key commits at once.
+// that changed another column. The writer compares the key columns. Neither waits for another
+// process's older CDC change (the change gate): an update that keeps its key commits at once,
+// and so does a real key change, which writes the key it moved away with its commit (moved.go).
 func TestFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	t.Parallel()
 	h, gb := itemsWithGates(t)
@@ -22,20 +23,20 @@ func TestFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	h.flush()
 	var g checkpoint.TableGates
 	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)} // another process's older change
+	g[checkpoint.KindKeyChange] = checkpoint.Gate{At: time.UnixMilli(1101)}
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
 	// An update of key 1 with a full before-image that changes name only: no key change.
 	h.arrive("a", 2, 1200, "items", change.OpUpdate, []change.Column{col("id", "1"), col("name", "x2")},
 		[]change.Column{col("id", "1"), col("name", "x")})
-	// A key change 2 -> 3 with a full before-image: waits for the older change elsewhere.
+	// A key change 2 -> 3 with a full before-image.
 	h.arrive("b", 2, 1210, "items", change.OpUpdate, []change.Column{col("id", "3"), col("name", "y")},
 		[]change.Column{col("id", "2"), col("name", "y")})
 	h.flush()
-	rows, _ := scanRows(t, h.cat, "items")
-	eq(t, rows, "id=1,name=x2", "id=2,name=y")
-	gb.set(Bound{At: time.UnixMilli(5000)})
-	h.flush()
-	rows, _ = scanRows(t, h.cat, "items")
+	rows, tbl := scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=x2", "id=3,name=y")
+	if tbl.CurrentSnapshot().Summary.Properties[tableprop.SummaryMoved] == "" {
+		t.Fatal("the key change's commit names no moved-keys file")
+	}
 }
 
 // The gate clock counts the time from a flush that left rows a gate holds back to the next flush.
@@ -68,7 +69,7 @@ type gateMetrics struct {
 
 func (m *gateMetrics) GateWait(_ string, d time.Duration) { m.waited.Add(int64(d)) }
 
-// A writer whose key change waits for another worker's older change reports the wait.
+// A writer whose change waits for another worker's older load row reports the wait.
 func TestGateWaitIsReported(t *testing.T) {
 	t.Parallel()
 	m := &gateMetrics{}
@@ -76,10 +77,9 @@ func TestGateWaitIsReported(t *testing.T) {
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
 	var g checkpoint.TableGates
-	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	g[checkpoint.KindLoad] = checkpoint.Gate{At: time.UnixMilli(1100)}
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
-	h.arrive("b", 2, 1210, "items", change.OpUpdate, []change.Column{col("id", "3"), col("name", "y")},
-		[]change.Column{col("id", "2"), col("name", "y")})
+	h.arrive("b", 2, 1210, "items", change.OpUpdate, []change.Column{col("id", "2"), col("name", "y2")}, nil)
 	h.flush()
 	if m.waited.Load() != 0 {
 		t.Fatalf("waited %v before a second flush", time.Duration(m.waited.Load()))

@@ -91,6 +91,9 @@ type limit struct {
 	cut      *held
 	ordered  bool
 	through  time.Time
+	// moved are the old keys of the key changes committed to the table (nil: none known): a
+	// surviving image they overtake is not written (batch.overtaken).
+	moved *movedKeys
 	// supersede is the metadata.timestamp of the create-table of the reload in progress (empty:
 	// none): a CDC change built before it is superseded by the reload's load (batch.superseded).
 	supersede string
@@ -128,13 +131,14 @@ func gateKindOf(ev *change.Event) gateKind {
 	return kindChange
 }
 
-// admits reports whether a record of kind k that arrived at at, with source position pos,
-// passes the bound and the gates: a control record the bound alone; a load row also the control
-// gate (no older control record of its table pending elsewhere); a CDC change also the load gate;
-// a key change also no older CDC change of its table pending elsewhere ("older": an earlier
-// arrival, or the same arrival and an earlier source position). Waits go one way by kind (key
-// change, CDC change, load, control record), so they never form a cycle.
-func (l *limit) admits(at int64, k gateKind, pos *change.SourcePos) bool {
+// admits reports whether a record of kind k that arrived at at passes the bound and the gates:
+// a control record the bound alone; a load row also the control gate (no older control record
+// of its table pending elsewhere); a CDC change, key changes included, also the load gate. Waits
+// go one way by kind (CDC change, load, control record), so they never form a cycle. A key
+// change waits for no other worker's changes: the keys it moves away are written with its
+// commit, and a later commit of an older change of such a key does not write it back
+// (moved.go).
+func (l *limit) admits(at int64, k gateKind) bool {
 	switch {
 	case at > l.bound:
 		return false
@@ -144,16 +148,8 @@ func (l *limit) admits(at int64, k gateKind, pos *change.SourcePos) bool {
 		return false
 	case k == kindLoad:
 		return true
-	case l.loadGate != 0 && at >= l.loadGate:
-		return false
 	}
-	return k != kindKeyChange || !older(l.chGate, &l.chPos, at, pos)
-}
-
-// older reports whether the gate (gate, gatePos; 0: none) names a record older than one that
-// arrived at at with source position pos.
-func older(gate int64, gatePos *change.SourcePos, at int64, pos *change.SourcePos) bool {
-	return gate != 0 && (gate < at || gate == at && gatePos.Compare(pos) < 0)
+	return l.loadGate == 0 || at < l.loadGate
 }
 
 // completeThrough is what a commit within lim is complete through: the bound, or just before the
@@ -179,19 +175,18 @@ func (l limit) completeThrough() time.Time {
 // within lim's bound that lim's gates hold back (0: none).
 func (b *buffer) gatedFrom(lim limit) int64 {
 	var from int64
-	note := func(at int64, k gateKind, pos *change.SourcePos) {
-		if at <= lim.bound && !lim.admits(at, k, pos) && (from == 0 || at < from) {
+	note := func(at int64, k gateKind) {
+		if at <= lim.bound && !lim.admits(at, k) && (from == 0 || at < from) {
 			from = at
 		}
 	}
 	for i := range b.rows.len() {
 		r := b.rows.at(i)
-		note(r.at, r.kind, &r.src.SourcePos)
+		note(r.at, r.kind)
 	}
 	for i := range b.held {
 		if h := &b.held[i]; !h.ctl {
-			pos := change.SourcePosOf(h.ev)
-			note(h.at, h.kind, &pos)
+			note(h.at, h.kind)
 		}
 	}
 	return from
@@ -208,7 +203,7 @@ func (b *buffer) selectRows(lim limit) []int {
 		if stopped[r.shard] {
 			continue
 		}
-		if !lim.admits(r.at, r.kind, &r.src.SourcePos) || (lim.cut != nil && !lim.cut.after(r)) {
+		if !lim.admits(r.at, r.kind) || (lim.cut != nil && !lim.cut.after(r)) {
 			if stopped == nil {
 				stopped = make(map[string]bool)
 			}
@@ -380,7 +375,7 @@ func (b *buffer) dueFrom(lim limit, sc *dueScan) int {
 		if sc.blocked[h.ev.Pos.Shard] {
 			continue
 		}
-		if pos := change.SourcePosOf(h.ev); lim.admits(h.at, h.kind, &pos) {
+		if lim.admits(h.at, h.kind) {
 			sc.next = i
 			return i
 		}
@@ -455,7 +450,7 @@ func (pl *planner) noteRisk(r *row) {
 func (b *buffer) within(lim limit) bool {
 	for i := range b.rows.len() {
 		r := b.rows.at(i)
-		if lim.admits(r.at, r.kind, &r.src.SourcePos) && (lim.cut == nil || lim.cut.after(r)) {
+		if lim.admits(r.at, r.kind) && (lim.cut == nil || lim.cut.after(r)) {
 			return true
 		}
 	}

@@ -170,7 +170,7 @@ func (pl *planner) logGated(lim limit) {
 	var first string
 	for i := range pl.buf.rows.len() {
 		r := pl.buf.rows.at(i)
-		if r.at <= lim.bound && !lim.admits(r.at, r.kind, &r.src.SourcePos) {
+		if r.at <= lim.bound && !lim.admits(r.at, r.kind) {
 			if n == 0 {
 				first = fmt.Sprintf("row %s/%s at %d kind %d pos %+v", r.shard, r.seq, r.at, r.kind, r.src.SourcePos)
 			}
@@ -180,7 +180,7 @@ func (pl *planner) logGated(lim limit) {
 	for i := range pl.buf.held {
 		h := &pl.buf.held[i]
 		pos := change.SourcePosOf(h.ev)
-		if !h.ctl && h.at <= lim.bound && !lim.admits(h.at, h.kind, &pos) {
+		if !h.ctl && h.at <= lim.bound && !lim.admits(h.at, h.kind) {
 			if n == 0 {
 				first = fmt.Sprintf("held %s/%s at %d kind %d pos %+v", h.ev.Pos.Shard, h.ev.Pos.Seq, h.at, h.kind, pos)
 			}

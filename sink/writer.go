@@ -124,7 +124,7 @@ func newWriter(env writerEnv, src string, ident table.Identifier, set *settings,
 	st.buf, st.rt = &pl.buf, rt
 	dq := &deadLetters{tableScope: sc, wait: newDLWait()}
 	in := make(chan item, queue)
-	cm := &committer{tableScope: sc, st: st, pl: pl, rt: rt, dq: dq, queued: func() int { return len(in) }}
+	cm := &committer{tableScope: sc, st: st, pl: pl, rt: rt, dq: dq, queued: func() int { return len(in) }, moved: newMovedKeys()}
 	sa := &schemaApplier{tableScope: sc, st: st, pl: pl, cm: cm}
 	ca := &controlApplier{tableScope: sc, st: st, pl: pl, cm: cm, sa: sa, rt: rt, dq: dq}
 	return &writer{tableScope: sc, in: in, nudge: make(chan struct{}, 1),

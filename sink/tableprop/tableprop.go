@@ -142,6 +142,13 @@ const (
 	// maintenance.Maintainer.Vectors) instead of equality deletes; the value counts the positions
 	// the vectors it added hold.
 	SummaryVectors = "dms2iceberg.vector-positions"
+	// SummaryMoved names the file that lists the old keys of the key changes a table batch
+	// committed, with their arrival and source position (sink/moved.go): other writers read it
+	// so that an older change of such a key is not written back after it.
+	SummaryMoved = "dms2iceberg.moved-keys"
+	// SummaryOvertaken counts the changes a table batch took without writing them back: a newer
+	// key change committed before it had moved their key away.
+	SummaryOvertaken = "dms2iceberg.overtaken"
 	// SummaryDeadLetters counts the records of a dead-letter table commit.
 	SummaryDeadLetters = "dms2iceberg.dead-letters"
 	// SummaryMaintenanceRun is a unique id of a compaction run (to recognise a commit whose
