@@ -31,14 +31,32 @@ func (g *Gate) Min(o Gate) {
 	}
 }
 
-// TableGates are a table's gates, by Kind.
-type TableGates [numKinds]Gate
+// TableGates are a table's gates: the oldest pending record by Kind, and the pending key changes
+// by the key they move away.
+type TableGates struct {
+	Kinds [numKinds]Gate
+	Moves Moves
+}
 
-// Min lowers every gate of t to o's where o's is older.
+// Min lowers every gate of t to o's where o's is older, and adds o's moves to t's.
 func (t *TableGates) Min(o TableGates) {
-	for k := range t {
-		t[k].Min(o[k])
+	for k := range t.Kinds {
+		t.Kinds[k].Min(o.Kinds[k])
 	}
+	t.Moves.Merge(o.Moves)
+}
+
+// oldest is the oldest arrival of any of t's gates.
+func (t *TableGates) oldest() time.Time {
+	var m Gate
+	for k := range t.Kinds {
+		m.Min(t.Kinds[k])
+	}
+	m.Min(Gate{At: t.Moves.Unknown})
+	for _, at := range t.Moves.Keys {
+		m.Min(Gate{At: at})
+	}
+	return m.At
 }
 
 // AnyTable is the key of PendingTables that applies to every table: the overflow of a shard
@@ -77,13 +95,7 @@ func (p PendingTables) capped() PendingTables {
 	if len(p) <= MaxPendingTables {
 		return p
 	}
-	oldest := func(g TableGates) time.Time {
-		var m Gate
-		for k := range g {
-			m.Min(g[k])
-		}
-		return m.At
-	}
+	oldest := func(g TableGates) time.Time { return g.oldest() }
 	names := make([]string, 0, len(p))
 	for t := range p {
 		if t != AnyTable {
@@ -97,7 +109,7 @@ func (p PendingTables) capped() PendingTables {
 		if i < MaxPendingTables-1 {
 			out[t] = p[t]
 		} else {
-			rest.Min(p[t])
+			rest.Min(p[t].unkeyed())
 		}
 	}
 	out[AnyTable] = rest
@@ -112,24 +124,37 @@ type jsonGate struct {
 	Pos *[4]string `json:"pos,omitempty"`
 }
 
+// jsonMoves is Moves stored: "hash-in-hex:arrival-ms" per key, and Unknown in unix ms.
+type jsonMoves struct {
+	Keys    []string `json:"keys,omitempty"`
+	Unknown int64    `json:"unknown,omitempty"`
+}
+
+// movesName is the member of a table's JSON object that holds its Moves.
+const movesName = "moves"
+
 // encode is the stored form of AttrPendingTables: a JSON object of tables, each an object of
-// kinds with the arrival in unix ms and the source position's four fields; "" when empty.
+// kinds with the arrival in unix ms and the source position's four fields, and its moves; ""
+// when empty.
 func (p PendingTables) encode() string {
 	if len(p) == 0 {
 		return ""
 	}
-	out := make(map[string]map[string]jsonGate, len(p))
+	out := make(map[string]map[string]json.RawMessage, len(p))
 	for t, g := range p.capped() {
-		m := map[string]jsonGate{}
-		for k := range g {
-			if g[k].At.IsZero() {
+		m := map[string]json.RawMessage{}
+		for k := range g.Kinds {
+			if g.Kinds[k].At.IsZero() {
 				continue
 			}
-			jg := jsonGate{At: g[k].At.UnixMilli()}
-			if pos := g[k].Pos; !pos.IsZero() {
+			jg := jsonGate{At: g.Kinds[k].At.UnixMilli()}
+			if pos := g.Kinds[k].Pos; !pos.IsZero() {
 				jg.Pos = &[4]string{pos.CommitTS, pos.TxID, pos.TxRecord, pos.Position}
 			}
-			m[kindNames[k]] = jg
+			m[kindNames[k]], _ = json.Marshal(jg) // numbers and strings only: cannot fail
+		}
+		if !g.Moves.empty() {
+			m[movesName], _ = json.Marshal(g.Moves.stored())
 		}
 		if len(m) > 0 {
 			out[t] = m
@@ -138,7 +163,7 @@ func (p PendingTables) encode() string {
 	if len(out) == 0 {
 		return ""
 	}
-	b, _ := json.Marshal(out) // strings and numbers only: cannot fail
+	b, _ := json.Marshal(out) // raw JSON of the above: cannot fail
 	return string(b)
 }
 
@@ -147,7 +172,7 @@ func decodePendingTables(s string) (PendingTables, error) {
 	if s == "" {
 		return nil, nil
 	}
-	var in map[string]map[string]jsonGate
+	var in map[string]map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(s), &in); err != nil {
 		return nil, err
 	}
@@ -155,14 +180,32 @@ func decodePendingTables(s string) (PendingTables, error) {
 	for t, m := range in {
 		var g TableGates
 		for k, name := range kindNames {
-			jg, ok := m[name]
-			if !ok || jg.At == 0 {
+			raw, ok := m[name]
+			if !ok {
 				continue
 			}
-			g[k].At = time.UnixMilli(jg.At).UTC()
-			if jg.Pos != nil {
-				g[k].Pos = change.SourcePos{CommitTS: jg.Pos[0], TxID: jg.Pos[1], TxRecord: jg.Pos[2], Position: jg.Pos[3]}
+			var jg jsonGate
+			if err := json.Unmarshal(raw, &jg); err != nil {
+				return nil, err
 			}
+			if jg.At == 0 {
+				continue
+			}
+			g.Kinds[k].At = time.UnixMilli(jg.At).UTC()
+			if jg.Pos != nil {
+				g.Kinds[k].Pos = change.SourcePos{CommitTS: jg.Pos[0], TxID: jg.Pos[1], TxRecord: jg.Pos[2], Position: jg.Pos[3]}
+			}
+		}
+		if raw, ok := m[movesName]; ok {
+			var jm jsonMoves
+			if err := json.Unmarshal(raw, &jm); err != nil {
+				return nil, err
+			}
+			mv, err := jm.moves()
+			if err != nil {
+				return nil, err
+			}
+			g.Moves = mv
 		}
 		p[t] = g
 	}

@@ -79,7 +79,27 @@ type eventAck struct {
 	pos           change.SourcePos
 	kind          Kind
 	done          atomic.Bool
+	// move is what the table writer told of a possible key change (KindKeyChange): 0 nothing
+	// yet, noMove no key change, else the hash of the old key it moves away.
+	move atomic.Uint64
 }
+
+// noMove is eventAck.move for an update the table writer found to keep its key.
+const noMove = ^uint64(0)
+
+var _ change.KeyChangeNoter = (*eventAck)(nil)
+
+// MovesKey records that the event is a key change moving away the key whose encoding hashes to
+// h (change.KeyChangeNoter).
+func (e *eventAck) MovesKey(h uint64) {
+	if h == 0 || h == noMove {
+		h = 1 // 0 and noMove have their own meaning; a collision only makes a change wait
+	}
+	e.move.Store(h)
+}
+
+// MovesNoKey records that the event changes no key (change.KeyChangeNoter).
+func (e *eventAck) MovesNoKey() { e.move.Store(noMove) }
 
 // Done acknowledges the event (n must be 1: one acknowledgement per event).
 func (e *eventAck) Done(n int) {
@@ -242,7 +262,18 @@ func (s *Shard) PendingTables() PendingTables {
 				names[[2]string{e.schema, e.table}] = name
 			}
 			g := p[name]
-			g[e.kind].Min(Gate{At: e.at, Pos: e.pos})
+			kind := e.kind
+			if kind == KindKeyChange {
+				switch h := e.move.Load(); h {
+				case 0:
+					g.Moves.AddUnknown(e.at)
+				case noMove:
+					kind = KindChange
+				default:
+					g.Moves.Add(h, e.at)
+				}
+			}
+			g.Kinds[kind].Min(Gate{At: e.at, Pos: e.pos})
 			p[name] = g
 		}
 	}

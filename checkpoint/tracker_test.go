@@ -188,7 +188,7 @@ func TestPendingTablesFollowTheUnacknowledgedEvents(t *testing.T) {
 	d2 := s.BeginTracked("20", at(200), []Tracked{{Schema: "s", Table: "b", Kind: KindLoad, At: at(200)}, {Schema: "s", Table: "a", Kind: KindKeyChange, At: at(210)}})
 	want := func(table string, k Kind, ms int64, when string) {
 		t.Helper()
-		g := s.PendingTables()[table][k]
+		g := s.PendingTables()[table].Kinds[k]
 		switch {
 		case ms < 0 && !g.At.IsZero():
 			t.Fatalf("%s: %s kind %d pending from %v, want none", when, table, k, g.At)
@@ -243,11 +243,11 @@ func TestPendingTablesBreakTiesBySourcePosition(t *testing.T) {
 	later := change.SourcePos{CommitTS: "2025-06-01T00:00:02.000000Z"}
 	earlier := change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}
 	d := s.BeginTracked("10", at, []Tracked{{Schema: "s", Table: "a", Kind: KindChange, At: at, Pos: later}, {Schema: "s", Table: "a", Kind: KindChange, At: at, Pos: earlier}})
-	if g := s.PendingTables()["s.a"][KindChange]; !g.At.Equal(at) || g.Pos != earlier {
+	if g := s.PendingTables()["s.a"].Kinds[KindChange]; !g.At.Equal(at) || g.Pos != earlier {
 		t.Fatalf("oldest %+v, want %v %+v", g, at, earlier)
 	}
 	d.Event(1).Done(1)
-	if g := s.PendingTables()["s.a"][KindChange]; g.Pos != later {
+	if g := s.PendingTables()["s.a"].Kinds[KindChange]; g.Pos != later {
 		t.Fatalf("after the earlier one: %+v, want %+v", g.Pos, later)
 	}
 	d.Event(0).Done(1)
@@ -258,7 +258,7 @@ func TestPendingTablesBreakTiesBySourcePosition(t *testing.T) {
 func TestPendingTablesEncoding(t *testing.T) {
 	t.Parallel()
 	pos := change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7", TxRecord: "2", Position: "mysql-bin.000024:9812:0"}
-	p := PendingTables{"s.a": {KindLoad: {At: time.UnixMilli(100).UTC()}, KindKeyChange: {At: time.UnixMilli(200).UTC(), Pos: pos}}}
+	p := PendingTables{"s.a": GatesOf(map[Kind]Gate{KindLoad: {At: time.UnixMilli(100).UTC()}, KindKeyChange: {At: time.UnixMilli(200).UTC(), Pos: pos}})}
 	got, err := decodePendingTables(p.encode())
 	if err != nil || !reflect.DeepEqual(got, p) {
 		t.Fatalf("round trip %v (%v), want %v", got, err, p)
@@ -268,16 +268,16 @@ func TestPendingTablesEncoding(t *testing.T) {
 	}
 	big := PendingTables{}
 	for i := range MaxPendingTables + 10 {
-		big[fmt.Sprintf("s.t%03d", i)] = TableGates{KindChange: {At: time.UnixMilli(int64(1000 + i)).UTC()}}
+		big[fmt.Sprintf("s.t%03d", i)] = GatesOf(map[Kind]Gate{KindChange: {At: time.UnixMilli(int64(1000 + i)).UTC()}})
 	}
 	got, err = decodePendingTables(big.encode())
 	if err != nil || len(got) != MaxPendingTables {
 		t.Fatalf("capped to %d tables (%v), want %d", len(got), err, MaxPendingTables)
 	}
-	if g := got.For(fmt.Sprintf("s.t%03d", MaxPendingTables+5)); !g[KindChange].At.Equal(time.UnixMilli(int64(1000 + MaxPendingTables - 1)).UTC()) {
-		t.Fatalf("a merged table's gate %v, want the oldest merged one", g[KindChange].At)
+	if g := got.For(fmt.Sprintf("s.t%03d", MaxPendingTables+5)); !g.Kinds[KindChange].At.Equal(time.UnixMilli(int64(1000 + MaxPendingTables - 1)).UTC()) {
+		t.Fatalf("a merged table's gate %v, want the oldest merged one", g.Kinds[KindChange].At)
 	}
-	if g := got.For("s.t000"); !g[KindChange].At.Equal(time.UnixMilli(1000).UTC()) {
-		t.Fatalf("a kept table's gate %v", g[KindChange].At)
+	if g := got.For("s.t000"); !g.Kinds[KindChange].At.Equal(time.UnixMilli(1000).UTC()) {
+		t.Fatalf("a kept table's gate %v", g.Kinds[KindChange].At)
 	}
 }

@@ -460,7 +460,7 @@ func (p *processor) publish(ctx context.Context, final bool) {
 	h := checkpoint.Horizon{Read: read, PendingFrom: pending, Pending: p.track.PendingTables(), At: p.c.now()}
 	p.hz.since++
 	was := p.hz.published
-	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.Equal(h.Pending, was.Pending)
+	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.EqualFunc(h.Pending, was.Pending, checkpoint.TableGates.Equal)
 	if h.Read.IsZero() && h.PendingFrom.IsZero() || (unchanged && !final && p.hz.since < heartbeatTicks) {
 		return
 	}

@@ -317,15 +317,15 @@ func TestPendingKindsArePublishedPerEvent(t *testing.T) {
 	r := e.row(shard)
 	g := r.Pending["public.t"]
 	// 103 arrived before 102 on the same shard: it counts as arriving with 102 (raised).
-	if !g[checkpoint.KindLoad].At.Equal(sec(10)) || !g[checkpoint.KindKeyChange].At.Equal(sec(12)) ||
-		!g[checkpoint.KindChange].At.Equal(sec(13)) || !g[checkpoint.KindControl].At.IsZero() || len(r.Pending) != 1 {
+	if !g.Kinds[checkpoint.KindLoad].At.Equal(sec(10)) || !g.Kinds[checkpoint.KindKeyChange].At.Equal(sec(12)) ||
+		!g.Kinds[checkpoint.KindChange].At.Equal(sec(13)) || !g.Kinds[checkpoint.KindControl].At.IsZero() || len(r.Pending) != 1 {
 		t.Fatalf("published %v; want load %v, key change %v, change %v, no control record", r.Pending, sec(10), sec(12), sec(13))
 	}
 	e.sink.ack(t, "101", "103")
 	loop.tick(e.ctx)
 	r = e.row(shard)
 	g = r.Pending["public.t"]
-	if !g[checkpoint.KindLoad].At.Equal(sec(12)) || !g[checkpoint.KindKeyChange].At.IsZero() || !r.PendingFrom.Equal(sec(10)) {
+	if !g.Kinds[checkpoint.KindLoad].At.Equal(sec(12)) || !g.Kinds[checkpoint.KindKeyChange].At.IsZero() || !r.PendingFrom.Equal(sec(10)) {
 		t.Fatalf("after acknowledging 101 and 103: %v pending %v; want load %v, no key change, pending %v (the delivery is open)",
 			r.Pending, r.PendingFrom, sec(12), sec(10))
 	}

@@ -310,8 +310,8 @@ func gateBelow(gates checkpoint.PendingTables, lastMs int64) (time.Time, string)
 	var oldest time.Time
 	table := ""
 	for t, g := range gates {
-		for k := range g {
-			if at := g[k].At; !at.IsZero() && at.UnixMilli() <= lastMs && (table == "" || at.Before(oldest)) {
+		for k := range g.Kinds {
+			if at := g.Kinds[k].At; !at.IsZero() && at.UnixMilli() <= lastMs && (table == "" || at.Before(oldest)) {
 				oldest, table = at, t
 			}
 		}

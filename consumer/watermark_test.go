@@ -227,18 +227,18 @@ func TestWatermarkGates(t *testing.T) {
 	g := func(at int, pos change.SourcePos) checkpoint.Gate { return checkpoint.Gate{At: sec(at), Pos: pos} }
 	shards := map[string]shardInfo{"a": {}, "b": {}, "c": {}, "d": {closed: true}}
 	rows := map[string]checkpoint.LeaseRow{
-		"a": gates(rowOf("w2", 30, 5), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(8, early), checkpoint.KindKeyChange: g(5, late)}}),
-		"b": gates(rowOf("w3", 40, 6), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(7, early), checkpoint.KindKeyChange: g(5, early)},
-			"s.y": {checkpoint.KindControl: g(6, early)}}),
-		"c":    gates(rowOf(me, 50, 1), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(2, early)}}), // own: ordered in this process's buffers
-		"d":    gates(ended(20), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(1, early)}}),
-		"gone": gates(rowOf("w2", 1, 1), checkpoint.PendingTables{"s.x": {checkpoint.KindLoad: g(1, early)}}),
+		"a": gates(rowOf("w2", 30, 5), checkpoint.PendingTables{"s.x": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: g(8, early), checkpoint.KindKeyChange: g(5, late)})}),
+		"b": gates(rowOf("w3", 40, 6), checkpoint.PendingTables{"s.x": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: g(7, early), checkpoint.KindKeyChange: g(5, early)}),
+			"s.y": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindControl: g(6, early)})}),
+		"c":    gates(rowOf(me, 50, 1), checkpoint.PendingTables{"s.x": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: g(2, early)})}), // own: ordered in this process's buffers
+		"d":    gates(ended(20), checkpoint.PendingTables{"s.x": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: g(1, early)})}),
+		"gone": gates(rowOf("w2", 1, 1), checkpoint.PendingTables{"s.x": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: g(1, early)})}),
 	}
 	own := map[string]ownShard{"c": {horizon: sec(50), pending: sec(1)}}
 	res := wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: map[string]time.Time{}})
 	x, y := res.Gates.For("s.x"), res.Gates.For("s.y")
-	if !res.W.Equal(sec(30)) || x[checkpoint.KindLoad] != g(7, early) || x[checkpoint.KindKeyChange] != g(5, early) ||
-		!x[checkpoint.KindControl].At.IsZero() || y[checkpoint.KindControl] != g(6, early) || !y[checkpoint.KindLoad].At.IsZero() {
+	if !res.W.Equal(sec(30)) || x.Kinds[checkpoint.KindLoad] != g(7, early) || x.Kinds[checkpoint.KindKeyChange] != g(5, early) ||
+		!x.Kinds[checkpoint.KindControl].At.IsZero() || y.Kinds[checkpoint.KindControl] != g(6, early) || !y.Kinds[checkpoint.KindLoad].At.IsZero() {
 		t.Fatalf("W %v gates %v", res.W, res.Gates)
 	}
 	res = wmCompute(wmInput{shards: map[string]shardInfo{"c": {}}, rows: map[string]checkpoint.LeaseRow{"c": rows["c"]}, own: own, memo: map[string]time.Time{}})

@@ -32,8 +32,10 @@ type row struct {
 	src  srcPos
 	ack  change.Acker
 	size int32
-	// kind is what the cross-process gates see of it (order.go).
+	// kind is what the cross-process gates see of it (order.go); kh the hash of the key it
+	// writes, for the move gate (movegate.go; 0: none).
 	kind gateKind
+	kh   uint64
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string

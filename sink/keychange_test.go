@@ -22,8 +22,8 @@ func TestFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
 	var g checkpoint.TableGates
-	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)} // another process's older change
-	g[checkpoint.KindKeyChange] = checkpoint.Gate{At: time.UnixMilli(1101)}
+	g.Kinds[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)} // another process's older change
+	g.Kinds[checkpoint.KindKeyChange] = checkpoint.Gate{At: time.UnixMilli(1101)}
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
 	// An update of key 1 with a full before-image that changes name only: no key change.
 	h.arrive("a", 2, 1200, "items", change.OpUpdate, []change.Column{col("id", "1"), col("name", "x2")},
@@ -77,7 +77,7 @@ func TestGateWaitIsReported(t *testing.T) {
 	h.arrive("b", 1, 1060, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
 	h.flush()
 	var g checkpoint.TableGates
-	g[checkpoint.KindLoad] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	g.Kinds[checkpoint.KindLoad] = checkpoint.Gate{At: time.UnixMilli(1100)}
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
 	h.arrive("b", 2, 1210, "items", change.OpUpdate, []change.Column{col("id", "2"), col("name", "y2")}, nil)
 	h.flush()
@@ -106,7 +106,7 @@ func TestHeldFullBeforeImageUpdateIsNoKeyChange(t *testing.T) {
 		[]change.Column{col("id", "1"), col("name", "x")})
 	h.flush()
 	var g checkpoint.TableGates
-	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)} // another process's older change
+	g.Kinds[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)} // another process's older change
 	gb.set(Bound{At: time.UnixMilli(7000), Gates: checkpoint.PendingTables{"shop.items": g}})
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "items")

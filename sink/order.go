@@ -10,6 +10,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
@@ -94,6 +95,8 @@ type limit struct {
 	// moved are the old keys of the key changes committed to the table (nil: none known): a
 	// surviving image they overtake is not written (batch.overtaken).
 	moved *movedKeys
+	// moves are the key changes other processes hold uncommitted (the move gate, movegate.go).
+	moves checkpoint.Moves
 	// supersede is the metadata.timestamp of the create-table of the reload in progress (empty:
 	// none): a CDC change built before it is superseded by the reload's load (batch.superseded).
 	supersede string
@@ -103,10 +106,20 @@ type limit struct {
 type limitKey struct {
 	bound, loadGate, ctlGate, chGate int64
 	chPos                            change.SourcePos
+	moves                            uint64
 }
 
 func (l limit) gates() limitKey {
-	return limitKey{l.bound, l.loadGate, l.ctlGate, l.chGate, l.chPos}
+	return limitKey{l.bound, l.loadGate, l.ctlGate, l.chGate, l.chPos, movesPrint(&l.moves)}
+}
+
+// movesPrint tells whether the moves changed between two limits: their keys and arrivals.
+func movesPrint(m *checkpoint.Moves) uint64 {
+	p := uint64(m.Unknown.UnixMilli())
+	for h, at := range m.Keys {
+		p += h ^ uint64(at.UnixMilli())
+	}
+	return p
 }
 
 // gateKind is what the cross-process gates see of a record (the consumer's checkpoint.Kind).
@@ -181,8 +194,9 @@ func (b *buffer) gatedFrom(lim limit) int64 {
 		}
 	}
 	for i := range b.rows.len() {
-		r := b.rows.at(i)
-		note(r.at, r.kind)
+		if r := b.rows.at(i); r.at <= lim.bound && !lim.admitsRow(r) && (from == 0 || r.at < from) {
+			from = r.at
+		}
 	}
 	for i := range b.held {
 		if h := &b.held[i]; !h.ctl {
@@ -203,7 +217,7 @@ func (b *buffer) selectRows(lim limit) []int {
 		if stopped[r.shard] {
 			continue
 		}
-		if !lim.admits(r.at, r.kind) || (lim.cut != nil && !lim.cut.after(r)) {
+		if !lim.admitsRow(r) || (lim.cut != nil && !lim.cut.after(r)) {
 			if stopped == nil {
 				stopped = make(map[string]bool)
 			}
@@ -450,7 +464,7 @@ func (pl *planner) noteRisk(r *row) {
 func (b *buffer) within(lim limit) bool {
 	for i := range b.rows.len() {
 		r := b.rows.at(i)
-		if lim.admits(r.at, r.kind) && (lim.cut == nil || lim.cut.after(r)) {
+		if lim.admitsRow(r) && (lim.cut == nil || lim.cut.after(r)) {
 			return true
 		}
 	}

@@ -20,6 +20,8 @@ type planner struct {
 	*tableScope
 	st  *targetTable // read only: the layout rows are converted to
 	buf buffer
+	// keyBuf is noteMove's scratch for key encodings.
+	keyBuf []byte
 	// lim is the limit of the flush in progress (nil outside a flush); stuck is the bound at
 	// which the last flush committed nothing while rows stayed (no size-triggered flush until
 	// the bound moves), stuckSet whether it is set.
@@ -94,9 +96,10 @@ func (pl *planner) limitNow() limit {
 			lim.bound, lim.through = t.UnixMilli(), t.UTC()
 			if len(b.Gates) > 0 {
 				g := b.Gates.For(pl.src)
-				lim.loadGate, lim.ctlGate = msOrZero(g[checkpoint.KindLoad].At), msOrZero(g[checkpoint.KindControl].At)
-				ch := g[checkpoint.KindChange]
-				ch.Min(g[checkpoint.KindKeyChange]) // the change gate takes key changes too
+				lim.loadGate, lim.ctlGate = msOrZero(g.Kinds[checkpoint.KindLoad].At), msOrZero(g.Kinds[checkpoint.KindControl].At)
+				ch := g.Kinds[checkpoint.KindChange]
+				ch.Min(g.Kinds[checkpoint.KindKeyChange]) // the change gate takes key changes too
+				lim.moves = g.Moves
 				lim.chGate, lim.chPos = msOrZero(ch.At), ch.Pos
 			}
 		}
@@ -170,7 +173,7 @@ func (pl *planner) logGated(lim limit) {
 	var first string
 	for i := range pl.buf.rows.len() {
 		r := pl.buf.rows.at(i)
-		if r.at <= lim.bound && !lim.admits(r.at, r.kind) {
+		if r.at <= lim.bound && !lim.admitsRow(r) {
 			if n == 0 {
 				first = fmt.Sprintf("row %s/%s at %d kind %d pos %+v", r.shard, r.seq, r.at, r.kind, r.src.SourcePos)
 			}
@@ -209,6 +212,7 @@ func (pl *planner) admit(ev *change.Event, at int64) (reason string) {
 		return reason
 	}
 	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, rowKind(ev.Op, r.oldKey), sourceTime(ev)
+	pl.noteMove(ev, &r)
 	if pl.buf.reloadOrder {
 		r.built = ev.Meta.Timestamp // only a reload's supersession reads it (batch.superseded)
 	}

@@ -258,7 +258,7 @@ func TestTruncateWaitsForOlderDataElsewhere(t *testing.T) {
 	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "1")}, nil)
 	h.flush()
 	var g checkpoint.TableGates
-	g[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	g.Kinds[checkpoint.KindChange] = checkpoint.Gate{At: time.UnixMilli(1100)}
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
 	h.arrive("b", 1, 1300, "items", change.OpInsert, []change.Column{col("id", "2")}, nil) // buffered: arrived after the truncate
 	h.arriveCtl("c", 2, 1200, "items", "truncate", "")

@@ -345,12 +345,20 @@ func withoutLease(t *testing.T, tbl Table, shard string) {
 // Horizons are stored at millisecond precision; the test values are whole milliseconds.
 var (
 	h1 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_100).UTC(), PendingFrom: time.UnixMilli(1_764_000_000_050).UTC(),
-		Pending: checkpoint.PendingTables{"shop.a": {checkpoint.KindLoad: {At: time.UnixMilli(1_764_000_000_060).UTC()},
-			checkpoint.KindKeyChange: {At: time.UnixMilli(1_764_000_000_090).UTC(), Pos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7", TxRecord: "2"}}},
-			"shop.b": {checkpoint.KindControl: {At: time.UnixMilli(1_764_000_000_070).UTC()}}},
+		Pending: checkpoint.PendingTables{"shop.a": withMoves(checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: {At: time.UnixMilli(1_764_000_000_060).UTC()},
+			checkpoint.KindKeyChange: {At: time.UnixMilli(1_764_000_000_090).UTC(), Pos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7", TxRecord: "2"}}})),
+			"shop.b": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindControl: {At: time.UnixMilli(1_764_000_000_070).UTC()}})},
 		At: time.UnixMilli(1_764_000_001_000).UTC()}
 	h2 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_900).UTC(), At: time.UnixMilli(1_764_000_002_000).UTC()}
 )
+
+// withMoves adds pending moves (two keys and an unknown one) to g.
+func withMoves(g checkpoint.TableGates) checkpoint.TableGates {
+	g.Moves.Add(0xfeedbeef, time.UnixMilli(1_764_000_000_091).UTC())
+	g.Moves.Add(0xffffffff00000001, time.UnixMilli(1_764_000_000_092).UTC())
+	g.Moves.AddUnknown(time.UnixMilli(1_764_000_000_093).UTC())
+	return g
+}
 
 func publish(t *testing.T, s Store, shard string, epoch int64, h checkpoint.Horizon) {
 	t.Helper()

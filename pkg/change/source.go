@@ -126,3 +126,13 @@ func RecordIdentity(ev *Event) string {
 	}
 	return m.CommitTimestamp + "/" + m.TransactionID + "/" + m.TransactionRecordID
 }
+
+// KeyChangeNoter is implemented by the Acker of an event the ordering guard tracks across
+// processes: the table writer, once it has compared the key columns of an update that may
+// change its key (MayChangeKey), tells it the old key the update moves away (a hash of the
+// key's encoding) or that it changes no key, so that other processes wait only where a change
+// of theirs writes that key (design.md §4).
+type KeyChangeNoter interface {
+	MovesKey(hash uint64)
+	MovesNoKey()
+}

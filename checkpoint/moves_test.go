@@ -1,0 +1,86 @@
+package checkpoint
+
+import (
+	"reflect"
+	"testing"
+	"time"
+)
+
+// What the table writer tells of a tracked possible key change decides how it is published: a
+// key change by its old key's hash, an update that keeps its key as a CDC change, one not told
+// yet as a move of an unknown key. Acknowledged events are not published.
+func TestPendingMovesFollowWhatTheWriterTold(t *testing.T) {
+	t.Parallel()
+	s := NewShard("shardId-0", "")
+	at := func(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+	d := s.BeginTracked("10", at(100), []Tracked{
+		{Schema: "s", Table: "a", Kind: KindKeyChange, At: at(100)},
+		{Schema: "s", Table: "a", Kind: KindKeyChange, At: at(110)},
+		{Schema: "s", Table: "a", Kind: KindKeyChange, At: at(120)},
+		{Schema: "s", Table: "a", Kind: KindKeyChange, At: at(130)},
+	})
+	moved := d.Event(0).(*eventAck)
+	moved.MovesKey(0xabc)
+	d.Event(1).(*eventAck).MovesNoKey()
+	d.Event(3).(*eventAck).MovesKey(0xabc)
+	g := s.PendingTables()["s.a"]
+	if !g.Moves.Keys[0xabc].Equal(at(100)) || len(g.Moves.Keys) != 1 || !g.Moves.Unknown.Equal(at(120)) {
+		t.Fatalf("moves %+v, want key abc at 100 and unknown at 120", g.Moves)
+	}
+	if !g.Kinds[KindChange].At.Equal(at(110)) || !g.Kinds[KindKeyChange].At.Equal(at(100)) {
+		t.Fatalf("kinds %+v", g.Kinds)
+	}
+	moved.Done(1)
+	d.Event(2).Done(1)
+	g = s.PendingTables()["s.a"]
+	if !g.Moves.Keys[0xabc].Equal(at(130)) || !g.Moves.Unknown.IsZero() {
+		t.Fatalf("after acknowledgements: moves %+v, want key abc at 130", g.Moves)
+	}
+}
+
+func TestMovesHoldOnlyNewerWritesOfTheirKey(t *testing.T) {
+	t.Parallel()
+	var m Moves
+	m.Add(7, time.UnixMilli(100))
+	for _, c := range []struct {
+		h    uint64
+		at   int64
+		want bool
+	}{{7, 101, true}, {7, 100, false}, {7, 99, false}, {8, 101, false}, {0, 500, false}} {
+		if got := m.Holds(c.h, c.at); got != c.want {
+			t.Errorf("Holds(%d, %d) = %v, want %v", c.h, c.at, got, c.want)
+		}
+	}
+	m.AddUnknown(time.UnixMilli(200))
+	if !m.Holds(8, 201) || m.Holds(8, 200) {
+		t.Error("a move of an unknown key holds every write after it, only after it")
+	}
+}
+
+// Past MaxMoves keys a table's moves count as a move of an unknown key; merging never changes
+// the merged-in moves; the stored form round-trips.
+func TestMovesCapMergeAndEncoding(t *testing.T) {
+	t.Parallel()
+	var m Moves
+	for i := range MaxMoves + 3 {
+		m.Add(uint64(i+1), time.UnixMilli(int64(1000+i)).UTC())
+	}
+	if len(m.Keys) != MaxMoves || !m.Unknown.Equal(time.UnixMilli(int64(1000+MaxMoves)).UTC()) {
+		t.Fatalf("%d keys, unknown %v", len(m.Keys), m.Unknown)
+	}
+	var other Moves
+	other.Add(1, time.UnixMilli(5).UTC())
+	before := len(other.Keys)
+	other.Merge(m)
+	if len(m.Keys) != MaxMoves || before != 1 || !other.Keys[1].Equal(time.UnixMilli(5).UTC()) {
+		t.Fatal("merge changed its source or lost the older move")
+	}
+	p := PendingTables{"s.a": {Moves: m}}
+	got, err := decodePendingTables(p.encode())
+	if err != nil || !reflect.DeepEqual(got, p) {
+		t.Fatalf("round trip: %v", err)
+	}
+	if g := got.For("s.b"); !g.Moves.empty() {
+		t.Fatal("another table's moves apply")
+	}
+}

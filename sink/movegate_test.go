@@ -1,0 +1,79 @@
+package sink
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+)
+
+// moveAck records what the writer tells an event's tracker (change.KeyChangeNoter).
+type moveAck struct {
+	done  atomic.Int64
+	moved atomic.Uint64
+	noKey atomic.Bool
+}
+
+func (a *moveAck) Done(n int)        { a.done.Add(int64(n)) }
+func (a *moveAck) MovesKey(h uint64) { a.moved.Store(h) }
+func (a *moveAck) MovesNoKey()       { a.noKey.Store(true) }
+func (h *harness) submitWith(ev *change.Event, ack change.Acker) {
+	h.t.Helper()
+	ev.Raw, ev.Pos.Stream, ev.Ack, ev.Schema = []byte(`{}`), "st", ack, "shop"
+	if err := h.s.Submit(context.Background(), ev); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func update(shard, seq string, ms int64, cols, before []change.Column) *change.Event {
+	return &change.Event{Table: "items", Op: change.OpUpdate, Columns: cols, Before: before, Arrival: time.UnixMilli(ms),
+		Meta: change.Metadata{RecordType: "data", Operation: "update"}, Pos: change.Position{Shard: shard, Seq: seq}}
+}
+
+// The writer tells the tracker of an update that may change its key what it moves: the old
+// key's hash for a key change, nothing for an update that keeps its key (full before-images).
+// A change that writes a key another process's older pending key change moves away waits for
+// it (the key change's delete would remove it); changes of other keys do not.
+func TestMoveGate(t *testing.T) {
+	t.Parallel()
+	h, gb := itemsWithGates(t)
+	h.arrive("a", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
+	h.flush()
+	kc, same := &moveAck{}, &moveAck{}
+	h.submitWith(update("a", "2", 1100, []change.Column{col("id", "3"), col("name", "y")},
+		[]change.Column{col("id", "2"), col("name", "y")}), kc)
+	h.submitWith(update("a", "3", 1110, []change.Column{col("id", "3"), col("name", "y2")},
+		[]change.Column{col("id", "3"), col("name", "y")}), same)
+	h.flush()
+	if kc.moved.Load() == 0 || kc.noKey.Load() || !same.noKey.Load() || same.moved.Load() != 0 {
+		t.Fatalf("told: key change %x/%v, same key %x/%v", kc.moved.Load(), kc.noKey.Load(), same.moved.Load(), same.noKey.Load())
+	}
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=3,name=y2")
+	// Another process holds a key change that moves key 2 away, arrived at 1300.
+	var g checkpoint.TableGates
+	g.Moves.Add(kc.moved.Load(), time.UnixMilli(1300))
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	h.arrive("b", 1, 1250, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "older")}, nil)
+	h.arrive("c", 1, 1400, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "newer")}, nil)
+	h.arrive("d", 1, 1410, "items", change.OpInsert, []change.Column{col("id", "5"), col("name", "z")}, nil)
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2,name=older", "id=3,name=y2", "id=5,name=z")
+	// A pending key change whose old key is not known holds every later write of the table.
+	var u checkpoint.TableGates
+	u.Moves.AddUnknown(time.UnixMilli(1300))
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": u}})
+	h.arrive("d", 2, 1600, "items", change.OpInsert, []change.Column{col("id", "6"), col("name", "w")}, nil)
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2,name=older", "id=3,name=y2", "id=5,name=z")
+	// Both committed: what waited commits.
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2,name=newer", "id=3,name=y2", "id=5,name=z", "id=6,name=w")
+}
