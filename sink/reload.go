@@ -350,9 +350,10 @@ func (rt *reloadTracker) quietEnd(idle bool) (reloadMark, bool) {
 }
 
 // filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence
-// number is at or below seq, and the position-delete files above it that name only such a data
-// file (file-scoped ones written by the position conversion, design.md §10.1). A truncate takes
-// every live file (seq math.MaxInt64).
+// number is at or below seq, and the position deletes above it that name only such a data file
+// (design.md §10.1: a conversion planned before a reload's mark may commit after it): deletion
+// vectors and other files that name it in referenced_data_file, and Parquet files whose file_path
+// bounds are it. A truncate takes every live file (seq math.MaxInt64).
 func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq int64) (data, deletes []iceberg.DataFile, err error) {
 	if snap == nil {
 		return nil, nil, nil
@@ -389,6 +390,12 @@ func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq 
 
 	const filePathID = 2147483546 // iceberg.PositionalDeleteSchema's file_path
 	for _, df := range later {
+		if ref := df.ReferencedDataFile(); ref != nil && *ref != "" {
+			if removed[*ref] {
+				deletes = append(deletes, df)
+			}
+			continue
+		}
 		lo, hi := df.LowerBoundValues()[filePathID], df.UpperBoundValues()[filePathID]
 		if lo != nil && string(lo) == string(hi) && removed[string(lo)] {
 			deletes = append(deletes, df)
