@@ -132,12 +132,8 @@ func (cm *committer) commitRows(ctx context.Context) error {
 // table already holds everything the batch takes.
 func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 	cm := f.cm
-	lim := f.lim
-	if m, ok := cm.rt.reloading(); ok && cm.set.reloadReplace {
-		lim.supersede = m.started
-	}
-	nb := cm.pl.buf.plan(cm.st.lay, lim)
-	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded {
+	nb := cm.rt.plan(&cm.pl.buf, cm.st.lay, f.lim)
+	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded || nb.provisional != f.b.provisional {
 		f.b, f.files = nb, nil
 	}
 	if f.b.empty() {
@@ -431,6 +427,9 @@ func (cm *committer) commitBatch(ctx context.Context, b *batch, f *staged, vec *
 	txn := cm.rt.dataTxn() // on the reload branch while a reload is in progress
 	if b.superseded > 0 {
 		summary[tableprop.SummarySuperseded] = strconv.Itoa(b.superseded)
+	}
+	if b.provisional > 0 {
+		summary[tableprop.SummaryProvisional] = strconv.Itoa(b.provisional)
 	}
 	deletes := f.deletes
 	if vec != nil {

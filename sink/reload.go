@@ -270,6 +270,34 @@ type reloadStage struct {
 	loads        int
 }
 
+// plan plans the batch of buf within lim on the table as last loaded (buffer.plan). During a
+// reload (with sink.reload replace) a CDC change built before its create-table is superseded
+// (batch.superseded) once the reload has load rows, committed or in the batch: they reflect
+// it. Before any, the reload may still be cancelled (a task resumed without full load sends a
+// create-table and then changes), and then nothing reflects a dropped change. So such changes
+// are written: with the batch's CDC changes when it has any (their first ends the reload, as a
+// cancel), else provisionally (batch.provisional), in a commit that does not end the reload
+// and whose files the replace removes (provisionalFiles), as it removes the table before the
+// reload.
+func (rt *reloadTracker) plan(buf *buffer, l *layout, lim limit) batch {
+	m, ok := rt.reloading()
+	if !ok || !rt.set.reloadReplace {
+		return buf.plan(l, lim)
+	}
+	lim.supersede = m.started
+	b := buf.plan(l, lim)
+	if b.superseded == 0 || m.rows+int64(b.loads) > 0 {
+		return b
+	}
+	n := b.superseded
+	lim.supersede = ""
+	b = buf.plan(l, lim)
+	if b.cdc == n {
+		b.cdc, b.provisional = 0, n
+	}
+	return b
+}
+
 // reloadFor plans what the commit of b does about the reload in progress (nil: none).
 func (rt *reloadTracker) reloadFor(b *batch) *reloadStage {
 	m, ok := rt.reloading()
@@ -296,6 +324,11 @@ func (rt *reloadTracker) stageReload(ctx context.Context, txn *table.Transaction
 		if err != nil {
 			return 0, fmt.Errorf("list the files of %s before its reload: %w", rt.name, err)
 		}
+		pd, pdel, err := provisionalFiles(ctx, rt.st.tbl, rt.dataHead(), rs.mark.before)
+		if err != nil {
+			return 0, fmt.Errorf("list the provisional files of %s's reload: %w", rt.name, err)
+		}
+		data, deletes = append(data, pd...), append(deletes, pdel...)
 		removed = len(data) + len(deletes)
 		if removed > 0 {
 			summary := iceberg.Properties{
@@ -399,6 +432,51 @@ func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq 
 		lo, hi := df.LowerBoundValues()[filePathID], df.UpperBoundValues()[filePathID]
 		if lo != nil && string(lo) == string(hi) && removed[string(lo)] {
 			deletes = append(deletes, df)
+		}
+	}
+	return data, deletes, nil
+}
+
+// provisionalFiles lists the live data and delete files of snap (the head of tbl's reload
+// branch) that commits of provisional changes (tableprop.SummaryProvisional, reloadTracker.plan)
+// above seq, the reload's mark, added.
+func provisionalFiles(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq int64) (data, deletes []iceberg.DataFile, err error) {
+	if snap == nil {
+		return nil, nil, nil
+	}
+	marked := map[int64]bool{}
+	for _, s := range table.AncestorsOf(snap.SnapshotID, tbl.Metadata().SnapshotByID) {
+		if s.SequenceNumber <= seq {
+			break
+		}
+		if s.Summary != nil && s.Summary.Properties[tableprop.SummaryProvisional] != "" {
+			marked[s.SnapshotID] = true
+		}
+	}
+	if len(marked) == 0 {
+		return nil, nil, nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, nil, err
+			}
+			if !marked[e.SnapshotID()] {
+				continue
+			}
+			if df := e.DataFile(); df.ContentType() == iceberg.EntryContentData {
+				data = append(data, df)
+			} else {
+				deletes = append(deletes, df)
+			}
 		}
 	}
 	return data, deletes, nil
