@@ -102,9 +102,14 @@ func (sa *schemaApplier) ensureKey(ctx context.Context, keys []string, from stri
 		Reloaded: sa.st.refreshedUse(func() bool { return sa.st.lay.keyed() || settled != nil && settled() }),
 	})
 	if err == nil && gaps.files > 0 {
+		then := "reload it at the source (its key applies once the reload replaced the table's content) or rewrite those rows"
+		if _, ok := readReload(sa.st.tbl.Properties()); ok {
+			sa.afterReload = &keyAfterReload{keys: keys, from: from}
+			then = "tried again once the reload in progress replaced the table's content"
+		}
 		sa.log.Warn("primary key not applied: data files hold no value for a key column (written before the column was added, "+
 			"while DMS left NULL columns out, or NULL in it); Iceberg key columns are required and such files would make the table unreadable. "+
-			"The table stays keyless; reload it at the source (or rewrite those rows) and restart with the key configured",
+			"The table stays keyless: "+then,
 			zap.String("column", gaps.column), zap.Int("data_files", gaps.files), zap.Strings("key", keys), zap.String("source", from))
 		sa.env.metrics.SchemaChanged(sa.name, "primary_key_refused", 1)
 		return false, nil
@@ -181,4 +186,30 @@ func keyGaps(ctx context.Context, tbl *table.Table, keys []string) (keyGap, erro
 		}
 	}
 	return gap, nil
+}
+
+// keyAfterReload is a primary key that ensureKey refused (keyGaps) while a reload was in
+// progress: the data files that hold no value for a key column are those of the table before
+// the reload, which its replace removes, so the key is tried again after a reload ended with a
+// replace (reloadTracker.replaced). A reload cancelled keeps it waiting; a restart forgets it
+// (a configured key is tried at every start).
+type keyAfterReload struct {
+	keys []string
+	from string
+}
+
+// keyAfterReplace applies the key waiting for a reload's replace (schemaApplier.afterReload)
+// once rt saw one.
+func (sa *schemaApplier) keyAfterReplace(ctx context.Context, rt *reloadTracker) error {
+	k := sa.afterReload
+	if k == nil {
+		rt.replaced = false // a replace before the key was refused does not count
+		return nil
+	}
+	if !rt.replaced {
+		return nil
+	}
+	sa.afterReload, rt.replaced = nil, false
+	_, err := sa.ensureKey(ctx, k.keys, k.from+", after the reload", nil)
+	return err
 }

@@ -1,6 +1,7 @@
 package sink
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -195,5 +196,53 @@ func TestKeyOnAColumnOlderFilesLackIsNotApplied(t *testing.T) {
 	eq(t, rows, "id=1,name=a2,code=null", "id=2,name=b,code=x", "id=3,name=c,code=y", "id=4,name=d,code=z")
 	if ids := tbl.Schema().IdentifierFieldIDs; len(ids) != 1 {
 		t.Fatalf("identifier fields %v, want id", ids)
+	}
+}
+
+// The usual way out for a key refused because older data files lack its column: a DMS reload
+// of the table, whose create-table names the key. The key is refused when that create-table
+// applies (main still reads the old files until the reload's replace), and applied once the
+// replace removed them: updates by the key apply from then on.
+func TestKeyRefusedDuringAReloadAppliesAfterItsReplace(t *testing.T) {
+	t.Parallel()
+	mx := &schemaKinds{}
+	h := newHarness(t, t.TempDir(), withMaintenance(nil), withOptions(WithMetrics(mx)),
+		withConfig(func(c *Config) { c.Reload = ReloadReplace; c.ReloadQuietPeriod = 0 }))
+	ctl := func(seq int, def, ts string) {
+		ev := ctlEvent("c", seq, "users", "create-table", def)
+		ev.Meta.Timestamp = ts
+		h.event(ev)
+	}
+	row := func(seq int, op change.Op, cols ...change.Column) {
+		h.event(&change.Event{Table: "users", Op: op, Columns: cols,
+			Meta: change.Metadata{RecordType: "data", Operation: op.String(), Timestamp: "2025-01-03T00:00:00.000000Z"},
+			Pos:  change.Position{Shard: "s0", Seq: fmt.Sprint(seq)}})
+	}
+	row(1, change.OpInsert, col("id", "1"), col("name", "'a'"))
+	h.flush()
+	row(2, change.OpInsert, col("id", "2"), col("name", "'b'"), col("code", "'x'"))
+	h.flush()
+	ctl(1, "id:INT8 name:STRING code:STRING note:STRING", tsFirst) // a change: it records its timestamp
+	h.flush()
+	ctl(2, "id:INT8 name:STRING code*:STRING note:STRING", tsReload) // the reload
+	row(3, change.OpLoad, col("id", "1"), col("name", "'a'"), col("code", "'p'"))
+	row(4, change.OpLoad, col("id", "2"), col("name", "'b'"), col("code", "'x'"))
+	h.flush()
+	if mx.count("primary_key_refused") != 1 || mx.count("reload_start") != 1 {
+		t.Fatalf("schema changes %v: want the key refused while the reload runs", mx.kinds)
+	}
+	row(5, change.OpInsert, col("id", "3"), col("name", "'c'"), col("code", "'y'")) // ends the reload
+	h.flush()
+	row(6, change.OpUpdate, col("id", "2"), col("name", "'b2'"), col("code", "'x'"))
+	h.flush()
+	h.close()
+	rows, tbl := scanRows(t, h.cat, "users")
+	eq(t, rows, "id=1,name=a,code=p,note=null", "id=2,name=b2,code=x,note=null", "id=3,name=c,code=y,note=null")
+	f, _ := tbl.Schema().FindFieldByName("code")
+	if ids := tbl.Schema().IdentifierFieldIDs; len(ids) != 1 || ids[0] != f.ID || mx.count("set_primary_key") != 1 {
+		t.Fatalf("identifier fields %v (code is %d), schema changes %v", ids, f.ID, mx.kinds)
+	}
+	if len(h.dlq.Letters()) != 0 {
+		t.Fatalf("dead letters %+v", h.dlq.Letters())
 	}
 }

@@ -67,6 +67,9 @@ type reloadTracker struct {
 	// saw one), for the quiet period; shown: the reload metric shows a reload.
 	loaded time.Time
 	shown  bool
+	// replaced: a reload ended with a replace since a key waiting for one last looked
+	// (schemaApplier.keyAfterReplace).
+	replaced bool
 }
 
 // reloadMark is the reload in progress recorded in a table's properties.
@@ -354,6 +357,7 @@ func (rt *reloadTracker) stageReload(ctx context.Context, txn *table.Transaction
 func (rt *reloadTracker) reloadEnded(rs *reloadStage, removed int, how string) {
 	rows := rs.mark.rows + int64(rs.loads)
 	if rs.replace {
+		rt.replaced = true
 		rt.log.Info("reload replaced the table's content: rows not re-sent by the load are removed",
 			zap.String("ended_by", how), zap.Int64("load_rows", rows), zap.Int("files_removed", removed),
 			zap.String("create_table_timestamp", rs.mark.started), zap.Int64("snapshot", snapshotID(rt.st.tbl)))
