@@ -41,8 +41,9 @@ import (
 //     first), or, when none follows, a quiet period with nothing buffered. It stages on the
 //     branch the batch and, if load rows were committed since the start, the removal of every
 //     data and delete file at or below ReloadBefore (the rows not re-sent, and the old copies of
-//     the re-sent ones, which the load's equality deletes hid already): a snapshot with the
-//     summary dms2iceberg.reload=replace. One catalog commit then adds the staged snapshots,
+//     the re-sent ones, which the load's equality deletes hid already), and of the files of
+//     provisional changes (reloadTracker.plan): a snapshot with the summary
+//     dms2iceberg.reload=replace. One catalog commit then adds the staged snapshots,
 //     points main at the last one and removes the branch (publish): readers go from the table
 //     before the reload to the reloaded one in one step. Without load rows (a task resumed
 //     without full load sends a create-table and then changes) the reload is cancelled: nothing
