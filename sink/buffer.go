@@ -261,7 +261,8 @@ type batch struct {
 	// the first and ends at the second (reload.go).
 	loads, cdc int
 	// superseded counts the CDC changes the batch takes without writing them: built before the
-	// create-table of the reload in progress (limit.supersede), they arrived after it started
+	// create-table of the reload in progress (limit.supersede, set by reloadTracker.plan once the
+	// reload has load rows), they arrived after it started
 	// (from another worker's shard, which the cross-process gates cannot order by build time),
 	// and the reload's load rows, read from the source after they were captured, already
 	// reflect them. Applied on the reload branch they would survive its replace and could bring
@@ -273,6 +274,10 @@ type batch struct {
 	// moved their key away (limit.moved).
 	moves     []move
 	overtaken int
+	// provisional counts the changes built before the create-table of a reload in progress that
+	// the batch writes because the reload has no load row yet (reloadTracker.plan): they count
+	// as neither loads nor CDC, and the replace removes the files of their commit.
+	provisional int
 	// Partial update images (absent_columns keep, partial.go): lookups are the surviving images
 	// that need the table's row, fill the rows found (by row index) on snapshot fillSnap;
 	// fromBuffer counts images completed within the batch, missing those of a key deleted
@@ -290,7 +295,21 @@ func (b *batch) empty() bool { return len(b.upserts) == 0 && len(b.deletes) == 0
 // supersedes reports whether the batch planned under lim takes r without writing it: a CDC
 // change built before the create-table of the reload in progress (batch.superseded).
 func (l *limit) supersedes(r *row) bool {
-	return l.supersede != "" && !r.replay && !r.src.load && r.built != "" && r.built < l.supersede
+	return l.supersede != "" && !r.replay && !r.src.load && r.built != "" && builtBefore(r.built, l.supersede)
+}
+
+// builtBefore reports whether metadata.timestamp a is strictly before b. DMS writes it with
+// six fractional digits and "Z" (dms-format.md), which compares as text; any other form is
+// parsed (RFC 3339), and one that does not parse is not before anything (the change is
+// written rather than dropped).
+func builtBefore(a, b string) bool {
+	const dmsLen = len("2006-01-02T15:04:05.000000Z")
+	if len(a) == dmsLen && len(b) == dmsLen && a[dmsLen-1] == 'Z' && b[dmsLen-1] == 'Z' {
+		return a < b
+	}
+	ta, err1 := time.Parse(time.RFC3339Nano, a)
+	tb, err2 := time.Parse(time.RFC3339Nano, b)
+	return err1 == nil && err2 == nil && ta.Before(tb)
 }
 
 // noteSuperseded counts r, a superseded change, and advances the batch's watermarks over it.

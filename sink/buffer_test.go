@@ -532,3 +532,29 @@ func TestBufferPlanKeylessIdentity(t *testing.T) {
 
 // holdEv holds e in b with the kind its operation and images give (gateKindOf).
 func holdEv(b *buffer, e *change.Event, at int64) { b.hold(e, at, gateKindOf(e)) }
+
+// A reload supersedes changes built strictly before its create-table. DMS's metadata.timestamp
+// (six fractional digits and Z) compares as text, across a day and within a microsecond; other
+// forms are compared as times, and one that does not parse supersedes nothing.
+func TestBuiltBefore(t *testing.T) {
+	t.Parallel()
+	const start = "2025-01-02T00:00:00.000000Z"
+	for _, tc := range []struct {
+		built, start string
+		want         bool
+	}{
+		{"2025-01-01T23:59:59.999999Z", start, true},
+		{"2024-12-31T00:00:00.000000Z", start, true},
+		{start, start, false},
+		{"2025-01-02T00:00:00.000001Z", start, false},
+		{"2025-01-02T00:00:00Z", "2025-01-02T00:00:00.500000Z", true},   // text would say no
+		{"2025-01-02T00:00:00.0000001Z", start, false},                  // text would say yes
+		{"2025-01-02T01:00:00.000000+02:00", start, true},               // 23:00 UTC
+		{"2025-01-02T00:00:00.000000Z", "2025-01-02T00:00:00.5Z", true}, // a create-table of another form
+		{"yesterday", start, false},
+	} {
+		if got := builtBefore(tc.built, tc.start); got != tc.want {
+			t.Errorf("builtBefore(%q, %q) = %v, want %v", tc.built, tc.start, got, tc.want)
+		}
+	}
+}

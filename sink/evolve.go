@@ -35,6 +35,8 @@ type schemaApplier struct {
 	truncWM map[string]string
 	// identityNoted: noteNoIdentity logged (identity.go).
 	identityNoted bool
+	// afterReload is a key refused during a reload, tried again after its replace (key.go).
+	afterReload *keyAfterReload
 }
 
 // open loads the target table, creating it (and its namespace) on first sight. A table that

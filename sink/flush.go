@@ -137,17 +137,15 @@ func (cm *committer) commitRows(ctx context.Context) error {
 func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Table, error) {
 	cm := f.cm
 	lim := f.lim
-	if m, ok := cm.rt.reloading(); ok && cm.set.reloadReplace {
-		lim.supersede = m.started
-	}
 	if cm.st.lay.keyed() {
 		if err := cm.moved.update(ctx, cm.st.tbl, time.Now()); err != nil {
 			return nil, err
 		}
 		lim.moved = cm.moved
 	}
-	nb := cm.pl.buf.plan(cm.st.lay, lim)
-	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded || nb.overtaken != f.b.overtaken {
+	nb := cm.rt.plan(&cm.pl.buf, cm.st.lay, lim)
+	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded || nb.provisional != f.b.provisional ||
+		nb.overtaken != f.b.overtaken {
 		f.b, f.files = nb, nil
 	}
 	if f.b.empty() {
@@ -454,6 +452,9 @@ func (cm *committer) commitBatch(ctx context.Context, b *batch, f *staged, vec *
 	}
 	if b.overtaken > 0 {
 		summary[tableprop.SummaryOvertaken] = strconv.Itoa(b.overtaken)
+	}
+	if b.provisional > 0 {
+		summary[tableprop.SummaryProvisional] = strconv.Itoa(b.provisional)
 	}
 	deletes := f.deletes
 	if vec != nil {

@@ -69,9 +69,10 @@ type Metrics interface {
 	TableStatus(table, status, reason string)
 	// SchemaChanged counts applied schema changes of a table by kind: create_table, add_column,
 	// rename_column, widen_column, drop_column (kept, no longer required), revive_column,
-	// set_primary_key, incompatible (a change that was not applied), stale_control (a control
-	// record older than the last one applied, skipped), truncate (every row removed),
-	// reload_start, reload_replace and reload_cancel (a DMS table reload, reload.go).
+	// set_primary_key, primary_key_refused (a key not applied: ensureKey), incompatible (a
+	// change that was not applied), stale_control (a control record older than the last one
+	// applied, skipped), truncate (every row removed), reload_start, reload_replace and
+	// reload_cancel (a DMS table reload, reload.go).
 	SchemaChanged(table, kind string, n int)
 	// PartialImages counts, per flush, the partial update images (absent_columns keep) by where
 	// their absent columns came from: an earlier change of the key in the batch, the row the

@@ -41,8 +41,9 @@ import (
 //     first), or, when none follows, a quiet period with nothing buffered. It stages on the
 //     branch the batch and, if load rows were committed since the start, the removal of every
 //     data and delete file at or below ReloadBefore (the rows not re-sent, and the old copies of
-//     the re-sent ones, which the load's equality deletes hid already): a snapshot with the
-//     summary dms2iceberg.reload=replace. One catalog commit then adds the staged snapshots,
+//     the re-sent ones, which the load's equality deletes hid already), and of the files of
+//     provisional changes (reloadTracker.plan): a snapshot with the summary
+//     dms2iceberg.reload=replace. One catalog commit then adds the staged snapshots,
 //     points main at the last one and removes the branch (publish): readers go from the table
 //     before the reload to the reloaded one in one step. Without load rows (a task resumed
 //     without full load sends a create-table and then changes) the reload is cancelled: nothing
@@ -67,6 +68,9 @@ type reloadTracker struct {
 	// saw one), for the quiet period; shown: the reload metric shows a reload.
 	loaded time.Time
 	shown  bool
+	// replaced: a reload ended with a replace since a key waiting for one last looked
+	// (schemaApplier.keyAfterReplace).
+	replaced bool
 }
 
 // reloadMark is the reload in progress recorded in a table's properties.
@@ -270,6 +274,34 @@ type reloadStage struct {
 	loads        int
 }
 
+// plan plans the batch of buf within lim on the table as last loaded (buffer.plan). During a
+// reload (with sink.reload replace) a CDC change built before its create-table is superseded
+// (batch.superseded) once the reload has load rows, committed or in the batch: they reflect
+// it. Before any, the reload may still be cancelled (a task resumed without full load sends a
+// create-table and then changes), and then nothing reflects a dropped change. So such changes
+// are written: with the batch's CDC changes when it has any (their first ends the reload, as a
+// cancel), else provisionally (batch.provisional), in a commit that does not end the reload
+// and whose files the replace removes (provisionalFiles), as it removes the table before the
+// reload.
+func (rt *reloadTracker) plan(buf *buffer, l *layout, lim limit) batch {
+	m, ok := rt.reloading()
+	if !ok || !rt.set.reloadReplace {
+		return buf.plan(l, lim)
+	}
+	lim.supersede = m.started
+	b := buf.plan(l, lim)
+	if b.superseded == 0 || m.rows+int64(b.loads) > 0 {
+		return b
+	}
+	n := b.superseded
+	lim.supersede = ""
+	b = buf.plan(l, lim)
+	if b.cdc == n {
+		b.cdc, b.provisional = 0, n
+	}
+	return b
+}
+
 // reloadFor plans what the commit of b does about the reload in progress (nil: none).
 func (rt *reloadTracker) reloadFor(b *batch) *reloadStage {
 	m, ok := rt.reloading()
@@ -296,6 +328,11 @@ func (rt *reloadTracker) stageReload(ctx context.Context, txn *table.Transaction
 		if err != nil {
 			return 0, fmt.Errorf("list the files of %s before its reload: %w", rt.name, err)
 		}
+		pd, pdel, err := provisionalFiles(ctx, rt.st.tbl, rt.dataHead(), rs.mark.before)
+		if err != nil {
+			return 0, fmt.Errorf("list the provisional files of %s's reload: %w", rt.name, err)
+		}
+		data, deletes = append(data, pd...), append(deletes, pdel...)
 		removed = len(data) + len(deletes)
 		if removed > 0 {
 			summary := iceberg.Properties{
@@ -321,6 +358,7 @@ func (rt *reloadTracker) stageReload(ctx context.Context, txn *table.Transaction
 func (rt *reloadTracker) reloadEnded(rs *reloadStage, removed int, how string) {
 	rows := rs.mark.rows + int64(rs.loads)
 	if rs.replace {
+		rt.replaced = true
 		rt.log.Info("reload replaced the table's content: rows not re-sent by the load are removed",
 			zap.String("ended_by", how), zap.Int64("load_rows", rows), zap.Int("files_removed", removed),
 			zap.String("create_table_timestamp", rs.mark.started), zap.Int64("snapshot", snapshotID(rt.st.tbl)))
@@ -350,9 +388,10 @@ func (rt *reloadTracker) quietEnd(idle bool) (reloadMark, bool) {
 }
 
 // filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence
-// number is at or below seq, and the position-delete files above it that name only such a data
-// file (file-scoped ones written by the position conversion, design.md §10.1). A truncate takes
-// every live file (seq math.MaxInt64).
+// number is at or below seq, and the position deletes above it that name only such a data file
+// (design.md §10.1: a conversion planned before a reload's mark may commit after it): deletion
+// vectors and other files that name it in referenced_data_file, and Parquet files whose file_path
+// bounds are it. A truncate takes every live file (seq math.MaxInt64).
 func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq int64) (data, deletes []iceberg.DataFile, err error) {
 	if snap == nil {
 		return nil, nil, nil
@@ -389,9 +428,60 @@ func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq 
 
 	const filePathID = 2147483546 // iceberg.PositionalDeleteSchema's file_path
 	for _, df := range later {
+		if ref := df.ReferencedDataFile(); ref != nil && *ref != "" {
+			if removed[*ref] {
+				deletes = append(deletes, df)
+			}
+			continue
+		}
 		lo, hi := df.LowerBoundValues()[filePathID], df.UpperBoundValues()[filePathID]
 		if lo != nil && string(lo) == string(hi) && removed[string(lo)] {
 			deletes = append(deletes, df)
+		}
+	}
+	return data, deletes, nil
+}
+
+// provisionalFiles lists the live data and delete files of snap (the head of tbl's reload
+// branch) that commits of provisional changes (tableprop.SummaryProvisional, reloadTracker.plan)
+// above seq, the reload's mark, added.
+func provisionalFiles(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq int64) (data, deletes []iceberg.DataFile, err error) {
+	if snap == nil {
+		return nil, nil, nil
+	}
+	marked := map[int64]bool{}
+	for _, s := range table.AncestorsOf(snap.SnapshotID, tbl.Metadata().SnapshotByID) {
+		if s.SequenceNumber <= seq {
+			break
+		}
+		if s.Summary != nil && s.Summary.Properties[tableprop.SummaryProvisional] != "" {
+			marked[s.SnapshotID] = true
+		}
+	}
+	if len(marked) == 0 {
+		return nil, nil, nil
+	}
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	mans, err := snap.Manifests(fs)
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, mf := range mans {
+		for e, err := range mf.Entries(fs, true) {
+			if err != nil {
+				return nil, nil, err
+			}
+			if !marked[e.SnapshotID()] {
+				continue
+			}
+			if df := e.DataFile(); df.ContentType() == iceberg.EntryContentData {
+				data = append(data, df)
+			} else {
+				deletes = append(deletes, df)
+			}
 		}
 	}
 	return data, deletes, nil

@@ -366,7 +366,9 @@ func TestReloadFencesAWriterThatStagedOnMain(t *testing.T) {
 // superseded: the load rows, read from the source after it was captured, reflect it. Written
 // on the reload branch it would bring back a row deleted at the source during the outage, and
 // as the reload's first change it would cancel the reload before its load rows came. Its
-// watermark still advances, so a replay skips it.
+// watermark still advances, so a replay skips it. One that comes before any load row is
+// written provisionally and removed by the replace (TestReloadWithoutLoadRowsYetKeepsChangesBuiltBeforeIt);
+// one that comes after load rows is not written (the delete of 3 here).
 func TestReloadSupersedesChangesBuiltBeforeItsCreateTable(t *testing.T) {
 	t.Parallel()
 	a, b := twoWriters(t)
@@ -395,6 +397,8 @@ func TestReloadSupersedesChangesBuiltBeforeItsCreateTable(t *testing.T) {
 	rowAt(a, "a", 10, change.OpLoad, 1, "v2", "2025-01-02T00:00:01.000000Z")
 	rowAt(a, "a", 11, change.OpLoad, 3, "v2", "2025-01-02T00:00:01.000000Z")
 	a.flush()
+	rowAt(b, "b", 2, change.OpDelete, 3, "", "2025-01-01T23:59:58.000000Z")
+	b.flush()
 	rowAt(a, "a", 12, change.OpInsert, 4, "v1", "2025-01-02T00:00:05.000000Z") // the first change after the load
 	a.flush()
 
@@ -403,9 +407,104 @@ func TestReloadSupersedesChangesBuiltBeforeItsCreateTable(t *testing.T) {
 	if n := len(replaceSnapshots(tbl)); n != 1 {
 		t.Fatalf("%d replacing snapshots, want 1", n)
 	}
-	if wm := tbl.Properties()[tableprop.Watermark("st", "b")]; wm != "1" {
-		t.Fatalf("watermark of shard b %q, want 1 (the superseded change taken)", wm)
+	if wm := tbl.Properties()[tableprop.Watermark("st", "b")]; wm != "2" {
+		t.Fatalf("watermark of shard b %q, want 2 (the superseded changes taken)", wm)
 	}
 	a.close()
 	b.close()
+}
+
+// rowBuilt submits a data record of items built at ts (metadata.timestamp).
+func (h *harness) rowBuilt(shard string, seq int, op change.Op, id int, name, ts string) {
+	h.t.Helper()
+	cols := []change.Column{col("id", fmt.Sprint(id))}
+	if op != change.OpDelete {
+		cols = append(cols, col("name", "'"+name+"'"))
+	}
+	h.event(&change.Event{Table: "items", Op: op, Columns: cols,
+		Meta: change.Metadata{RecordType: "data", Operation: op.String(), Timestamp: ts},
+		Pos:  change.Position{Shard: shard, Seq: fmt.Sprint(seq)}})
+}
+
+// A change built before a reload's create-table that arrives after it (on another worker's
+// shard) while the reload has no load row yet is written provisionally: it does not end the
+// reload, and the replace removes it when load rows follow (they reflect it), so a row deleted
+// at the source stays deleted and a stale delete does not win over its key's load row. A
+// create-table with no load rows after it (a task resumed without full load) is cancelled, and
+// then no load row reflects the change: it stays applied. Before, it was dropped as superseded
+// in both cases, and lost in the second. Also when the change that cancels the reload comes in
+// the same batch.
+func TestReloadWithoutLoadRowsYetKeepsChangesBuiltBeforeIt(t *testing.T) {
+	t.Parallel()
+	def := "id*:INT4 name:WSTRING"
+	const before = "2025-01-01T23:59:59.000000Z"
+	start := func(t *testing.T) (a, b *harness) {
+		a, b = twoWriters(t)
+		a.createTable("c", 1, def, tsFirst)
+		for i := 1; i <= 3; i++ {
+			a.rowBuilt("a", i, change.OpInsert, i, "v1", tsFirst)
+		}
+		a.flush()
+		a.createTable("c", 2, def, tsReload)
+		a.flush()
+		b.rowBuilt("b", 1, change.OpUpdate, 2, "v2", before)
+		b.rowBuilt("b", 2, change.OpDelete, 3, "", before)
+		b.flush()
+		return a, b
+	}
+	check := func(t *testing.T, h *harness, wm string, want ...string) *table.Table {
+		t.Helper()
+		rows, tbl := scanRows(t, h.cat, "items")
+		if _, ok := readReload(tbl.Properties()); ok {
+			t.Fatal("the reload is still in progress")
+		}
+		eq(t, rows, want...)
+		if got := tbl.Properties()[tableprop.Watermark("st", "b")]; got != wm {
+			t.Fatalf("watermark of shard b %q, want %s", got, wm)
+		}
+		return tbl
+	}
+	t.Run("cancelled", func(t *testing.T) {
+		t.Parallel()
+		a, b := start(t)
+		a.rowBuilt("a", 10, change.OpInsert, 4, "v1", "2025-01-02T00:00:05.000000Z") // no load: cancelled
+		a.flush()
+		check(t, a, "2", "id=1,name=v1", "id=2,name=v2", "id=4,name=v1")
+		a.close()
+		b.close()
+	})
+	t.Run("cancelled in the same batch", func(t *testing.T) {
+		t.Parallel()
+		a, b := twoWriters(t)
+		a.createTable("c", 1, def, tsFirst)
+		for i := 1; i <= 3; i++ {
+			a.rowBuilt("a", i, change.OpInsert, i, "v1", tsFirst)
+		}
+		a.flush()
+		a.createTable("c", 2, def, tsReload)
+		a.flush()
+		b.rowBuilt("b", 1, change.OpUpdate, 2, "v2", before)
+		b.rowBuilt("b", 2, change.OpDelete, 3, "", before)
+		b.rowBuilt("b", 3, change.OpInsert, 4, "v1", "2025-01-02T00:00:05.000000Z")
+		b.flush()
+		check(t, b, "3", "id=1,name=v1", "id=2,name=v2", "id=4,name=v1")
+		a.close()
+		b.close()
+	})
+	t.Run("replaced", func(t *testing.T) {
+		t.Parallel()
+		a, b := start(t)
+		// The load: 2 was deleted at the source meanwhile, 3 was deleted and inserted again.
+		a.rowBuilt("a", 10, change.OpLoad, 1, "v1", "2025-01-02T00:00:01.000000Z")
+		a.rowBuilt("a", 11, change.OpLoad, 3, "v3", "2025-01-02T00:00:01.000000Z")
+		a.flush()
+		a.rowBuilt("a", 12, change.OpInsert, 4, "v1", "2025-01-02T00:00:05.000000Z")
+		a.flush()
+		tbl := check(t, a, "2", "id=1,name=v1", "id=3,name=v3", "id=4,name=v1")
+		if n := len(replaceSnapshots(tbl)); n != 1 {
+			t.Fatalf("%d replacing snapshots, want 1", n)
+		}
+		a.close()
+		b.close()
+	})
 }

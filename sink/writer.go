@@ -227,6 +227,9 @@ func (w *writer) run(ctx context.Context) error {
 				return err
 			}
 		}
+		if err := w.sa.keyAfterReplace(ctx, w.rt); err != nil { // after a quiet reload end too
+			return err
+		}
 		switch pending := w.pl.buf.pending(); {
 		case armed && !pending:
 			timer.Stop()
@@ -417,6 +420,9 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	// the rows that arrived after it wait with it.
 	lim.cut = w.pl.buf.firstCtl()
 	if err := w.cm.commitRows(ctx); err != nil {
+		return err
+	}
+	if err := w.sa.keyAfterReplace(ctx, w.rt); err != nil { // a reload may have ended
 		return err
 	}
 	w.pl.logGated(lim)

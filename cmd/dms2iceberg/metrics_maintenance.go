@@ -41,7 +41,7 @@ func newPromMaintenanceMetrics(r *promRegistry) *promMaintenanceMetrics {
 		runs:         r.counter(sub, "runs_total", "Maintenance runs that changed something, by trigger.", table, "trigger"),
 		duration:     r.histogram(sub, "duration_seconds", "Duration of maintenance runs.", commitBuckets, table),
 		deletesFreed: r.counter(sub, "delete_files_removed_total", "Equality-delete files applied and removed by compaction.", table),
-		failures:     r.counter(sub, "failures_total", "Failed maintenance steps (position, compact, expire, manifests, purge, orphans, lease).", table, "step"),
+		failures:     r.counter(sub, "failures_total", "Failed maintenance steps (sweep, position, compact, expire, manifests, purge, orphans, lease).", table, "step"),
 	}
 }
 

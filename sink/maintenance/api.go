@@ -30,7 +30,7 @@ type RunOptions struct {
 	// until its commit.
 	OrphansOfAnyAge bool
 	// BeforeCommit, for tests, is called before each maintenance commit with the step
-	// ("compact", "expire", "manifests", "orphans") and the attempt (0 first), after staging:
+	// ("sweep", "position", "compact", "expire", "manifests", ...) and the attempt (0 first), after staging:
 	// a commit that lands meanwhile makes the attempt lose and be restaged.
 	BeforeCommit func(step string, attempt int)
 }

@@ -91,7 +91,7 @@ func (c *compactor) compact(ctx context.Context, rep *Report, trigger string) er
 	if errors.Is(err, errSuperseded) {
 		// Not landed (checked before staging): the new files are referenced by nothing.
 		removeWritten(p.fs, results)
-		c.log.Info("compaction superseded: another one rewrote its files first", zap.String("trigger", trigger))
+		c.log.Info("compaction superseded: another compaction rewrote its files, or a conversion committed, first", zap.String("trigger", trigger))
 		return nil
 	}
 	if err != nil {
@@ -210,6 +210,9 @@ func (c *compactor) commitRewrite(ctx context.Context, p *compactionPlan, result
 			if attempt > 0 && landed(head, id, p.snap.SequenceNumber) {
 				return errAlreadyCommitted
 			}
+			if convertedSince(head, p.snap) {
+				return errSuperseded
+			}
 			// Deletion vectors committed since the plan on the files it rewrites (a writer's):
 			// carried over to the new files, and the vectors removed are the head's.
 			moved, err := c.planner.Carry(ctx, p.snap, p.rewritten, results, head)
@@ -279,6 +282,28 @@ func (c *compactor) compacted(rep *Report, p *compactionPlan, results []table.Co
 		zap.Int("delete_files_removed", rep.DeleteFilesRemoved), zap.Int64("delete_rows_removed", rep.DeleteRowsRemoved),
 		zap.Int64("bytes_before", rep.BytesBefore), zap.Int64("bytes_after", rep.BytesAfter),
 		zap.Int64("starting_snapshot", p.snap.SnapshotID), zap.Int64("snapshot", snapshotID(done.tbl)))
+}
+
+// convertedSince reports whether a conversion committed to head's main branch since snap, the
+// compaction's plan. Its vectors hide rows that equality deletes already hid at the plan (the
+// rewrite left them out) as well as rows deleted since; Carry would take all of them for keys a
+// writer deleted since the plan and delete those keys from the new files, which hold their
+// newer images. Only a second maintainer converts while a compaction runs (a lost lease,
+// maintain --ignore-lease), so the compaction gives up and the next one replans.
+func convertedSince(head *table.Table, snap *table.Snapshot) bool {
+	cur := head.CurrentSnapshot()
+	if cur == nil {
+		return false
+	}
+	for _, s := range table.AncestorsOf(cur.SnapshotID, head.Metadata().SnapshotByID) {
+		if s.SnapshotID == snap.SnapshotID {
+			return false
+		}
+		if s.Summary != nil && s.Summary.Properties[tableprop.SummaryMaintenanceTrigger] == triggerPosition {
+			return true
+		}
+	}
+	return false
 }
 
 // inputsGone reports whether some of a compaction's input files (data files it rewrote, delete

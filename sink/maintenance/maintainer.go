@@ -61,7 +61,7 @@ func (t *maintained) reloading(tbl *table.Table, step string) bool {
 // are staged on the newest table and retried after losing to other commits, so the writer never
 // waits for it (design.md, "Maintenance"). See the package comment for who runs what.
 //
-// It schedules the steps; each step is its own type (compactor, converter, branchMover, cleaner),
+// It schedules the steps; each step is its own type (compactor, converter, sweeper, branchMover, cleaner),
 // as are the lease (leaseHolder), the commits and their hand-off to the writer (committer), the
 // deferred file deletions (deferredDeletes) and the delete planning (deletes.Planner).
 type Maintainer struct {
@@ -71,6 +71,7 @@ type Maintainer struct {
 	deferred  *deferredDeletes
 	compactor *compactor
 	converter *converter
+	sweeper   *sweeper
 	branch    *branchMover
 	cleaner   *cleaner
 	planner   *deletes.Planner // the conversions' and the writer's vectors' (its caches are locked)
@@ -117,6 +118,7 @@ func New(cat catalog.Catalog, ident table.Identifier, name string, cfg Config, l
 	return &Maintainer{maintained: t, lease: lease, commits: commits, deferred: deferred, planner: planner, branch: branch,
 		compactor: &compactor{maintained: t, commits: commits, planner: planner},
 		converter: &converter{maintained: t, commits: commits, planner: planner, branch: branch},
+		sweeper:   &sweeper{maintained: t, commits: commits, planner: planner},
 		cleaner:   &cleaner{maintained: t, commits: commits, deferred: deferred},
 		kick:      make(chan struct{}, 1), created: time.Now(), lastRun: time.Now(), metaBytes: -1, manifests: -1}
 }
@@ -167,7 +169,7 @@ func (m *Maintainer) maintain(ctx context.Context, s steps) (Report, error) {
 	return rep, errors.Join(errs...)
 }
 
-// runSteps runs the steps in order (compact, expire, manifests, orphans), recording each failure
+// runSteps runs the steps in order (sweep, position, compact, expire, manifests, purge, orphans), recording each failure
 // in rep; a lost lease or an ended context stops the steps after it.
 func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error {
 	var errs []error
@@ -183,7 +185,10 @@ func (m *Maintainer) runSteps(ctx context.Context, s steps, rep *Report) []error
 		return errors.Is(err, errLeaseLost) || ctx.Err() != nil
 	}
 	stop := false
-	if s.position {
+	if s.position || s.compact {
+		stop = fail("sweep", m.sweeper.sweep(ctx, rep))
+	}
+	if !stop && s.position {
 		stop = fail("position", m.converter.convert(ctx, rep))
 	}
 	if !stop && s.compact {

@@ -11,8 +11,8 @@ type Metrics interface {
 	MaintenanceChecked(st Status)
 	// Maintained is called after each maintenance run that changed something.
 	Maintained(r Report)
-	// MaintenanceFailed counts a failed maintenance step: "compact", "expire", "manifests",
-	// "orphans" or "lease".
+	// MaintenanceFailed counts a failed maintenance step: "sweep", "position", "compact",
+	// "expire", "manifests", "purge", "orphans" or "lease".
 	MaintenanceFailed(table, step string)
 }
 
@@ -99,6 +99,9 @@ type Report struct {
 	// branch is not Changed (the gauge positional_branch_behind_seconds shows the branch).
 	BranchMoved  bool
 	BranchSource int64
+	// PositionDeletesSwept are Parquet position-delete files of a format v3 table dropped because
+	// a deletion vector superseded them (readers ignore them) or their data file is gone (sweeper).
+	PositionDeletesSwept int
 
 	// SnapshotsExpired were removed by snapshot expiry. FilesDeferred are the files only
 	// snapshots expired before snapshot_retention (by max_snapshots) referenced: listed for
@@ -120,7 +123,7 @@ type Report struct {
 // Changed reports whether the run changed the table or its files.
 func (r Report) Changed() bool {
 	return r.Compacted || r.Converted || r.SnapshotsExpired > 0 || r.ManifestsRewritten > 0 || r.OrphansRemoved > 0 ||
-		r.DeferredFilesRemoved > 0
+		r.DeferredFilesRemoved > 0 || r.PositionDeletesSwept > 0
 }
 
 // NopMetrics is the default Metrics: it does nothing.

@@ -20,6 +20,9 @@ import (
 // newest table: add the position deletes, then drop the equality deletes. Both read the same
 // rows as before.
 
+// triggerPosition is the maintenance trigger in the summaries of a conversion's commits.
+const triggerPosition = "position"
+
 // converter runs a table's conversions and remembers since when equality deletes have been
 // outstanding (the scheduler's PositionDelay). The maintenance goroutine alone uses it; its
 // planner's caches are shared with the writer's Vectors.
@@ -122,7 +125,7 @@ func (c *converter) addPositions(ctx context.Context, p *deletes.Plan, rep *Repo
 			p.Remerged = append(add, p.Remerged...) // the newest first, for ours
 			rep.VectorsRemerged++
 		}
-		rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
+		rd := txn.NewRowDelta(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: triggerPosition,
 			tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.Snap.SnapshotID, 10)})
 		rd.AddDeletes(add...)
 		if len(remove) > 0 {
@@ -155,7 +158,7 @@ func (c *converter) dropEqualityDeletes(ctx context.Context, p *deletes.Plan) (c
 		if _, _, err := p.Check(ctx, head); err != nil {
 			return err
 		}
-		rw := txn.NewRewrite(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: "position",
+		rw := txn.NewRewrite(iceberg.Properties{tableprop.SummaryMaintenanceTrigger: triggerPosition,
 			tableprop.SummaryMaintenanceStarting: strconv.FormatInt(p.Snap.SnapshotID, 10)})
 		for _, e := range p.EqDels {
 			rw.DeleteFile(e.File)

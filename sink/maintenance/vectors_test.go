@@ -2,6 +2,8 @@ package maintenance_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"strconv"
@@ -339,5 +341,171 @@ func TestConversionMergesVectorsAWriterReplaced(t *testing.T) {
 		t.Fatalf("conversion beside a writer's vectors: %v, report %+v: want converted with the newer vectors merged", err, rep)
 	}
 	vectorsOnly(t, h, m)
+	h.close()
+}
+
+// A conversion by a second maintainer (a lost lease, or maintain --ignore-lease) that commits
+// while a compaction rewrites: its vectors hide rows that equality deletes already hid when the
+// compaction planned, and that the rewrite therefore left out. They are not deletes of keys
+// since the plan, which the compaction carries over to its new files by key: the new files
+// hold the keys' newer images (keys 1..20 updated in two batches: the first batch's images
+// hidden by the second's equality deletes, both batches' small files rewritten, the large load
+// file kept, so no equality delete is dead). The rows stay the model's, whether the
+// conversion's second commit (dropping the equality deletes) landed before the compaction's
+// commit or not; a compaction that cannot tell superseded and replans.
+func TestCompactionBesideAnotherMaintainersConversion(t *testing.T) {
+	t.Parallel()
+	for _, whole := range []bool{true, false} {
+		name := map[bool]string{true: "both commits", false: "first commit only"}[whole]
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			h := newHarnessFor(t, t.TempDir(), dvDef())
+			m := newModel(h)
+			m.load(4000)
+			ctx := context.Background()
+			cfg := testConfig()
+			cfg.DeleteMode = maintenance.DeleteModeDV
+			cfg.TargetFileSize = 16 << 10 // the load's file is large, the batches' small
+			mt := testMaintainer(t, h.cat, cfg)
+			mt.IgnoreLease()
+			// The load's own equality deletes (dead: they apply to no older file) go first.
+			if _, err := mt.Maintain(ctx, maintenance.PositionOnly); err != nil {
+				t.Fatal(err)
+			}
+			for b := 1; b <= 2; b++ {
+				for id := 1; id <= 20; id++ {
+					m.upsert("s0", id, fmt.Sprintf("u%d", b))
+				}
+				h.flush()
+			}
+			o := testMaintainer(t, h.cat, cfg)
+			o.IgnoreLease()
+			if !whole {
+				o.BeforeCommit(func(step string, _ int) {
+					if step == "position-drop" {
+						panic(errStopHere)
+					}
+				})
+			}
+			converted := false
+			mt.AfterRewrite(func() {
+				defer func() {
+					if r := recover(); r != nil && r != errStopHere {
+						panic(r)
+					}
+				}()
+				converted = true
+				if rep, err := o.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
+					t.Errorf("the other maintainer's conversion: %v %+v", err, rep)
+				}
+			})
+			rep, err := mt.Maintain(ctx, maintenance.CompactOnly)
+			if !converted {
+				t.Fatal("the compaction rewrote nothing")
+			}
+			t.Logf("compaction: %v; compacted %v, %d files rewritten", err, rep.Compacted, rep.DataFilesRewritten)
+			rows, tbl := scanRows(t, h.cat)
+			sinktest.Eq(t, rows, m.want()...)
+			live := sinktest.DataSeqs(t, tbl)
+			for _, df := range sinktest.LiveEntries(t, tbl) {
+				if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil {
+					if _, ok := live[*ref]; !ok {
+						t.Fatalf("a deletion vector references %s, which is not live", *ref)
+					}
+				}
+			}
+			// The next compaction, alone, compacts.
+			mt.AfterRewrite(nil)
+			if rep, err := mt.Maintain(ctx, maintenance.CompactOnly); err != nil || !rep.Compacted {
+				t.Fatalf("the next compaction: %v, compacted %v", err, rep.Compacted)
+			}
+			rows, _ = scanRows(t, h.cat)
+			sinktest.Eq(t, rows, m.want()...)
+			h.close()
+		})
+	}
+}
+
+var errStopHere = errors.New("stop here")
+
+// A table written before it became format v3 (by this service in position mode, or by another
+// engine) holds Parquet position-delete files. A writer's deletion vector for such a data file
+// merges their positions (deletes.Plan.addDV), and from then on no reader applies them (the v3
+// spec: position deletes are ignored for a data file with a vector), but the writer's commit
+// cannot drop them (iceberg-go's RowDelta removes vectors only) and, with writer vectors, no
+// conversion ever runs to drop them. The next maintenance run drops them; the rows stay the
+// model's. A Parquet file of a data file without a vector stays.
+func TestMaintenanceDropsPositionDeletesAVectorSuperseded(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, t.TempDir()) // format v2
+	m := newModel(h)
+	m.load(4000) // one large data file
+	for id := 1; id <= 4000; id += 400 {
+		m.del("s0", id)
+	}
+	for id := 4001; id <= 4020; id++ {
+		m.upsert("s0", id, "late") // a small one
+	}
+	h.flush()
+	m.del("s0", 4005)
+	h.flush()
+	ctx := context.Background()
+	pm := testMaintainer(t, h.cat, positionConfig())
+	pm.IgnoreLease()
+	if rep, err := pm.Maintain(ctx, maintenance.PositionOnly); err != nil || !rep.Converted {
+		t.Fatalf("conversion: %v %+v", err, rep)
+	}
+	tbl := loadUsers(t, h.cat)
+	txn := tbl.NewTransaction()
+	if err := txn.UpgradeFormatVersion(3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := txn.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	parquet := func() (onVectored, other int) {
+		tbl := loadUsers(t, h.cat)
+		vectored := map[string]bool{}
+		entries := sinktest.LiveEntries(t, tbl)
+		for _, df := range entries {
+			if ref := df.ReferencedDataFile(); table.IsDeletionVector(df) && ref != nil {
+				vectored[*ref] = true
+			}
+		}
+		for _, df := range entries {
+			if df.ContentType() != iceberg.EntryContentPosDeletes || table.IsDeletionVector(df) {
+				continue
+			}
+			if vectored[string(df.LowerBoundValues()[deletes.PosPathField])] {
+				onVectored++
+			} else {
+				other++
+			}
+		}
+		return onVectored, other
+	}
+	if on, other := parquet(); on != 0 || other != 2 {
+		t.Fatalf("%d Parquet position-delete files on data files with vectors, %d others; want 0 and 2 before the vectors", on, other)
+	}
+	cfg := testConfig()
+	cfg.DeleteMode, cfg.WriterVectors = maintenance.DeleteModeDV, true
+	cfg.TargetFileSize = 16 << 10 // the load's file is not small: compaction leaves it
+	mt := testMaintainer(t, h.cat, cfg)
+	mt.UseKeyCache(maintenance.NewKeyCache(64 << 20))
+	mt.IgnoreLease()
+	commitVectors(t, h, mt, m, []int{5, 6}) // in the load's file only
+	rows, _ := scanRows(t, h.cat)
+	sinktest.Eq(t, rows, m.want()...)
+	if on, other := parquet(); on != 1 || other != 1 {
+		t.Fatalf("%d Parquet position-delete files on data files with vectors, %d others; want 1 and 1 after the writer's vector", on, other)
+	}
+	if _, err := mt.Maintain(ctx, maintenance.CompactOnly); err != nil {
+		t.Fatal(err)
+	}
+	rows, _ = scanRows(t, h.cat)
+	sinktest.Eq(t, rows, m.want()...)
+	if on, other := parquet(); on != 0 || other != 1 {
+		t.Fatalf("%d Parquet position-delete files on data files with vectors, %d others; want 0 and 1 after maintenance", on, other)
+	}
 	h.close()
 }

@@ -168,6 +168,11 @@ const (
 	// SummarySuperseded counts the CDC changes of a commit during a reload that were built
 	// before its create-table and are not written (the load rows reflect them).
 	SummarySuperseded = "dms2iceberg.reload.superseded"
+	// SummaryProvisional counts the CDC changes built before the create-table of a reload in
+	// progress that a commit wrote because no load row had come yet: the reload's replace
+	// removes the files of such commits (the load rows reflect the changes), a cancelled reload
+	// keeps them.
+	SummaryProvisional = "dms2iceberg.reload.provisional"
 )
 
 // Values of SummaryReload: the replacing snapshot of a reload, and the empty snapshot on main
