@@ -52,9 +52,9 @@ func (t *TableGates) oldest() time.Time {
 	for k := range t.Kinds {
 		m.Min(t.Kinds[k])
 	}
-	m.Min(Gate{At: t.Moves.Unknown})
-	for _, at := range t.Moves.Keys {
-		m.Min(Gate{At: at})
+	m.Min(t.Moves.Unknown)
+	for _, g := range t.Moves.Keys {
+		m.Min(g)
 	}
 	return m.At
 }
@@ -124,10 +124,22 @@ type jsonGate struct {
 	Pos *[4]string `json:"pos,omitempty"`
 }
 
-// jsonMoves is Moves stored: "hash-in-hex:arrival-ms" per key, and Unknown in unix ms.
-type jsonMoves struct {
-	Keys    []string `json:"keys,omitempty"`
-	Unknown int64    `json:"unknown,omitempty"`
+// storedGate is g's stored form: arrival in unix ms and the source position's four fields.
+func storedGate(g Gate) jsonGate {
+	jg := jsonGate{At: g.At.UnixMilli()}
+	if pos := g.Pos; !pos.IsZero() {
+		jg.Pos = &[4]string{pos.CommitTS, pos.TxID, pos.TxRecord, pos.Position}
+	}
+	return jg
+}
+
+// loadedGate reads what storedGate wrote.
+func loadedGate(jg jsonGate) Gate {
+	g := Gate{At: time.UnixMilli(jg.At).UTC()}
+	if jg.Pos != nil {
+		g.Pos = change.SourcePos{CommitTS: jg.Pos[0], TxID: jg.Pos[1], TxRecord: jg.Pos[2], Position: jg.Pos[3]}
+	}
+	return g
 }
 
 // movesName is the member of a table's JSON object that holds its Moves.
@@ -147,11 +159,7 @@ func (p PendingTables) encode() string {
 			if g.Kinds[k].At.IsZero() {
 				continue
 			}
-			jg := jsonGate{At: g.Kinds[k].At.UnixMilli()}
-			if pos := g.Kinds[k].Pos; !pos.IsZero() {
-				jg.Pos = &[4]string{pos.CommitTS, pos.TxID, pos.TxRecord, pos.Position}
-			}
-			m[kindNames[k]], _ = json.Marshal(jg) // numbers and strings only: cannot fail
+			m[kindNames[k]], _ = json.Marshal(storedGate(g.Kinds[k])) // numbers and strings only: cannot fail
 		}
 		if !g.Moves.empty() {
 			m[movesName], _ = json.Marshal(g.Moves.stored())
@@ -191,17 +199,14 @@ func decodePendingTables(s string) (PendingTables, error) {
 			if jg.At == 0 {
 				continue
 			}
-			g.Kinds[k].At = time.UnixMilli(jg.At).UTC()
-			if jg.Pos != nil {
-				g.Kinds[k].Pos = change.SourcePos{CommitTS: jg.Pos[0], TxID: jg.Pos[1], TxRecord: jg.Pos[2], Position: jg.Pos[3]}
-			}
+			g.Kinds[k] = loadedGate(jg)
 		}
 		if raw, ok := m[movesName]; ok {
-			var jm jsonMoves
+			var jm []jsonMove
 			if err := json.Unmarshal(raw, &jm); err != nil {
 				return nil, err
 			}
-			mv, err := jm.moves()
+			mv, err := movesOf(jm)
 			if err != nil {
 				return nil, err
 			}

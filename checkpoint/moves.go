@@ -3,8 +3,9 @@ package checkpoint
 import (
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 // MaxMoves bounds the keys one table's Moves name on a lease row; the key changes beyond it count
@@ -13,108 +14,112 @@ const MaxMoves = 128
 
 // Moves are a table's pending key changes as the cross-process gates see them (design.md §4):
 // per old key (a hash of its encoding, told by the table writer through change.KeyChangeNoter)
-// the arrival of the oldest pending change that moves it away, and Unknown, the oldest arrival of
-// a possible key change whose old key is not known (the writer has not told it yet, or the
-// table's keys are more than MaxMoves). A change that writes key h must not commit before an
-// older move of h on another process (Holds): that move's delete of h would remove it.
+// the oldest pending change that moves it away, and Unknown, the oldest possible key change
+// whose old key is not known (the writer has not told it yet, or the table's keys are more than
+// MaxMoves). A change that writes key h must not commit before an older move of h on another
+// process (Holds): that move's delete of h would remove it.
 type Moves struct {
-	Keys    map[uint64]time.Time
-	Unknown time.Time
+	Keys    map[uint64]Gate
+	Unknown Gate
 }
 
-func (m *Moves) empty() bool { return len(m.Keys) == 0 && m.Unknown.IsZero() }
+func (m *Moves) empty() bool { return len(m.Keys) == 0 && m.Unknown.At.IsZero() }
 
-// Add notes a move of key h that arrived at at: the oldest per key, at most MaxMoves keys.
-func (m *Moves) Add(h uint64, at time.Time) {
+// Add notes a move g of key h: the oldest per key, at most MaxMoves keys.
+func (m *Moves) Add(h uint64, g Gate) {
 	if cur, ok := m.Keys[h]; ok {
-		if at.Before(cur) {
-			m.Keys[h] = at
-		}
+		cur.Min(g)
+		m.Keys[h] = cur
 		return
 	}
 	if len(m.Keys) >= MaxMoves {
-		m.AddUnknown(at)
+		m.Unknown.Min(g)
 		return
 	}
 	if m.Keys == nil {
-		m.Keys = make(map[uint64]time.Time)
+		m.Keys = make(map[uint64]Gate)
 	}
-	m.Keys[h] = at
+	m.Keys[h] = g
 }
 
-// AddUnknown notes a possible key change whose old key is not known, arrived at at.
-func (m *Moves) AddUnknown(at time.Time) {
-	if m.Unknown.IsZero() || at.Before(m.Unknown) {
-		m.Unknown = at
-	}
-}
+// AddUnknown notes a possible key change whose old key is not known.
+func (m *Moves) AddUnknown(g Gate) { m.Unknown.Min(g) }
 
 // Merge adds o's moves to m's. m's key map is never shared with o's: it is copied first.
 func (m *Moves) Merge(o Moves) {
-	if !o.Unknown.IsZero() {
-		m.AddUnknown(o.Unknown)
-	}
+	m.Unknown.Min(o.Unknown)
 	if len(o.Keys) == 0 {
 		return
 	}
-	keys := make(map[uint64]time.Time, len(m.Keys)+len(o.Keys))
-	for h, at := range m.Keys {
-		keys[h] = at
+	keys := make(map[uint64]Gate, len(m.Keys)+len(o.Keys))
+	for h, g := range m.Keys {
+		keys[h] = g
 	}
 	m.Keys = keys
-	for h, at := range o.Keys {
-		m.Add(h, at)
+	for h, g := range o.Keys {
+		m.Add(h, g)
 	}
 }
 
-// Holds reports whether a change writing key h (hash of its encoding; 0: none) that arrived at at
-// (unix ms) must wait: a move of h, or a move of an unknown key, arrived strictly before it.
-// Strictly: a wait is always for an older record, so waits never form a cycle.
-func (m *Moves) Holds(h uint64, at int64) bool {
-	if !m.Unknown.IsZero() && m.Unknown.UnixMilli() < at {
-		return true
-	}
-	if h == 0 || len(m.Keys) == 0 {
+// Holds reports whether a change writing key h (hash of its encoding; 0: none) that arrived at
+// at (unix ms) with gate position pos (change.TiePos) must wait: a move of h, or a move of an
+// unknown key, is older (Gate.Older). A wait is always for an older record, and a shard's gate
+// positions never go back within a millisecond, so waits never form a cycle.
+func (m *Moves) Holds(h uint64, at int64, pos *change.SourcePos) bool {
+	if m.Unknown.At.IsZero() && len(m.Keys) == 0 {
 		return false
 	}
-	t, ok := m.Keys[h]
-	return ok && t.UnixMilli() < at
+	t := time.UnixMilli(at)
+	if m.Unknown.Older(t, pos) {
+		return true
+	}
+	if h == 0 {
+		return false
+	}
+	g, ok := m.Keys[h]
+	return ok && g.Older(t, pos)
 }
 
 // unkeyed returns t with its moves counted as Unknown (for AnyTable, which merges tables whose
 // keys do not compare).
 func (t TableGates) unkeyed() TableGates {
 	out := TableGates{Kinds: t.Kinds, Moves: Moves{Unknown: t.Moves.Unknown}}
-	for _, at := range t.Moves.Keys {
-		out.Moves.AddUnknown(at)
+	for _, g := range t.Moves.Keys {
+		out.Moves.AddUnknown(g)
 	}
 	return out
 }
 
-func (m *Moves) stored() jsonMoves {
-	var jm jsonMoves
-	if !m.Unknown.IsZero() {
-		jm.Unknown = m.Unknown.UnixMilli()
-	}
-	for h, at := range m.Keys {
-		jm.Keys = append(jm.Keys, strconv.FormatUint(h, 16)+":"+strconv.FormatInt(at.UnixMilli(), 10))
-	}
-	return jm
+// jsonMove is one stored move: the key's hash in hex (empty for Unknown) and its gate.
+type jsonMove struct {
+	Hash string `json:"h,omitempty"`
+	jsonGate
 }
 
-func (jm jsonMoves) moves() (Moves, error) {
-	var m Moves
-	if jm.Unknown != 0 {
-		m.Unknown = time.UnixMilli(jm.Unknown).UTC()
+func (m *Moves) stored() []jsonMove {
+	var out []jsonMove
+	if !m.Unknown.At.IsZero() {
+		out = append(out, jsonMove{jsonGate: storedGate(m.Unknown)})
 	}
-	for _, e := range jm.Keys {
-		hs, ats, ok := strings.Cut(e, ":")
-		h, err1 := strconv.ParseUint(hs, 16, 64)
-		at, err2 := strconv.ParseInt(ats, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return Moves{}, fmt.Errorf("bad move %q", e)
+	for h, g := range m.Keys {
+		out = append(out, jsonMove{Hash: strconv.FormatUint(h, 16), jsonGate: storedGate(g)})
+	}
+	return out
+}
+
+func movesOf(in []jsonMove) (Moves, error) {
+	var m Moves
+	for _, e := range in {
+		g := loadedGate(e.jsonGate)
+		if e.Hash == "" {
+			m.AddUnknown(g)
+			continue
 		}
-		m.Add(h, time.UnixMilli(at).UTC())
+		h, err := strconv.ParseUint(e.Hash, 16, 64)
+		if err != nil {
+			return Moves{}, fmt.Errorf("bad move key %q", e.Hash)
+		}
+		m.Add(h, g)
 	}
 	return m, nil
 }
@@ -130,18 +135,20 @@ func GatesOf(kinds map[Kind]Gate) TableGates {
 
 // Equal reports whether t and o hold the same gates and moves.
 func (t TableGates) Equal(o TableGates) bool {
-	if len(t.Moves.Keys) != len(o.Moves.Keys) || !t.Moves.Unknown.Equal(o.Moves.Unknown) {
+	if len(t.Moves.Keys) != len(o.Moves.Keys) || !t.Moves.Unknown.equal(o.Moves.Unknown) {
 		return false
 	}
 	for k := range t.Kinds {
-		if !t.Kinds[k].At.Equal(o.Kinds[k].At) || t.Kinds[k].Pos != o.Kinds[k].Pos {
+		if !t.Kinds[k].equal(o.Kinds[k]) {
 			return false
 		}
 	}
-	for h, at := range t.Moves.Keys {
-		if oat, ok := o.Moves.Keys[h]; !ok || !oat.Equal(at) {
+	for h, g := range t.Moves.Keys {
+		if og, ok := o.Moves.Keys[h]; !ok || !og.equal(g) {
 			return false
 		}
 	}
 	return true
 }
+
+func (g Gate) equal(o Gate) bool { return g.At.Equal(o.At) && g.Pos == o.Pos }

@@ -4,6 +4,8 @@ import (
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 // What the table writer tells of a tracked possible key change decides how it is published: a
@@ -24,7 +26,7 @@ func TestPendingMovesFollowWhatTheWriterTold(t *testing.T) {
 	d.Event(1).(*eventAck).MovesNoKey()
 	d.Event(3).(*eventAck).MovesKey(0xabc)
 	g := s.PendingTables()["s.a"]
-	if !g.Moves.Keys[0xabc].Equal(at(100)) || len(g.Moves.Keys) != 1 || !g.Moves.Unknown.Equal(at(120)) {
+	if !g.Moves.Keys[0xabc].At.Equal(at(100)) || len(g.Moves.Keys) != 1 || !g.Moves.Unknown.At.Equal(at(120)) {
 		t.Fatalf("moves %+v, want key abc at 100 and unknown at 120", g.Moves)
 	}
 	if !g.Kinds[KindChange].At.Equal(at(110)) || !g.Kinds[KindKeyChange].At.Equal(at(100)) {
@@ -33,7 +35,7 @@ func TestPendingMovesFollowWhatTheWriterTold(t *testing.T) {
 	moved.Done(1)
 	d.Event(2).Done(1)
 	g = s.PendingTables()["s.a"]
-	if !g.Moves.Keys[0xabc].Equal(at(130)) || !g.Moves.Unknown.IsZero() {
+	if !g.Moves.Keys[0xabc].At.Equal(at(130)) || !g.Moves.Unknown.At.IsZero() {
 		t.Fatalf("after acknowledgements: moves %+v, want key abc at 130", g.Moves)
 	}
 }
@@ -41,18 +43,21 @@ func TestPendingMovesFollowWhatTheWriterTold(t *testing.T) {
 func TestMovesHoldOnlyNewerWritesOfTheirKey(t *testing.T) {
 	t.Parallel()
 	var m Moves
-	m.Add(7, time.UnixMilli(100))
+	m.Add(7, Gate{At: time.UnixMilli(100), Pos: change.SourcePos{TxID: "50"}})
+	none, older, newer := change.SourcePos{}, change.SourcePos{TxID: "49"}, change.SourcePos{TxID: "51"}
 	for _, c := range []struct {
 		h    uint64
 		at   int64
+		pos  change.SourcePos
 		want bool
-	}{{7, 101, true}, {7, 100, false}, {7, 99, false}, {8, 101, false}, {0, 500, false}} {
-		if got := m.Holds(c.h, c.at); got != c.want {
-			t.Errorf("Holds(%d, %d) = %v, want %v", c.h, c.at, got, c.want)
+	}{{7, 101, none, true}, {7, 100, none, false}, {7, 100, newer, true}, {7, 100, older, false}, {7, 99, newer, false},
+		{8, 101, none, false}, {0, 500, none, false}} {
+		if got := m.Holds(c.h, c.at, &c.pos); got != c.want {
+			t.Errorf("Holds(%d, %d, %v) = %v, want %v", c.h, c.at, c.pos, got, c.want)
 		}
 	}
-	m.AddUnknown(time.UnixMilli(200))
-	if !m.Holds(8, 201) || m.Holds(8, 200) {
+	m.AddUnknown(Gate{At: time.UnixMilli(200)})
+	if !m.Holds(8, 201, &none) || m.Holds(8, 200, &none) {
 		t.Error("a move of an unknown key holds every write after it, only after it")
 	}
 }
@@ -63,16 +68,16 @@ func TestMovesCapMergeAndEncoding(t *testing.T) {
 	t.Parallel()
 	var m Moves
 	for i := range MaxMoves + 3 {
-		m.Add(uint64(i+1), time.UnixMilli(int64(1000+i)).UTC())
+		m.Add(uint64(i+1), Gate{At: time.UnixMilli(int64(1000 + i)).UTC()})
 	}
-	if len(m.Keys) != MaxMoves || !m.Unknown.Equal(time.UnixMilli(int64(1000+MaxMoves)).UTC()) {
+	if len(m.Keys) != MaxMoves || !m.Unknown.At.Equal(time.UnixMilli(int64(1000+MaxMoves)).UTC()) {
 		t.Fatalf("%d keys, unknown %v", len(m.Keys), m.Unknown)
 	}
 	var other Moves
-	other.Add(1, time.UnixMilli(5).UTC())
+	other.Add(1, Gate{At: time.UnixMilli(5).UTC()})
 	before := len(other.Keys)
 	other.Merge(m)
-	if len(m.Keys) != MaxMoves || before != 1 || !other.Keys[1].Equal(time.UnixMilli(5).UTC()) {
+	if len(m.Keys) != MaxMoves || before != 1 || !other.Keys[1].At.Equal(time.UnixMilli(5).UTC()) {
 		t.Fatal("merge changed its source or lost the older move")
 	}
 	p := PendingTables{"s.a": {Moves: m}}

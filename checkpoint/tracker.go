@@ -266,11 +266,11 @@ func (s *Shard) PendingTables() PendingTables {
 			if kind == KindKeyChange {
 				switch h := e.move.Load(); h {
 				case 0:
-					g.Moves.AddUnknown(e.at)
+					g.Moves.AddUnknown(Gate{At: e.at, Pos: e.pos})
 				case noMove:
 					kind = KindChange
 				default:
-					g.Moves.Add(h, e.at)
+					g.Moves.Add(h, Gate{At: e.at, Pos: e.pos})
 				}
 			}
 			g.Kinds[kind].Min(Gate{At: e.at, Pos: e.pos})

@@ -21,6 +21,8 @@ import (
 
 // processor handles one lease of one shard. The KCL calls it from one goroutine.
 type processor struct {
+	// ties gives the shard's records their gate positions (change.TieRaiser), in sequence order.
+	ties  change.TieRaiser
 	c     *Consumer
 	ctx   context.Context
 	dec   *dms.Decoder
@@ -223,7 +225,11 @@ func (p *processor) begin(records []ktypes.Record, events []change.Event, first 
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
-		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
+		pos, raised := p.ties.Next(ev.Arrival.UnixMilli(), change.SourcePosOf(ev))
+		if raised {
+			ev.GatePos = &pos
+		}
+		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: pos})
 	}
 	if changes > 0 {
 		p.lastData = aws.ToString(last.SequenceNumber)

@@ -36,6 +36,8 @@ type row struct {
 	// writes, for the move gate (movegate.go; 0: none).
 	kind gateKind
 	kh   uint64
+	// tie is its gate position when not its source position (change.Event.GatePos), else nil.
+	tie *change.SourcePos
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string

@@ -59,5 +59,15 @@ func (pl *planner) noteMove(ev *change.Event, r *row) {
 
 // admitsRow reports whether r passes lim: its bound and gates (admits), and the move gate.
 func (l *limit) admitsRow(r *row) bool {
-	return l.admits(r.at, r.kind) && (r.kh == 0 || !l.moves.Holds(r.kh, r.at))
+	if !l.admits(r.at, r.kind) {
+		return false
+	}
+	if r.kh == 0 {
+		return true
+	}
+	pos := r.tie
+	if pos == nil {
+		pos = &r.src.SourcePos
+	}
+	return !l.moves.Holds(r.kh, r.at, pos)
 }

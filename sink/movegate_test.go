@@ -55,7 +55,7 @@ func TestMoveGate(t *testing.T) {
 	eq(t, rows, "id=3,name=y2")
 	// Another process holds a key change that moves key 2 away, arrived at 1300.
 	var g checkpoint.TableGates
-	g.Moves.Add(kc.moved.Load(), time.UnixMilli(1300))
+	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300)})
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
 	h.arrive("b", 1, 1250, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "older")}, nil)
 	h.arrive("c", 1, 1400, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "newer")}, nil)
@@ -65,7 +65,7 @@ func TestMoveGate(t *testing.T) {
 	eq(t, rows, "id=2,name=older", "id=3,name=y2", "id=5,name=z")
 	// A pending key change whose old key is not known holds every later write of the table.
 	var u checkpoint.TableGates
-	u.Moves.AddUnknown(time.UnixMilli(1300))
+	u.Moves.AddUnknown(checkpoint.Gate{At: time.UnixMilli(1300)})
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": u}})
 	h.arrive("d", 2, 1600, "items", change.OpInsert, []change.Column{col("id", "6"), col("name", "w")}, nil)
 	h.flush()
@@ -76,4 +76,36 @@ func TestMoveGate(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=2,name=newer", "id=3,name=y2", "id=5,name=z", "id=6,name=w")
+}
+
+// Within one arrival millisecond (one PutRecords call of DMS) the gate position decides: a
+// freed key re-created by a later transaction waits for the move in the same millisecond; one
+// created by an earlier transaction does not.
+func TestMoveGateWithinAMillisecond(t *testing.T) {
+	t.Parallel()
+	h, gb := itemsWithGates(t)
+	kc := &moveAck{}
+	h.submitWith(update("a", "1", 1100, []change.Column{col("id", "3"), col("name", "y")},
+		[]change.Column{col("id", "2"), col("name", "y")}), kc)
+	h.flush()
+	var g checkpoint.TableGates
+	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300), Pos: change.SourcePos{TxID: "500"}})
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	insert := func(shard string, tx string, name string) *change.Event {
+		return &change.Event{Table: "items", Op: change.OpInsert, Columns: []change.Column{col("id", "2"), col("name", name)},
+			Arrival: time.UnixMilli(1300), Meta: change.Metadata{RecordType: "data", Operation: "insert", TransactionID: tx},
+			Pos: change.Position{Shard: shard, Seq: "1"}}
+	}
+	h.submitWith(insert("b", "499", "earlier"), &moveAck{})
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2,name=earlier", "id=3,name=y")
+	h.submitWith(insert("c", "501", "later"), &moveAck{})
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2,name=earlier", "id=3,name=y")
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=2,name=later", "id=3,name=y")
 }

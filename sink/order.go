@@ -115,9 +115,9 @@ func (l limit) gates() limitKey {
 
 // movesPrint tells whether the moves changed between two limits: their keys and arrivals.
 func movesPrint(m *checkpoint.Moves) uint64 {
-	p := uint64(m.Unknown.UnixMilli())
-	for h, at := range m.Keys {
-		p += h ^ uint64(at.UnixMilli())
+	p := uint64(m.Unknown.At.UnixMilli()) + uint64(len(m.Unknown.Pos.TxID))
+	for h, g := range m.Keys {
+		p += h ^ uint64(g.At.UnixMilli())
 	}
 	return p
 }

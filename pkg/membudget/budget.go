@@ -199,7 +199,25 @@ type Ack struct {
 	N       int64
 }
 
-var _ change.Acker = (*Ack)(nil)
+var (
+	_ change.Acker          = (*Ack)(nil)
+	_ change.KeyChangeNoter = (*Ack)(nil)
+)
+
+// MovesKey passes what the table writer tells of a key change on to the inner acknowledger
+// when it tracks it (change.KeyChangeNoter).
+func (k *Ack) MovesKey(h uint64) {
+	if n, ok := k.Inner.(change.KeyChangeNoter); ok {
+		n.MovesKey(h)
+	}
+}
+
+// MovesNoKey passes on that an update keeps its key (change.KeyChangeNoter).
+func (k *Ack) MovesNoKey() {
+	if n, ok := k.Inner.(change.KeyChangeNoter); ok {
+		n.MovesNoKey()
+	}
+}
 
 // Done acknowledges the event (n is 1: one acknowledgement per event) and releases its bytes.
 func (k *Ack) Done(n int) {

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync"
 	"testing"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 // acquired runs Acquire on its own goroutine and returns a channel that receives its result.
@@ -141,4 +143,27 @@ func TestExemptAccountIsAdmitted(t *testing.T) {
 	if b.Held() != 15 {
 		t.Fatalf("held %d, want 15", b.Held())
 	}
+}
+
+type noterAck struct{ moved, noKey int }
+
+func (a *noterAck) Done(int)        {}
+func (a *noterAck) MovesKey(uint64) { a.moved++ }
+func (a *noterAck) MovesNoKey()     { a.noKey++ }
+
+// The accounting wrapper passes what the table writer tells of a key change on to the tracker's
+// acknowledger: without it, every possible key change stays a move of an unknown key.
+func TestAckPassesKeyChangesOn(t *testing.T) {
+	inner := &noterAck{}
+	var a change.Acker = &Ack{Inner: inner}
+	n, ok := a.(change.KeyChangeNoter)
+	if !ok {
+		t.Fatal("the wrapper is not a KeyChangeNoter")
+	}
+	n.MovesKey(5)
+	n.MovesNoKey()
+	if inner.moved != 1 || inner.noKey != 1 {
+		t.Fatalf("passed on %d moves and %d no-moves, want 1 and 1", inner.moved, inner.noKey)
+	}
+	(&Ack{Inner: nil}).MovesKey(1) // no inner acknowledger: nothing to tell
 }
