@@ -3,9 +3,6 @@ package checkpoint
 import (
 	"fmt"
 	"strconv"
-	"time"
-
-	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
 // MaxMoves bounds the keys one table's Moves name on a lease row; the key changes beyond it count
@@ -62,22 +59,28 @@ func (m *Moves) Merge(o Moves) {
 }
 
 // Holds reports whether a change writing key h (hash of its encoding; 0: none) that arrived at
-// at (unix ms) with gate position pos (change.TiePos) must wait: a move of h, or a move of an
-// unknown key, is older (Gate.Older). A wait is always for an older record, and a shard's gate
-// positions never go back within a millisecond, so waits never form a cycle.
-func (m *Moves) Holds(h uint64, at int64, pos *change.SourcePos) bool {
-	if m.Unknown.At.IsZero() && len(m.Keys) == 0 {
-		return false
-	}
-	t := time.UnixMilli(at)
-	if m.Unknown.Older(t, pos) {
+// at (unix ms) must wait: a move of h, or a move of an unknown key, arrived strictly before it.
+// Strictly: a wait is always for a record of an earlier millisecond, and arrivals never go back
+// along a shard, so waits never form a cycle. A move in the same millisecond (SameMs) does not
+// hold it: the change's commit records the key as re-created instead (sink/moved.go).
+func (m *Moves) Holds(h uint64, at int64) bool {
+	if !m.Unknown.At.IsZero() && m.Unknown.At.UnixMilli() < at {
 		return true
 	}
-	if h == 0 {
+	if h == 0 || len(m.Keys) == 0 {
 		return false
 	}
 	g, ok := m.Keys[h]
-	return ok && g.Older(t, pos)
+	return ok && g.At.UnixMilli() < at
+}
+
+// SameMs reports whether a move of h, or of an unknown key, arrived in millisecond at.
+func (m *Moves) SameMs(h uint64, at int64) bool {
+	if !m.Unknown.At.IsZero() && m.Unknown.At.UnixMilli() == at {
+		return true
+	}
+	g, ok := m.Keys[h]
+	return ok && h != 0 && g.At.UnixMilli() == at
 }
 
 // unkeyed returns t with its moves counted as Unknown (for AnyTable, which merges tables whose

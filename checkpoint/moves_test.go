@@ -44,20 +44,20 @@ func TestMovesHoldOnlyNewerWritesOfTheirKey(t *testing.T) {
 	t.Parallel()
 	var m Moves
 	m.Add(7, Gate{At: time.UnixMilli(100), Pos: change.SourcePos{TxID: "50"}})
-	none, older, newer := change.SourcePos{}, change.SourcePos{TxID: "49"}, change.SourcePos{TxID: "51"}
 	for _, c := range []struct {
-		h    uint64
-		at   int64
-		pos  change.SourcePos
-		want bool
-	}{{7, 101, none, true}, {7, 100, none, false}, {7, 100, newer, true}, {7, 100, older, false}, {7, 99, newer, false},
-		{8, 101, none, false}, {0, 500, none, false}} {
-		if got := m.Holds(c.h, c.at, &c.pos); got != c.want {
-			t.Errorf("Holds(%d, %d, %v) = %v, want %v", c.h, c.at, c.pos, got, c.want)
+		h          uint64
+		at         int64
+		hold, same bool
+	}{{7, 101, true, false}, {7, 100, false, true}, {7, 99, false, false}, {8, 101, false, false}, {8, 100, false, false}, {0, 500, false, false}} {
+		if got := m.Holds(c.h, c.at); got != c.hold {
+			t.Errorf("Holds(%d, %d) = %v, want %v", c.h, c.at, got, c.hold)
+		}
+		if got := m.SameMs(c.h, c.at); got != c.same {
+			t.Errorf("SameMs(%d, %d) = %v, want %v", c.h, c.at, got, c.same)
 		}
 	}
 	m.AddUnknown(Gate{At: time.UnixMilli(200)})
-	if !m.Holds(8, 201, &none) || m.Holds(8, 200, &none) {
+	if !m.Holds(8, 201) || m.Holds(8, 200) || !m.SameMs(8, 200) {
 		t.Error("a move of an unknown key holds every write after it, only after it")
 	}
 }

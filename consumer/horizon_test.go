@@ -430,6 +430,29 @@ func twoWorkers(t *testing.T) (e *procEnv, a *processor, other *checkpoint.MemLe
 
 // clockedShard is a consumer whose clock reads *now (sec(100) at first), a processor of shard
 // and a synchronous horizon loop.
+// With the table's key columns known to the sink, an update with a full before-image (MySQL's
+// ColumnFilter all) is published as a possible key change only when its key columns differ.
+func TestFullBeforeImagesArePublishedByTheirKey(t *testing.T) {
+	t.Parallel()
+	e, now, p, loop := clockedShard(t)
+	e.sink.mu.Lock()
+	e.sink.keys = map[string][]string{"public.t": {"id"}}
+	e.sink.mu.Unlock()
+	rec := func(seq string, arrival time.Time, data string) ktypes.Record {
+		return ktypes.Record{SequenceNumber: aws.String(seq), Data: []byte(data), ApproximateArrivalTimestamp: aws.Time(arrival)}
+	}
+	const meta = `"partition-key-type":"primary-key","schema-name":"public","table-name":"t"`
+	same := `{"data":{"id":2,"name":"b"},"before-image":{"id":2,"name":"a"},"metadata":{"record-type":"data","operation":"update",` + meta + `}}`
+	moved := `{"data":{"id":3,"name":"b"},"before-image":{"id":2,"name":"b"},"metadata":{"record-type":"data","operation":"update",` + meta + `}}`
+	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 5000, CacheEntryTime: now, Records: []ktypes.Record{
+		rec("101", sec(10), same), rec("102", sec(11), moved)}})
+	loop.tick(e.ctx)
+	g := e.row(shard).Pending["public.t"]
+	if !g.Kinds[checkpoint.KindChange].At.Equal(sec(10)) || !g.Kinds[checkpoint.KindKeyChange].At.Equal(sec(11)) {
+		t.Fatalf("published %+v; want the update at %v a change, the key change at %v", g.Kinds, sec(10), sec(11))
+	}
+}
+
 func clockedShard(t *testing.T) (*procEnv, *time.Time, *processor, *horizonLoop) {
 	t.Helper()
 	e := newProcEnv(t)

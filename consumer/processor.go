@@ -21,8 +21,6 @@ import (
 
 // processor handles one lease of one shard. The KCL calls it from one goroutine.
 type processor struct {
-	// ties gives the shard's records their gate positions (change.TieRaiser), in sequence order.
-	ties  change.TieRaiser
 	c     *Consumer
 	ctx   context.Context
 	dec   *dms.Decoder
@@ -225,11 +223,7 @@ func (p *processor) begin(records []ktypes.Record, events []change.Event, first 
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
-		pos, raised := p.ties.Next(ev.Arrival.UnixMilli(), change.SourcePosOf(ev))
-		if raised {
-			ev.GatePos = &pos
-		}
-		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kindOf(ev), At: ev.Arrival, Pos: pos})
+		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: p.kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
 	}
 	if changes > 0 {
 		p.lastData = aws.ToString(last.SequenceNumber)
@@ -325,17 +319,24 @@ func gateBelow(gates checkpoint.PendingTables, lastMs int64) (time.Time, string)
 	return oldest, table
 }
 
-// kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4).
-func kindOf(ev *change.Event) checkpoint.Kind {
+// kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4): an
+// update is a possible key change when its images differ in the table's key columns, as the
+// sink knows them (KeyColumner), else anywhere (change.MayChangeKey).
+func (p *processor) kindOf(ev *change.Event) checkpoint.Kind {
 	switch {
 	case ev.Op == change.OpLoad:
 		return checkpoint.KindLoad
 	case ev.Op == change.OpControl:
 		return checkpoint.KindControl
-	case change.MayChangeKey(ev):
-		return checkpoint.KindKeyChange
+	case !change.MayChangeKey(ev):
+		return checkpoint.KindChange
 	}
-	return checkpoint.KindChange
+	if kc, ok := p.c.sink.(KeyColumner); ok {
+		if key := kc.KeyColumns(ev.Schema + "." + ev.Table); key != nil && !change.ChangesKey(ev, key) {
+			return checkpoint.KindChange
+		}
+	}
+	return checkpoint.KindKeyChange
 }
 
 // arrival is the record's ApproximateArrivalTimestamp; a record without one (never from

@@ -46,6 +46,15 @@ type fakeSink struct {
 	deadlines []time.Time
 	// submitted receives the sequence number of every event handed over.
 	submitted chan string
+	// keys are the key columns KeyColumns answers (nil: none known).
+	keys map[string][]string
+}
+
+// KeyColumns makes the fake a KeyColumner.
+func (s *fakeSink) KeyColumns(src string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.keys[src]
 }
 
 type heldEvent struct {

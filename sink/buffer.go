@@ -36,8 +36,6 @@ type row struct {
 	// writes, for the move gate (movegate.go; 0: none).
 	kind gateKind
 	kh   uint64
-	// tie is its gate position when not its source position (change.Event.GatePos), else nil.
-	tie *change.SourcePos
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string
@@ -276,6 +274,12 @@ type batch struct {
 	// moved their key away (limit.moved).
 	moves     []move
 	overtaken int
+	// recreated are the keys the batch writes in the millisecond of another process's pending
+	// move of them (checkpoint.Moves.SameMs, which does not hold them): that move's commit reads
+	// them and keeps the key (moved.go); kept counts the keys of the batch's own moves it does
+	// not delete because a newer change already re-created them.
+	recreated []move
+	kept      int
 	// provisional counts the changes built before the create-table of a reload in progress that
 	// the batch writes because the reload has no load row yet (reloadTracker.plan): they count
 	// as neither loads nor CDC, and the replace removes the files of their commit.
@@ -454,25 +458,37 @@ func (b *buffer) planKeyed(out *batch, l *layout, lim *limit, sel []int) {
 			set(key, i, src, i)
 		}
 	}
-	out.takeStates(&b.rows, states, l, lim.moved)
+	out.takeStates(&b.rows, states, l, lim)
 }
 
-// takeStates adds the keys' final states to the batch: a delete of every key, an upsert of
-// every surviving image that no committed key change overtook (moved), and what completes a
-// partial one.
-func (b *batch) takeStates(rows *rowList, states []keyState, l *layout, moved *movedKeys) {
+// takeStates adds the keys' final states to the batch: a delete of every key, but not of a key
+// a key change moved away that a newer change already re-created (moved.go); an upsert of every
+// surviving image that no committed key change overtook, noting those written in the
+// millisecond of another process's move of their key (movegate.go); and what completes a
+// partial image.
+func (b *batch) takeStates(rows *rowList, states []keyState, l *layout, lim *limit) {
 	var kb []byte
 	for _, st := range states {
+		by := rows.at(st.by)
+		if st.row < 0 && by.oldKey != nil && !lim.moved.empty() {
+			// The old key of the key change by.
+			if kb = encodeKey(l, kb[:0], st.key); lim.moved.recreatedAfter(kb, by) {
+				b.kept++
+				continue
+			}
+		}
 		b.deletes = append(b.deletes, st.key)
 		if st.row < 0 {
 			continue
 		}
-		if !moved.empty() {
-			kb = encodeKey(l, kb[:0], st.key)
-			if moved.overtakes(kb, rows.at(st.by)) {
+		if !lim.moved.empty() {
+			if kb = encodeKey(l, kb[:0], st.key); lim.moved.overtakes(kb, by) {
 				b.overtaken++
 				continue
 			}
+		}
+		if by.kh != 0 && lim.moves.SameMs(by.kh, by.at) {
+			b.recreated = append(b.recreated, move{key: string(encodeKey(l, nil, st.key)), at: by.at, pos: by.src.SourcePos})
 		}
 		b.upserts = append(b.upserts, st.row)
 		switch r := rows.at(st.row); {

@@ -145,7 +145,7 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 	}
 	nb := cm.rt.plan(&cm.pl.buf, cm.st.lay, lim)
 	if f.files == nil || nb.trimmed != f.b.trimmed || nb.superseded != f.b.superseded || nb.provisional != f.b.provisional ||
-		nb.overtaken != f.b.overtaken {
+		nb.overtaken != f.b.overtaken || nb.kept != f.b.kept || len(nb.recreated) != len(f.b.recreated) {
 		f.b, f.files = nb, nil
 	}
 	if f.b.empty() {
@@ -170,8 +170,8 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		f.files = files
 		fault.Hit(fault.AfterDataFiles)
 	}
-	if len(f.b.moves) > 0 && f.files.moved == "" {
-		path, err := cm.moved.write(ctx, cm.st.tbl, f.token, f.b.moves)
+	if len(f.b.moves)+len(f.b.recreated) > 0 && f.files.moved == "" {
+		path, err := cm.moved.write(ctx, cm.st.tbl, f.token, movedContent{moved: f.b.moves, recreated: f.b.recreated})
 		if err != nil {
 			return nil, fmt.Errorf("write moved keys for %s: %w", cm.name, err)
 		}

@@ -58,16 +58,37 @@ type movedKeys struct {
 	// scanned is the newest snapshot of main already read (0: none yet).
 	scanned int64
 	marks   map[string]moveMark
-	// own are the files this writer wrote, with their moves: read from memory, not storage.
-	own map[string][]move
+	// recreated are the keys other commits wrote in the millisecond of a pending move of them.
+	recreated map[string]moveMark
+	// own are the files this writer wrote, with their content: read from memory, not storage.
+	own map[string]movedContent
+}
+
+// movedContent is what one commit's file lists.
+type movedContent struct {
+	moved, recreated []move
 }
 
 func newMovedKeys() *movedKeys {
-	return &movedKeys{marks: make(map[string]moveMark), own: make(map[string][]move)}
+	return &movedKeys{marks: make(map[string]moveMark), recreated: make(map[string]moveMark), own: make(map[string]movedContent)}
 }
 
-// empty reports whether no moved key is remembered.
-func (m *movedKeys) empty() bool { return m == nil || len(m.marks) == 0 }
+// empty reports whether no moved or re-created key is remembered.
+func (m *movedKeys) empty() bool { return m == nil || len(m.marks) == 0 && len(m.recreated) == 0 }
+
+// recreatedAfter reports whether key, which the key change r moves away, was re-created by a
+// newer change another commit wrote (in the millisecond of r's arrival, so that it did not
+// wait for r): r's commit must not delete it. Where the positions cannot tell, the key is kept.
+func (m *movedKeys) recreatedAfter(key []byte, r *row) bool {
+	mk, ok := m.recreated[string(key)]
+	if !ok {
+		return false
+	}
+	if c := mk.pos.Compare(&r.src.SourcePos); c != 0 {
+		return c > 0
+	}
+	return mk.at >= r.at
+}
 
 // overtakes reports whether a newer key change moved key away than the change r: r is a load
 // row (older than any change of its key), or older by source position, or, where the positions
@@ -89,13 +110,13 @@ func (m *movedKeys) overtakes(key []byte, r *row) bool {
 	return r.at < mk.at
 }
 
-// note remembers mv, committed at when.
-func (m *movedKeys) note(mv move, when time.Time) {
-	cur, ok := m.marks[mv.key]
+// note remembers mv in marks, committed at when.
+func note(marks map[string]moveMark, mv move, when time.Time) {
+	cur, ok := marks[mv.key]
 	if ok && !newerMove(mv, cur) {
 		return
 	}
-	m.marks[mv.key] = moveMark{at: mv.at, pos: mv.pos, committed: when}
+	marks[mv.key] = moveMark{at: mv.at, pos: mv.pos, committed: when}
 }
 
 // newerMove reports whether mv is a later change of its key than cur.
@@ -128,51 +149,57 @@ func (m *movedKeys) update(ctx context.Context, tbl *table.Table, now time.Time)
 		}
 	}
 	for i := len(files) - 1; i >= 0; i-- { // oldest first
-		moves, err := m.movesOf(ctx, tbl, files[i])
+		c, err := m.contentOf(ctx, tbl, files[i])
 		if err != nil {
 			return err
 		}
-		for _, mv := range moves {
-			m.note(mv, times[i])
+		for _, mv := range c.moved {
+			note(m.marks, mv, times[i])
+		}
+		for _, mv := range c.recreated {
+			note(m.recreated, mv, times[i])
 		}
 	}
 	m.scanned = snap.SnapshotID
-	for k, mk := range m.marks {
-		if mk.committed.Before(from) {
-			delete(m.marks, k)
+	for _, marks := range []map[string]moveMark{m.marks, m.recreated} {
+		for k, mk := range marks {
+			if mk.committed.Before(from) {
+				delete(marks, k)
+			}
 		}
 	}
 	return nil
 }
 
-// movesOf returns the moves a snapshot's file lists: from memory when this writer wrote it.
-func (m *movedKeys) movesOf(ctx context.Context, tbl *table.Table, path string) ([]move, error) {
-	if mv, ok := m.own[path]; ok {
+// contentOf returns what a snapshot's file lists: from memory when this writer wrote it.
+func (m *movedKeys) contentOf(ctx context.Context, tbl *table.Table, path string) (movedContent, error) {
+	if c, ok := m.own[path]; ok {
 		delete(m.own, path)
-		return mv, nil
+		return c, nil
 	}
 	fs, err := tbl.FS(ctx)
 	if err != nil {
-		return nil, err
+		return movedContent{}, err
 	}
 	f, err := fs.Open(path)
 	if errors.Is(err, iofs.ErrNotExist) {
-		return nil, nil // removed with its snapshot's files: older than any change still to come
+		return movedContent{}, nil // removed with its snapshot's files: older than any change still to come
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read moved keys %s: %w", path, err)
+		return movedContent{}, fmt.Errorf("read moved keys %s: %w", path, err)
 	}
 	b, err := io.ReadAll(f)
 	_ = f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("read moved keys %s: %w", path, err)
+		return movedContent{}, fmt.Errorf("read moved keys %s: %w", path, err)
 	}
 	return decodeMoves(b)
 }
 
-// movedFile is the stored form of a commit's moves.
+// movedFile is the stored form of a commit's moves and re-created keys.
 type movedFile struct {
-	Moved []movedEntry `json:"moved"`
+	Moved     []movedEntry `json:"moved,omitempty"`
+	Recreated []movedEntry `json:"recreated,omitempty"`
 }
 
 type movedEntry struct {
@@ -181,35 +208,47 @@ type movedEntry struct {
 	Pos [4]string `json:"pos"`
 }
 
-func encodeMoves(moves []move) ([]byte, error) {
-	out := movedFile{Moved: make([]movedEntry, len(moves))}
-	for i, mv := range moves {
-		out.Moved[i] = movedEntry{Key: base64.RawStdEncoding.EncodeToString([]byte(mv.key)), At: mv.at,
-			Pos: [4]string{mv.pos.CommitTS, mv.pos.TxID, mv.pos.TxRecord, mv.pos.Position}}
+func encodeMoves(c movedContent) ([]byte, error) {
+	entries := func(moves []move) []movedEntry {
+		out := make([]movedEntry, len(moves))
+		for i, mv := range moves {
+			out[i] = movedEntry{Key: base64.RawStdEncoding.EncodeToString([]byte(mv.key)), At: mv.at,
+				Pos: [4]string{mv.pos.CommitTS, mv.pos.TxID, mv.pos.TxRecord, mv.pos.Position}}
+		}
+		return out
 	}
-	return json.Marshal(out)
+	return json.Marshal(movedFile{Moved: entries(c.moved), Recreated: entries(c.recreated)})
 }
 
-func decodeMoves(b []byte) ([]move, error) {
+func decodeMoves(b []byte) (movedContent, error) {
 	var in movedFile
 	if err := json.Unmarshal(b, &in); err != nil {
-		return nil, fmt.Errorf("decode moved keys: %w", err)
+		return movedContent{}, fmt.Errorf("decode moved keys: %w", err)
 	}
-	out := make([]move, 0, len(in.Moved))
-	for _, e := range in.Moved {
-		k, err := base64.RawStdEncoding.DecodeString(e.Key)
-		if err != nil {
-			return nil, fmt.Errorf("decode moved key: %w", err)
+	moves := func(entries []movedEntry) ([]move, error) {
+		out := make([]move, 0, len(entries))
+		for _, e := range entries {
+			k, err := base64.RawStdEncoding.DecodeString(e.Key)
+			if err != nil {
+				return nil, fmt.Errorf("decode moved key: %w", err)
+			}
+			out = append(out, move{key: string(k), at: e.At,
+				pos: change.SourcePos{CommitTS: e.Pos[0], TxID: e.Pos[1], TxRecord: e.Pos[2], Position: e.Pos[3]}})
 		}
-		out = append(out, move{key: string(k), at: e.At,
-			pos: change.SourcePos{CommitTS: e.Pos[0], TxID: e.Pos[1], TxRecord: e.Pos[2], Position: e.Pos[3]}})
+		return out, nil
 	}
-	return out, nil
+	var c movedContent
+	var err error
+	if c.moved, err = moves(in.Moved); err != nil {
+		return movedContent{}, err
+	}
+	c.recreated, err = moves(in.Recreated)
+	return c, err
 }
 
-// write stores a batch's moves in a file beside the table's data and returns its path, to be
-// named in the commit's summary; the writer reads them back from memory.
-func (m *movedKeys) write(ctx context.Context, tbl *table.Table, token string, moves []move) (string, error) {
+// write stores a batch's moves and re-created keys in a file beside the table's data and
+// returns its path, to be named in the commit's summary; the writer reads them back from memory.
+func (m *movedKeys) write(ctx context.Context, tbl *table.Table, token string, c movedContent) (string, error) {
 	fs, err := tbl.FS(ctx)
 	if err != nil {
 		return "", err
@@ -218,7 +257,7 @@ func (m *movedKeys) write(ctx context.Context, tbl *table.Table, token string, m
 	if !ok {
 		return "", errors.New("the table's file system cannot write files")
 	}
-	b, err := encodeMoves(moves)
+	b, err := encodeMoves(c)
 	if err != nil {
 		return "", err
 	}
@@ -237,6 +276,6 @@ func (m *movedKeys) write(ctx context.Context, tbl *table.Table, token string, m
 	if len(m.own) >= 64 {
 		clear(m.own) // files of attempts that did not land: read from storage if they ever show up
 	}
-	m.own[name] = moves
+	m.own[name] = c
 	return name, nil
 }

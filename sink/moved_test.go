@@ -105,7 +105,7 @@ func TestMovedKeysAreReadByAWorkerStartedLater(t *testing.T) {
 func TestMovedKeysOvertake(t *testing.T) {
 	t.Parallel()
 	m := newMovedKeys()
-	m.note(move{key: "k", at: 100, pos: change.SourcePos{CommitTS: "2025-06-01T00:00:02.000000Z"}}, time.Now())
+	note(m.marks, move{key: "k", at: 100, pos: change.SourcePos{CommitTS: "2025-06-01T00:00:02.000000Z"}}, time.Now())
 	cases := []struct {
 		name string
 		r    row
@@ -128,7 +128,7 @@ func TestMovedKeysOvertake(t *testing.T) {
 		}
 	}
 	// An older move does not replace a newer one.
-	m.note(move{key: "k", at: 10, pos: change.SourcePos{CommitTS: "2025-06-01T00:00:00.500000Z"}}, time.Now())
+	note(m.marks, move{key: "k", at: 10, pos: change.SourcePos{CommitTS: "2025-06-01T00:00:00.500000Z"}}, time.Now())
 	if !m.overtakes([]byte("k"), &row{at: 500, src: srcPos{SourcePos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}}}) {
 		t.Error("an older move replaced the newer one")
 	}
@@ -136,7 +136,8 @@ func TestMovedKeysOvertake(t *testing.T) {
 
 func TestMovesRoundTrip(t *testing.T) {
 	t.Parallel()
-	in := []move{{key: "\x00\x01bin", at: 5, pos: change.SourcePos{CommitTS: "c", TxID: "t", TxRecord: "r", Position: "p"}}, {key: "k", at: 6}}
+	in := movedContent{moved: []move{{key: "\x00\x01bin", at: 5, pos: change.SourcePos{CommitTS: "c", TxID: "t", TxRecord: "r", Position: "p"}}, {key: "k", at: 6}},
+		recreated: []move{{key: "r", at: 7}}}
 	b, err := encodeMoves(in)
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +146,7 @@ func TestMovesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(out) != 2 || out[0] != in[0] || out[1] != in[1] {
+	if len(out.moved) != 2 || out.moved[0] != in.moved[0] || out.moved[1] != in.moved[1] || len(out.recreated) != 1 || out.recreated[0] != in.recreated[0] {
 		t.Fatalf("round trip: %+v, want %+v", out, in)
 	}
 }

@@ -62,12 +62,5 @@ func (l *limit) admitsRow(r *row) bool {
 	if !l.admits(r.at, r.kind) {
 		return false
 	}
-	if r.kh == 0 {
-		return true
-	}
-	pos := r.tie
-	if pos == nil {
-		pos = &r.src.SourcePos
-	}
-	return !l.moves.Holds(r.kh, r.at, pos)
+	return r.kh == 0 || !l.moves.Holds(r.kh, r.at)
 }

@@ -78,34 +78,42 @@ func TestMoveGate(t *testing.T) {
 	eq(t, rows, "id=2,name=newer", "id=3,name=y2", "id=5,name=z", "id=6,name=w")
 }
 
-// Within one arrival millisecond (one PutRecords call of DMS) the gate position decides: a
-// freed key re-created by a later transaction waits for the move in the same millisecond; one
-// created by an earlier transaction does not.
-func TestMoveGateWithinAMillisecond(t *testing.T) {
+// Within one arrival millisecond (one PutRecords call of DMS) a change that re-creates a key
+// another process's pending key change moves away does not wait (so waits never cycle): its
+// commit records the key as re-created, and the key change's commit, which reads it, does not
+// delete the newer row.
+func TestRecreatedInTheMoveMillisecondIsKept(t *testing.T) {
 	t.Parallel()
-	h, gb := itemsWithGates(t)
-	kc := &moveAck{}
-	h.submitWith(update("a", "1", 1100, []change.Column{col("id", "3"), col("name", "y")},
-		[]change.Column{col("id", "2"), col("name", "y")}), kc)
-	h.flush()
-	var g checkpoint.TableGates
-	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300), Pos: change.SourcePos{TxID: "500"}})
-	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
-	insert := func(shard string, tx string, name string) *change.Event {
-		return &change.Event{Table: "items", Op: change.OpInsert, Columns: []change.Column{col("id", "2"), col("name", name)},
-			Arrival: time.UnixMilli(1300), Meta: change.Metadata{RecordType: "data", Operation: "insert", TransactionID: tx},
-			Pos: change.Position{Shard: shard, Seq: "1"}}
-	}
-	h.submitWith(insert("b", "499", "earlier"), &moveAck{})
-	h.flush()
-	rows, _ := scanRows(t, h.cat, "items")
-	eq(t, rows, "id=2,name=earlier", "id=3,name=y")
-	h.submitWith(insert("c", "501", "later"), &moveAck{})
-	h.flush()
-	rows, _ = scanRows(t, h.cat, "items")
-	eq(t, rows, "id=2,name=earlier", "id=3,name=y")
+	dir := t.TempDir()
+	a := worker(t, dir)
+	a.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+	a.arrive("h", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
+	a.flush()
+	gb := &gateBound{}
 	gb.set(Bound{At: time.UnixMilli(5000)})
-	h.flush()
-	rows, _ = scanRows(t, h.cat, "items")
-	eq(t, rows, "id=2,name=later", "id=3,name=y")
+	b := newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
+		withOptions(WithCommitBounds(gb.get)))
+	// Worker A takes in the key change 2 -> 3 (transaction 500) and has not committed it.
+	kc := &moveAck{}
+	x := update("n", "1", 1300, []change.Column{col("id", "3"), col("name", "y")}, []change.Column{col("id", "2"), col("name", "y")})
+	x.Meta.TransactionID = "500"
+	a.submitWith(x, kc)
+	deadline := time.Now().Add(10 * time.Second)
+	for kc.moved.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	// Worker B sees it pending and re-creates key 2 in the same millisecond (transaction 501).
+	var g checkpoint.TableGates
+	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300)})
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	z := &change.Event{Table: "items", Op: change.OpInsert, Columns: []change.Column{col("id", "2"), col("name", "again")},
+		Arrival: time.UnixMilli(1300), Meta: change.Metadata{RecordType: "data", Operation: "insert", TransactionID: "501"},
+		Pos: change.Position{Shard: "h", Seq: "2"}}
+	b.submitWith(z, &moveAck{})
+	b.flush()
+	rows, _ := scanRows(t, b.cat, "items")
+	eq(t, rows, "id=2,name=again")
+	a.flush()
+	rows, _ = scanRows(t, a.cat, "items")
+	eq(t, rows, "id=2,name=again", "id=3,name=y")
 }

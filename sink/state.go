@@ -98,6 +98,11 @@ func (t *targetTable) use(tbl *table.Table) error {
 		relayRows(&t.buf.rows, t.lay, lay)
 	}
 	t.tbl, t.lay = tbl, lay
+	if lay.keyed() {
+		t.env.defs.setKey(t.src, lay.keyNames)
+	} else {
+		t.env.defs.setKey(t.src, nil)
+	}
 	t.rt.reportReload()
 	return nil
 }

@@ -470,13 +470,48 @@ func (w *writer) drainQueue(ctx context.Context) ([]chan error, error) {
 }
 
 // tableDefs holds the create-table definitions seen in control records, by source table, for
-// every writer of the sink (a table re-created after a restart of its writer uses the last one).
+// every writer of the sink (a table re-created after a restart of its writer uses the last one),
+// and the key columns of the tables the writers have loaded.
 type tableDefs struct {
 	mu   sync.Mutex
 	defs map[string]*change.TableDef
+	keys map[string][]string
 }
 
-func newTableDefs() *tableDefs { return &tableDefs{defs: make(map[string]*change.TableDef)} }
+func newTableDefs() *tableDefs {
+	return &tableDefs{defs: make(map[string]*change.TableDef), keys: make(map[string][]string)}
+}
+
+// setKey notes the key columns of table src as loaded (nil: keyless).
+func (d *tableDefs) setKey(src string, key []string) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if key == nil {
+		delete(d.keys, src)
+		return
+	}
+	d.keys[src] = key
+}
+
+// key returns the key columns of table src: its loaded table's, else its table-def's; nil when
+// none is known.
+func (d *tableDefs) key(src string) []string {
+	if d == nil {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if k := d.keys[src]; k != nil {
+		return k
+	}
+	if def := d.defs[src]; def != nil && len(def.PrimaryKey) > 0 {
+		return def.PrimaryKey
+	}
+	return nil
+}
 
 func (d *tableDefs) set(src string, def *change.TableDef) {
 	d.mu.Lock()

@@ -153,10 +153,6 @@ type Event struct {
 	// across shards by it and commits only changes that arrived at or before the stream's
 	// commit bound. Zero when unknown (tests, decode command, a record without the timestamp).
 	Arrival time.Time
-	// GatePos is the record's gate position when it is not its source position (TieRaiser):
-	// what the ordering guard's cross-process gates compare within one arrival millisecond.
-	// Nil: the source position (SourcePosOf).
-	GatePos *SourcePos
 	// Raw is the record as it arrived, for dead letters. It may alias the consumer's buffer and
 	// is valid until the event is acknowledged.
 	Raw []byte

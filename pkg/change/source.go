@@ -136,24 +136,3 @@ type KeyChangeNoter interface {
 	MovesKey(hash uint64)
 	MovesNoKey()
 }
-
-// TieRaiser gives the records of one shard, in sequence order, their gate positions: the source
-// position, raised within one arrival millisecond to the greatest position of the shard's
-// records before it. Along a shard, (arrival, gate position) then never goes back, so a record
-// held back behind an earlier one of its shard is never older than it, and the ordering guard's
-// waits, each for an older record, never form a cycle (design.md §4). The zero value is ready.
-type TieRaiser struct {
-	at  int64
-	max SourcePos
-	set bool
-}
-
-// Next returns the gate position of the shard's next record, which arrived at (unix ms) with
-// source position pos, and whether it differs from pos.
-func (t *TieRaiser) Next(at int64, pos SourcePos) (SourcePos, bool) {
-	if t.set && at == t.at && t.max.Compare(&pos) > 0 {
-		return t.max, true
-	}
-	t.at, t.max, t.set = at, pos, true
-	return pos, false
-}
