@@ -36,6 +36,8 @@ type row struct {
 	// writes, for the move gate (movegate.go; 0: none).
 	kind gateKind
 	kh   uint64
+	// okh is the hash of the old key of a key change (0: none), whose move it publishes.
+	okh uint64
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string
@@ -339,7 +341,7 @@ type lookup struct {
 // an equality delete of it: a re-send replaces the copy an earlier batch wrote.
 func (b *buffer) plan(l *layout, lim limit) batch {
 	out := batch{maxSeq: make(map[string]string)}
-	sel := b.selectRows(lim)
+	lim, sel := b.withHeldMoves(lim)
 	out.take = sel
 	if l.keyed() {
 		b.planKeyed(&out, l, &lim, sel)

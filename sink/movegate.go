@@ -2,7 +2,9 @@ package sink
 
 import (
 	"hash/fnv"
+	"time"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
@@ -36,12 +38,13 @@ func (pl *planner) noteMove(ev *change.Event, r *row) {
 	if !pl.guarded() || !pl.st.lay.keyed() {
 		return
 	}
+	if r.oldKey != nil {
+		r.okh, pl.keyBuf = keyHash(pl.st.lay, pl.keyBuf, r.oldKey)
+	}
 	if ev.Op == change.OpUpdate {
 		if n, ok := ev.Ack.(change.KeyChangeNoter); ok {
-			if r.oldKey != nil {
-				var h uint64
-				h, pl.keyBuf = keyHash(pl.st.lay, pl.keyBuf, r.oldKey)
-				n.MovesKey(h)
+			if r.okh != 0 {
+				n.MovesKey(r.okh)
 			} else {
 				n.MovesNoKey()
 			}
@@ -63,4 +66,43 @@ func (l *limit) admitsRow(r *row) bool {
 		return false
 	}
 	return r.kh == 0 || !l.moves.Holds(r.kh, r.at)
+}
+
+// withHeldMoves returns lim with the moves of the buffered rows it does not select added to its
+// moves, and the rows selected then, to a fixpoint: within one writer, a key change held back on
+// its shard (by the move gate, the bound or a cut) holds back a later write of the key it moves
+// away on another shard, as another process's pending key change does. Each round selects
+// fewer rows, so it ends.
+func (b *buffer) withHeldMoves(lim limit) (limit, []int) {
+	sel := b.selectRows(lim)
+	own := false
+	for {
+		picked := make(map[int]bool, len(sel))
+		for _, i := range sel {
+			picked[i] = true
+		}
+		var added []int
+		for i := range b.rows.len() {
+			if r := b.rows.at(i); r.okh != 0 && !picked[i] {
+				added = append(added, i)
+			}
+		}
+		if len(added) == 0 {
+			return lim, sel
+		}
+		if !own { // the limit's moves may be the bound's: add to a copy
+			var m checkpoint.Moves
+			m.Merge(lim.moves)
+			lim.moves, own = m, true
+		}
+		for _, i := range added {
+			r := b.rows.at(i)
+			lim.moves.Add(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
+		}
+		next := b.selectRows(lim)
+		if len(next) == len(sel) {
+			return lim, next
+		}
+		sel = next
+	}
 }

@@ -117,3 +117,34 @@ func TestRecreatedInTheMoveMillisecondIsKept(t *testing.T) {
 	rows, _ = scanRows(t, a.cat, "items")
 	eq(t, rows, "id=2,name=again", "id=3,name=y")
 }
+
+// Within one writer, a key change held back on its shard holds back a later write of the key
+// it moves away on another shard: otherwise that write would commit first and the key change's
+// delete, committed later, would remove it.
+func TestHeldKeyChangeHoldsLaterWritesOfItsOldKey(t *testing.T) {
+	t.Parallel()
+	h, gb := itemsWithGates(t)
+	// Learn the hash of key 5 from a key change 5 -> 9.
+	h.arrive("a", 1, 1010, "items", change.OpInsert, []change.Column{col("id", "5"), col("name", "v")}, nil)
+	kc := &moveAck{}
+	h.submitWith(update("a", "2", 1020, []change.Column{col("id", "9"), col("name", "v")}, []change.Column{col("id", "5"), col("name", "v")}), kc)
+	h.arrive("a", 3, 1030, "items", change.OpInsert, []change.Column{col("id", "7"), col("name", "w")}, nil)
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=7,name=w", "id=9,name=v")
+	// Another process moves key 5 away at 1100: shard b's re-creation of 5 waits, and the key
+	// change 7 -> 8 behind it on shard b waits with it; shard c's re-creation of 7 must wait too.
+	var g checkpoint.TableGates
+	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1100)})
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	h.arrive("b", 1, 1200, "items", change.OpInsert, []change.Column{col("id", "5"), col("name", "again")}, nil)
+	h.arrive("b", 2, 1300, "items", change.OpUpdate, []change.Column{col("id", "8"), col("name", "w")}, []change.Column{col("id", "7"), col("name", "w")})
+	h.arrive("c", 1, 1400, "items", change.OpInsert, []change.Column{col("id", "7"), col("name", "new")}, nil)
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=7,name=w", "id=9,name=v")
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=5,name=again", "id=7,name=new", "id=8,name=w", "id=9,name=v")
+}
