@@ -126,6 +126,10 @@ type scaleConfig struct {
 func (s *scaleStream) newConfig(b *testing.B) *scaleConfig {
 	b.Helper()
 	c := &scaleConfig{app: UniqueName("dms2iceberg-scale"), dir: b.TempDir()}
+	if d := os.Getenv("BENCH_KEEP"); d != "" { // keep the warehouse and the service logs there
+
+		c.dir, _ = os.MkdirTemp(d, "scale")
+	}
 	b.Cleanup(func() { DeleteTable(b, c.app) })
 	c.cfg = map[string]any{"stream": s.stream, "application": c.app, "data_dir": c.dir, "shutdown_timeout": "60s"}
 	return c
@@ -204,6 +208,14 @@ func (s *scaleStream) verify(b *testing.B, c *scaleConfig, svcs []*Service) {
 		if svc != nil && !svc.Exited() {
 			if err := svc.Stop(90 * time.Second); err != nil {
 				b.Errorf("graceful stop of pid %d: %v", svc.Pid(), err)
+			}
+		}
+	}
+	if os.Getenv("BENCH_KEEP") != "" {
+		for _, svc := range svcs {
+			if svc != nil {
+				data, _ := os.ReadFile(svc.LogPath)
+				_ = os.WriteFile(filepath.Join(c.dir, filepath.Base(svc.LogPath)), data, 0o644)
 			}
 		}
 	}
