@@ -277,8 +277,9 @@ func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err 
 // ctlDue reports whether ev, just taken in, is a control record that the guard holds first
 // and that the bound already lets apply: then the writer applies it at once (flushTo without
 // the tail) rather than at its next flush, and the records after it are converted as they come
-// instead of all being held until then. Only when its flush would apply it (the gates could still hold it back; the bound
-// is read again by the flush) and the last flush left nothing waiting for the bound to move.
+// instead of all being held until then. Not while the last flush left changes waiting for a
+// bound and gates that have not moved since (boundMoved); the gates may still hold it back,
+// and the flush reads the bound again.
 func (w *writer) ctlDue(ev *change.Event) bool {
 	if !w.guarded() || ev.Op != change.OpControl {
 		return false
