@@ -113,7 +113,7 @@ clean: ## remove build output and local demo data (bin/, .data/); .emu/ stays (r
 	rm -rf bin .data dist coverage.out
 
 .PHONY: bench-ratio
-bench-ratio: ## BenchmarkPipeline against the reference fast path (../shared/perfprobe), 3 alternating rounds, best of each and the ratio (~1 min; idle machine); OURS_CPU, OURS_BENCHTIME
+bench-ratio: ## BenchmarkPipeline with the defaults a user gets (ordering arrival; ordering shard beside it) against the reference fast path (../shared/perfprobe), 3 alternating rounds, best of each and the ratio (~1 min; idle machine); OURS_CPU, OURS_BENCHTIME
 	.ci/bench-ratio.sh
 
 .PHONY: bench-freshness

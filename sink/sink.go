@@ -303,14 +303,40 @@ func (s *Iceberg) route(ev *change.Event) route {
 // ignored reports events that belong to no table: DMS's own awsdms_* tables and task-level
 // control records.
 func ignored(ev *change.Event) bool {
-	return ev.Table == "" || strings.HasPrefix(strings.ToLower(ev.Table), "awsdms_")
+	return ev.Table == "" || dmsOwnTable(ev.Table)
+}
+
+// dmsOwnTable reports whether table starts with "awsdms_" in any case, as
+// strings.HasPrefix(strings.ToLower(table), "awsdms_") does, without lowering the whole name
+// for every record: no other rune lowers to one of the prefix's.
+func dmsOwnTable(table string) bool {
+	const prefix = "awsdms_"
+	if len(table) < len(prefix) {
+		return false
+	}
+	for i := range len(prefix) {
+		c := table[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != prefix[i] {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *Iceberg) writer(ctx context.Context, src string) (*writer, error) {
+	// Once Run has started (the usual case) the receive alone decides, without the lock a
+	// two-way select takes on both channels for every event (1 % of the pipeline's CPU).
 	select {
 	case <-s.started:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	default:
+		select {
+		case <-s.started:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -264,12 +264,34 @@ func (w *writer) receive(ctx context.Context, it item, ok bool) (stop bool, err 
 	if err := w.add(ctx, it.ev); err != nil {
 		return true, err
 	}
-	if w.pl.full() {
+	switch {
+	case w.pl.full():
 		if err := w.flush(ctx); err != nil {
+			return true, err
+		}
+	case w.ctlDue(it.ev):
+		if err := w.flushTo(ctx, false); err != nil {
 			return true, err
 		}
 	}
 	return false, nil
+}
+
+// ctlDue reports whether ev, just taken in, is a control record that the guard holds first
+// and that the bound already lets apply: then the writer applies it at once (flushTo without
+// the tail) rather than at its next flush, and the records after it are converted as they come
+// instead of all being held until then. Not while the last flush left changes waiting for a
+// bound and gates that have not moved since (boundMoved); the gates may still hold it back,
+// and the flush reads the bound again.
+func (w *writer) ctlDue(ev *change.Event) bool {
+	if !w.guarded() || ev.Op != change.OpControl {
+		return false
+	}
+	first := w.pl.buf.firstCtl()
+	if first == nil || first.ev != ev || !w.pl.boundMoved() {
+		return false
+	}
+	return first.at <= w.pl.limitNow().bound
 }
 
 // add takes one event in: guarded, a control record, or a data record of a table that does not
@@ -370,10 +392,16 @@ func (w *writer) take(ctx context.Context, ev *change.Event, at int64, wasHeld b
 // if by then no table-def created it). What arrived after the bound stays buffered, with its
 // acknowledgements, for a later flush; the final flush of a graceful stop too never commits past
 // the bound. Without the guard everything buffered commits.
-func (w *writer) flush(ctx context.Context) (err error) {
+func (w *writer) flush(ctx context.Context) error { return w.flushTo(ctx, true) }
+
+// flushTo is flush; without tail it only applies the held events that are due, committing the
+// rows before each control record as flush does, and leaves the rows after the last one
+// buffered for the next flush (unless a flush request was queued: that one gets the whole flush).
+func (w *writer) flushTo(ctx context.Context, tail bool) (err error) {
 	if err := w.dq.awaitDeadLetters(ctx); err != nil {
 		return err
 	}
+	stuck, stuckSet := w.pl.stuck, w.pl.stuckSet
 	lim := w.pl.limitNow()
 	w.pl.lim = &lim
 	defer func() { w.pl.lim = nil }()
@@ -393,6 +421,7 @@ func (w *writer) flush(ctx context.Context) (err error) {
 		if err != nil {
 			return err
 		}
+		tail = tail || len(replies) > 0
 	}
 	if !w.pl.buf.pending() {
 		return nil
@@ -404,9 +433,12 @@ func (w *writer) flush(ctx context.Context) (err error) {
 	// held data record that becomes due is admitted, so this is computed once.
 	lim.waitFrom = w.pl.buf.gatedFrom(lim)
 	var sc dueScan
+	// The cut is the last held event popped. One variable for the whole walk: lim.cut points
+	// at it, so a variable per event escaped, one allocation per held record.
+	hd := new(held)
 	for i := w.pl.buf.dueFrom(lim, &sc); i >= 0; i = w.pl.buf.dueFrom(lim, &sc) {
-		hd := w.pl.buf.pop(i)
-		lim.cut = &hd
+		*hd = w.pl.buf.pop(i)
+		lim.cut = hd
 		if hd.ctl {
 			if err := w.cm.commitRows(ctx); err != nil {
 				return err
@@ -415,6 +447,13 @@ func (w *writer) flush(ctx context.Context) (err error) {
 		if err := w.take(ctx, hd.ev, hd.at, true); err != nil {
 			return err
 		}
+	}
+	if !tail {
+		// Nothing was tried for the rows after the last control record: whether they wait for
+		// the bound to move is what the last whole flush found, not what a commit before a
+		// control record that found nothing to take noted.
+		w.pl.stuck, w.pl.stuckSet = stuck, stuckSet
+		return nil
 	}
 	// A control record still held (past the bound, or waiting for the gates) is a barrier:
 	// the rows that arrived after it wait with it.
