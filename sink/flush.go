@@ -30,8 +30,8 @@ import (
 type staged struct {
 	data    []iceberg.DataFile
 	deletes []iceberg.DataFile
-	// keys are the batch's deleted keys held in memory instead of an equality-delete file (one
-	// integer key column of an unpartitioned table, for deletion vectors: memoryKeys); deletes is
+	// keys are the batch's deleted keys held in memory instead of an equality-delete file (for
+	// deletion vectors: memoryKeys); deletes is
 	// written from the batch only if no attempt commits them as vectors.
 	keys []deletes.Keys
 }
@@ -195,7 +195,7 @@ func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.Wri
 	var vec *maintenance.WriterVectors
 	var err error
 	if len(f.files.keys) > 0 {
-		vec, err = cm.maint.VectorsOfKeys(ctx, cm.st.tbl, cm.st.lay.keyIDs[0], f.files.keys)
+		vec, err = cm.maint.VectorsOfKeys(ctx, cm.st.tbl, cm.deleteIDs(), f.files.keys)
 	} else {
 		vec, err = cm.maint.Vectors(ctx, cm.st.tbl, f.files.deletes)
 	}
@@ -352,22 +352,48 @@ func (cm *committer) writeFiles(ctx context.Context, b *batch) (*staged, error) 
 }
 
 // memoryKeys returns the batch's deleted keys for deletion vectors planned from memory, nil when
-// the batch writes an equality-delete file: vectors may be planned from memory for a keyed,
-// unpartitioned table with one integer key column, with a maintainer and no reload in progress
-// (the maintainer decides at each attempt whether it plans them; writeDeletes then follows).
+// the batch writes an equality-delete file: vectors may be planned from memory with a
+// maintainer and no reload in progress, for a key the planner encodes (deletes.Keyed: the key
+// columns, or a keyless table's record identity) with no null value, on a table partitioned by
+// key columns only (deletes.PartitionedByKey: a key's rows lie in one partition, so its deletes
+// need no partition). The maintainer decides at each attempt whether it plans them;
+// writeDeletes then follows.
 func (cm *committer) memoryKeys(b *batch) []deletes.Keys {
-	l := cm.st.lay
-	if len(b.deletes) == 0 || cm.maint == nil || !deletes.IntKeyed(l.schema, l.keyIDs) || !cm.st.tbl.Spec().IsUnpartitioned() {
+	ids := cm.deleteIDs()
+	if len(b.deletes) == 0 || cm.maint == nil || !deletes.Keyed(cm.st.lay.schema, ids) ||
+		!deletes.PartitionedByKey(cm.st.tbl.Metadata(), ids) {
 		return nil
 	}
 	if _, ok := cm.rt.reloading(); ok {
 		return nil
 	}
-	vals := make([]int64, len(b.deletes))
-	for i, key := range b.deletes {
-		vals[i] = key[0].I
+	if deletes.IntKeyed(cm.st.lay.schema, ids) {
+		vals := make([]int64, len(b.deletes))
+		for i, key := range b.deletes {
+			if key[0].Null {
+				return nil
+			}
+			vals[i] = key[0].I
+		}
+		return []deletes.Keys{{Values: vals}}
 	}
-	return []deletes.Keys{{Values: vals}}
+	for _, key := range b.deletes {
+		for _, d := range key {
+			if d.Null {
+				return nil // an equality delete matches null keys; a probe never does
+			}
+		}
+	}
+	return []deletes.Keys{{Tuples: b.deletes}}
+}
+
+// deleteIDs are the field ids of the columns the batch's deletes are keyed by: the key columns;
+// in a keyless table the record identity (identity.go).
+func (cm *committer) deleteIDs() []int {
+	if l := cm.st.lay; !l.keyed() {
+		return []int{l.idID}
+	}
+	return cm.st.lay.keyIDs
 }
 
 // writeDeletes writes the equality-delete files of a batch: by key; in a keyless table by the

@@ -19,8 +19,9 @@ import (
 // (docs/benchmarks.md). A column is cached sorted by key, so a probe looks up the deleted keys
 // (a step per deleted key, not per row) and its cost follows the changes, not the table's size.
 //
-// Only single int or long keys are cached (probeInts): 12 bytes per row (the key and its
-// position), 8 for a column already in key order; null keys are left out. A file whose column
+// A single int or long key is cached as integers (probeInts): 12 bytes per row (the key and its
+// position), 8 for a column already in key order; every other key encoded (ProbeKeys,
+// keybytes.go). Null keys are left out. A file whose column
 // alone is larger than the bound is read, not cached. A nil *KeyCache caches nothing.
 type KeyCache struct {
 	limit int64
@@ -38,6 +39,7 @@ type KeyCache struct {
 type keyColumnID struct {
 	path  string
 	field int
+	cols  string // for an encoded column (keybytes.go): its key columns (encID); "" for integers
 }
 
 // keyColumn is one data file's key column sorted by key, for a probe that looks up the deleted
@@ -49,9 +51,16 @@ type keyColumn struct {
 	id   keyColumnID
 	keys []int64
 	pos  []uint32
+	enc  *encColumn // instead of keys and pos: an encoded column (keybytes.go)
 }
 
-func (col *keyColumn) bytes() int64 { return int64(len(col.keys))*8 + int64(len(col.pos))*4 + 64 }
+func (col *keyColumn) bytes() int64 {
+	n := int64(len(col.keys))*8 + int64(len(col.pos))*4 + 64
+	if col.enc != nil {
+		n += col.enc.bytes()
+	}
+	return n
+}
 
 // maxCachedRows bounds the rows of a cached column: positions are kept as uint32.
 const maxCachedRows = 1 << 32
@@ -156,7 +165,7 @@ func (c *KeyCache) ProbeInts(ctx context.Context, fs icebergio.IO, path string, 
 	if c == nil {
 		return probeInts(ctx, fs, path, keyID, fn)
 	}
-	id := keyColumnID{path, keyID}
+	id := keyColumnID{path: path, field: keyID}
 	if col := c.get(id); col != nil {
 		col.lookup(want, fn)
 		return nil
@@ -181,7 +190,7 @@ func (c *KeyCache) ProbeInts(ctx context.Context, fs icebergio.IO, path string, 
 // (and not cached: the file is being rewritten). c may be nil.
 func (c *KeyCache) KeysAt(ctx context.Context, fs icebergio.IO, path string, keyID int, at func(pos int64) bool, fn func(key int64)) error {
 	if c != nil {
-		if col := c.get(keyColumnID{path, keyID}); col != nil {
+		if col := c.get(keyColumnID{path: path, field: keyID}); col != nil {
 			for i, k := range col.keys {
 				p := int64(i)
 				if col.pos != nil {

@@ -46,7 +46,7 @@ func TestKeyColumnLooksUpKeys(t *testing.T) {
 		}
 		slices.Sort(want)
 		want = slices.Compact(want)
-		col := newKeyColumn(keyColumnID{"f", 1}, keys, pos)
+		col := newKeyColumn(keyColumnID{path: "f", field: 1}, keys, pos)
 		if tc.sorted != (col.pos == nil) {
 			t.Fatalf("%s: positions kept %v, want %v", tc.name, col.pos != nil, !tc.sorted)
 		}
@@ -70,7 +70,7 @@ func TestKeyColumnLooksUpKeys(t *testing.T) {
 func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	col := func(path string, n int) *keyColumn {
-		return &keyColumn{id: keyColumnID{path, 1}, keys: make([]int64, n)}
+		return &keyColumn{id: keyColumnID{path: path, field: 1}, keys: make([]int64, n)}
 	}
 	a, b, c := col("a", 100), col("b", 100), col("c", 100) // 864 bytes each
 	cache := NewKeyCache(2 * a.bytes())
@@ -87,7 +87,7 @@ func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("held %d, want %d", held, 2*a.bytes())
 	}
 	cache.put(col("big", 1000)) // larger than the bound: not cached, nothing evicted
-	if cache.get(keyColumnID{"big", 1}) != nil || cache.get(a.id) == nil {
+	if cache.get(keyColumnID{path: "big", field: 1}) != nil || cache.get(a.id) == nil {
 		t.Fatal("a column above the bound was cached or evicted others")
 	}
 }
@@ -108,7 +108,7 @@ func BenchmarkKeyColumnLookup(b *testing.B) {
 	}
 	sc.index(iceberg.PrimitiveTypes.Int64)
 	fileOrder := slices.Clone(keys)
-	col := newKeyColumn(keyColumnID{"f", 1}, keys, pos)
+	col := newKeyColumn(keyColumnID{path: "f", field: 1}, keys, pos)
 	b.Run("lookup", func(b *testing.B) {
 		for b.Loop() {
 			n := 0

@@ -138,7 +138,7 @@ func TestVectorsOfKeys(t *testing.T) {
 			}
 			pl := deletes.NewPlanner(cache)
 			ctx := context.Background()
-			v, err := pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{{Values: []int64{3, 1, 150, 5000}}})
+			v, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{{Values: []int64{3, 1, 150, 5000}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +152,7 @@ func TestVectorsOfKeys(t *testing.T) {
 			tbl = commit(t, tbl, v)
 			sinktest.Eq(t, sinktest.Rows(t, tbl, nil), want(200, 1, 3, 150)...)
 
-			v, err = pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{{Values: []int64{2}}})
+			v, err = pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{{Values: []int64{2}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +178,7 @@ func TestVectorsOfKeysMatchVectorsOfFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromKeys, err := pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{{Values: keys}})
+	fromKeys, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{{Values: keys}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +198,14 @@ func TestVectorsOfKeysRefuses(t *testing.T) {
 	ctx := context.Background()
 	pl := deletes.NewPlanner(nil)
 	_, v2 := newTable(t, mem, 2, [2]int64{1, 10})
-	if _, err := pl.VectorsOfKeys(ctx, v2, 1, []deletes.Keys{{Values: []int64{1}}}); err == nil {
+	if _, err := pl.VectorsOfKeys(ctx, v2, []int{1}, []deletes.Keys{{Values: []int64{1}}}); err == nil {
 		t.Error("a format v2 table: no error")
 	}
 	_, empty := newTable(t, mem, 3)
-	if _, err := pl.VectorsOfKeys(ctx, empty, 2, []deletes.Keys{{Values: []int64{1}}}); err == nil {
+	if _, err := pl.VectorsOfKeys(ctx, empty, []int{2}, []deletes.Keys{{Values: []int64{1}}}); err == nil {
 		t.Error("a string key: no error")
 	}
-	if v, err := pl.VectorsOfKeys(ctx, empty, 1, []deletes.Keys{{Values: []int64{1}}}); err != nil || len(v.Add) != 0 {
+	if v, err := pl.VectorsOfKeys(ctx, empty, []int{1}, []deletes.Keys{{Values: []int64{1}}}); err != nil || len(v.Add) != 0 {
 		t.Errorf("a table without a snapshot: %+v %v, want no vector", v, err)
 	}
 }
@@ -273,7 +273,7 @@ func TestVectorsOfKeysByPartition(t *testing.T) {
 		region1 = data[1].File
 	}
 	pl := deletes.NewPlanner(deletes.NewKeyCache(1 << 20))
-	v, err := pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{
+	v, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{
 		{SpecID: region1.SpecID(), Partition: region1.Partition(), Values: []int64{5}},
 		{Values: []int64{7}},
 	})
