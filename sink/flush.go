@@ -86,6 +86,8 @@ type flushing struct {
 	// attemptVectors are the files of those vectors, removed if the attempt is refused.
 	vectors        bool
 	attemptVectors []iceberg.DataFile
+	// declined: the last attempt committed equality deletes where the writer writes vectors.
+	declined bool
 }
 
 // commitRows commits, as one snapshot, the rows within the limit of the flush in progress (or,
@@ -163,10 +165,11 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		fault.Hit(fault.AfterDataFiles)
 	}
 	f.reload = cm.rt.reloadFor(&f.b) // on the table this attempt commits on
-	vec, err := cm.vectors(ctx, f)
+	vec, declined, err := cm.vectors(ctx, f)
 	if err != nil {
 		return nil, err
 	}
+	f.declined = declined
 	if vec == nil && len(f.files.keys) > 0 && len(f.files.deletes) == 0 {
 		// The keys were kept in memory for vectors, and this attempt commits equality deletes.
 		if f.files.deletes, err = cm.writeDeletes(ctx, &f.b); err != nil {
@@ -183,14 +186,16 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 }
 
 // vectors asks the table's maintainer for the batch's deletes as deletion vectors on the table
-// this attempt commits on (maintenance.Maintainer.Vectors): nil to commit the equality deletes.
-// Never while a reload is in progress (the batch then commits on the reload branch).
-func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.WriterVectors, error) {
+// this attempt commits on (maintenance.Maintainer.Vectors): nil to commit the equality deletes,
+// declined when the table's writers write vectors and these deletes could not be (a key with a
+// null value, a table partitioned by a column outside its key, a failed plan). Never while a
+// reload is in progress (the batch then commits on the reload branch).
+func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.WriterVectors, bool, error) {
 	if cm.maint == nil || (len(f.files.deletes) == 0 && len(f.files.keys) == 0) || f.reload != nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	if _, ok := cm.rt.reloading(); ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	var vec *maintenance.WriterVectors
 	var err error
@@ -202,9 +207,9 @@ func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.Wri
 	if err != nil {
 		// The equality deletes are as right, and the maintainer converts them.
 		cm.log.Warn("planning deletion vectors failed; committing equality deletes", zap.Error(err))
-		return nil, nil
+		vec = nil
 	}
-	return vec, nil
+	return vec, vec == nil && cm.maint.WritesVectors(cm.st.tbl), nil
 }
 
 // refreshed adopts a table refreshed after a failed attempt and tells whether it already holds the
@@ -246,7 +251,7 @@ func (cm *committer) committed(ctx context.Context, f *flushing, attempts int, l
 	b := &f.b
 	if !b.empty() {
 		info := CommitInfo{Table: cm.name, Source: cm.src, SnapshotID: snapshotID(cm.st.tbl),
-			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts, Vectors: f.vectors,
+			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts, Vectors: f.vectors, VectorsDeclined: f.declined,
 			Took: took, Oldest: cm.pl.buf.first, Watermarks: maps.Clone(cm.st.lay.watermark),
 			CompleteThrough: f.lim.completeThrough(), SourceNewest: cm.pl.buf.newestSource(b)}
 		cm.env.metrics.Committed(info)

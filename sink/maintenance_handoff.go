@@ -25,4 +25,5 @@ type maintainer interface {
 	AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error)
 	Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*maintenance.WriterVectors, error)
 	VectorsOfKeys(ctx context.Context, head *table.Table, keyIDs []int, keys []deletes.Keys) (*maintenance.WriterVectors, error)
+	WritesVectors(head *table.Table) bool
 }

@@ -1,16 +1,21 @@
 package sink
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/maintenance"
 	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
@@ -222,4 +227,67 @@ func msgsOf(t *testing.T, h *harness, name string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// commitInfos keeps the CommitInfo of every commit.
+type commitInfos struct {
+	NopMetrics
+	mu    sync.Mutex
+	infos []CommitInfo
+}
+
+func (r *commitInfos) Committed(c CommitInfo) { r.mu.Lock(); r.infos = append(r.infos, c); r.mu.Unlock() }
+
+func (r *commitInfos) last() CommitInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.infos[len(r.infos)-1]
+}
+
+// refusingPlanner is a maintainer whose plans of keys in memory fail.
+type refusingPlanner struct{ maintainer }
+
+func (refusingPlanner) VectorsOfKeys(context.Context, *table.Table, []int, []deletes.Keys) (*maintenance.WriterVectors, error) {
+	return nil, errors.New("refused")
+}
+
+// When the planner declines a batch of a writer-vectors table, the batch commits its equality
+// deletes (the rows are right), and the commit says it declined (Metrics: VectorsDeclined); the
+// next batch planned again commits vectors and does not.
+func TestWriterVectorsDeclinedAreCounted(t *testing.T) {
+	t.Parallel()
+	rec := &commitInfos{}
+	h, spyOn := vectorHarness(t, withOptions(WithMetrics(rec)))
+	h.ctl("c", 1, "users", "create-table", "id*:WSTRING name:WSTRING")
+	m := &keyModel{h: h, rows: map[int]string{},
+		cols: func(k int) []change.Column { return []change.Column{col("id", "'"+uuidOf(k)+"'")} },
+		row:  func(k int, name string) string { return fmt.Sprintf("id=%s,name=%s", uuidOf(k), name) }}
+	for k := 1; k <= 50; k++ {
+		m.upsert("s0", k, "v0")
+	}
+	h.flush()
+	spy := spyOn()
+	h.s.mu.Lock()
+	w := h.s.writers["shop.users"]
+	w.cm.maint = refusingPlanner{spy}
+	h.s.mu.Unlock()
+	m.batch(1, 50)
+	rows, tbl := scanRows(t, h.cat, "users")
+	eq(t, rows, m.want()...)
+	if c := rec.last(); !c.VectorsDeclined || c.Vectors || c.Deletes == 0 {
+		t.Fatalf("declined batch: %+v, want VectorsDeclined without Vectors", c)
+	}
+	if n, err := maintenance.CountDeletes(t.Context(), tbl); err != nil || n.Equality == 0 {
+		t.Fatalf("declined batch: %+v %v, want its equality deletes", n, err)
+	}
+	h.s.mu.Lock()
+	w.cm.maint = spy
+	h.s.mu.Unlock()
+	m.batch(2, 50)
+	rows, _ = scanRows(t, h.cat, "users")
+	eq(t, rows, m.want()...)
+	if c := rec.last(); c.VectorsDeclined || !c.Vectors {
+		t.Fatalf("planned batch: %+v, want Vectors without VectorsDeclined", c)
+	}
+	h.close()
 }

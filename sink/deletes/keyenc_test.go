@@ -124,7 +124,9 @@ func TestEncodedColumnLooksUpKeys(t *testing.T) {
 		pos int64
 	}
 	var rows []row
-	word := func() string { return []string{"a", "ab", "abc", "b", "\x00", "", "zz"}[rnd.IntN(7)] + string(rune('a'+rnd.IntN(3))) }
+	word := func() string {
+		return []string{"a", "ab", "abc", "b", "\x00", "", "zz"}[rnd.IntN(7)] + string(rune('a'+rnd.IntN(3)))
+	}
 	for i := 0; i < 2000; i++ {
 		if i%13 == 5 {
 			continue // a null key: not given

@@ -46,7 +46,7 @@ func (m *Maintainer) UseKeyCache(c *KeyCache) { m.planner.UseKeyCache(c) }
 // WriterVectors on or not at format v3, the process keeps no key cache, or the key is not one
 // integer column.
 func (m *Maintainer) Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*WriterVectors, error) {
-	if len(eqDels) == 0 || !m.writesVectors(head, eqDels[0].EqualityFieldIDs()) || !deletes.IntKeyed(head.Schema(), eqDels[0].EqualityFieldIDs()) {
+	if len(eqDels) == 0 || !m.WritesVectors(head) || !deletes.IntKeyed(head.Schema(), eqDels[0].EqualityFieldIDs()) {
 		return nil, nil
 	}
 	return m.planner.VectorsOfFiles(ctx, head, eqDels)
@@ -58,17 +58,17 @@ func (m *Maintainer) Vectors(ctx context.Context, head *table.Table, eqDels []ic
 // returns nil and no error when the writer is to commit equality deletes instead: the table is
 // not in dv mode with WriterVectors on or not at format v3, or the process keeps no key cache.
 func (m *Maintainer) VectorsOfKeys(ctx context.Context, head *table.Table, keyIDs []int, keys []deletes.Keys) (*WriterVectors, error) {
-	if len(keys) == 0 || !m.writesVectors(head, keyIDs) || !deletes.Keyed(head.Schema(), keyIDs) {
+	if len(keys) == 0 || !m.WritesVectors(head) || !deletes.Keyed(head.Schema(), keyIDs) {
 		return nil, nil
 	}
 	return m.planner.VectorsOfKeys(ctx, head, keyIDs, keys)
 }
 
-// writesVectors reports whether the table's writers may commit deletion vectors on head: dv
-// mode with WriterVectors on, a key cache (the index a probe looks keys up in, design.md §10.1)
-// and format v3. From equality-delete files (Vectors) only for a key of one integer column:
-// other keys are planned from the keys in memory (VectorsOfKeys).
-func (m *Maintainer) writesVectors(head *table.Table, keyIDs []int) bool {
+// WritesVectors reports whether the table's writers commit deletion vectors on head: dv mode
+// with WriterVectors on, a key cache (the index a probe looks keys up in, design.md §10.1) and
+// format v3. From equality-delete files (Vectors) only for a key of one integer column: other
+// keys are planned from the keys in memory (VectorsOfKeys).
+func (m *Maintainer) WritesVectors(head *table.Table) bool {
 	return m.cfg.WriterVectors && m.cfg.DeleteMode == DeleteModeDV && m.planner.KeyCache() != nil &&
-		head.Metadata().Version() >= 3 && len(keyIDs) > 0
+		head.Metadata().Version() >= 3
 }
