@@ -236,7 +236,11 @@ type commitInfos struct {
 	infos []CommitInfo
 }
 
-func (r *commitInfos) Committed(c CommitInfo) { r.mu.Lock(); r.infos = append(r.infos, c); r.mu.Unlock() }
+func (r *commitInfos) Committed(c CommitInfo) {
+	r.mu.Lock()
+	r.infos = append(r.infos, c)
+	r.mu.Unlock()
+}
 
 func (r *commitInfos) last() CommitInfo {
 	r.mu.Lock()

@@ -119,6 +119,28 @@ func (c *KeyCache) ProbeKeys(ctx context.Context, fs icebergio.IO, path string, 
 	return nil
 }
 
+// EncodedKeysAt is KeysAt for encoded keys (ProbeKeys): it calls fn with the encoded key (valid
+// during the call) at each of the given positions of a data file (rows with a null key column
+// skipped), from the cached column when there is one, else read from the file (not cached).
+func (c *KeyCache) EncodedKeysAt(ctx context.Context, fs icebergio.IO, path string, types []iceberg.Type, keyIDs []int,
+	at func(pos int64) bool, fn func(key []byte)) error {
+	if c != nil {
+		if col := c.get(keyColumnID{path: path, cols: encID(keyIDs)}); col != nil {
+			for i, p := range col.enc.pos {
+				if at(int64(p)) {
+					fn(col.enc.key(i))
+				}
+			}
+			return nil
+		}
+	}
+	return readEncoded(ctx, fs, path, types, keyIDs, func(key []byte, pos int64) {
+		if at(pos) {
+			fn(key)
+		}
+	})
+}
+
 // readEncoded reads only the key columns (by field id, of types) of a Parquet file and calls fn
 // with each row's encoded key (valid during the call) and its position; rows with a null key
 // column are skipped (they match no deleted key, as in probeInts).

@@ -200,13 +200,3 @@ func PartitionedByKey(meta table.Metadata, keyIDs []int) bool {
 	}
 	return true
 }
-
-// IntIdentifier returns the field id of head's key (its identifier fields) when it is one int or
-// long column, else -1.
-func IntIdentifier(head *table.Table) int {
-	sc := head.Schema()
-	if ids := sc.IdentifierFieldIDs; IntKeyed(sc, ids) {
-		return ids[0]
-	}
-	return -1
-}
