@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	icebergio "github.com/apache/iceberg-go/io"
 )
@@ -23,8 +24,16 @@ import (
 // position), 8 for a column already in key order; every other key encoded (ProbeKeys,
 // keybytes.go). Null keys are left out. A file whose column
 // alone is larger than the bound is read, not cached. A nil *KeyCache caches nothing.
+//
+// Eviction keeps the working set: a column looked up within activeFor is never evicted to make
+// room for another, which is then read and not cached. When a table's key columns outgrow the
+// bound, every commit probes the same files in turn, and least-recently-used eviction would drop
+// each column just before its next probe (every file read at every commit); this way the cached
+// part keeps answering and only the files beyond the bound are read. Columns no probe has used
+// for activeFor (files a compaction elsewhere removed, tables gone quiet) make room.
 type KeyCache struct {
 	limit int64
+	now   func() time.Time
 
 	mu    sync.Mutex
 	held  int64
@@ -52,7 +61,12 @@ type keyColumn struct {
 	keys []int64
 	pos  []uint32
 	enc  *encColumn // instead of keys and pos: an encoded column (keybytes.go)
+	used time.Time  // when a probe last looked it up (or cached it); under the cache's lock
 }
+
+// activeFor is how long a column stays in the working set after a probe used it: commits and
+// conversions probe a table's files every few seconds.
+const activeFor = time.Minute
 
 func (col *keyColumn) bytes() int64 {
 	n := int64(len(col.keys))*8 + int64(len(col.pos))*4 + 64
@@ -134,7 +148,7 @@ func NewKeyCache(limit int64) *KeyCache {
 	if limit <= 0 {
 		return nil
 	}
-	return &KeyCache{limit: limit, lru: list.New(), byKey: map[keyColumnID]*list.Element{}}
+	return &KeyCache{limit: limit, now: time.Now, lru: list.New(), byKey: map[keyColumnID]*list.Element{}}
 }
 
 // Limit is the cache's bound in bytes (0 for a nil cache).
@@ -240,10 +254,13 @@ func (c *KeyCache) get(id keyColumnID) *keyColumn {
 	}
 	c.hits++
 	c.lru.MoveToFront(e)
-	return e.Value.(*keyColumn)
+	col := e.Value.(*keyColumn)
+	col.used = c.now()
+	return col
 }
 
-// put caches col if it fits the bound, dropping the least recently used columns to make room.
+// put caches col if it fits the bound, dropping the least recently used columns to make room,
+// but none used within activeFor: then col is not cached.
 func (c *KeyCache) put(col *keyColumn) {
 	n := col.bytes()
 	if n > c.limit {
@@ -254,13 +271,18 @@ func (c *KeyCache) put(col *keyColumn) {
 	if _, ok := c.byKey[col.id]; ok { // a concurrent probe cached it first
 		return
 	}
+	now := c.now()
 	for c.held+n > c.limit {
 		last := c.lru.Back()
 		old := last.Value.(*keyColumn)
+		if now.Sub(old.used) < activeFor {
+			return // the working set fills the bound
+		}
 		c.lru.Remove(last)
 		delete(c.byKey, old.id)
 		c.held -= old.bytes()
 	}
+	col.used = now
 	c.byKey[col.id] = c.lru.PushFront(col)
 	c.held += n
 }
