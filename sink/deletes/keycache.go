@@ -11,7 +11,7 @@ import (
 	icebergio "github.com/apache/iceberg-go/io"
 )
 
-// KeyCache keeps the integer key column of data files in memory for the position conversion's
+// KeyCache keeps the key columns of data files in memory for the position conversion's
 // probe (design.md §10.1), shared by every table's Planner in the process and bounded in
 // bytes (least recently used out). A conversion on a big table with random keys reads the key
 // column of every data file below the equality deletes' sequence number, every few seconds; the

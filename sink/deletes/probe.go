@@ -176,9 +176,9 @@ func intKey(keyIDs []int, t iceberg.Type) bool {
 	return false
 }
 
-// probeInts is readKeys for a single int or long key column, without rendering each row's key
-// as text: a probe reads every row of a candidate file, so on a big table its cost per row is
-// most of a conversion's (design.md §10.1). Null keys are skipped, as in readKeys.
+// probeInts is readEncoded for a single int or long key column, without encoding each row's key:
+// a probe reads every row of a candidate file, so on a big table its cost per row is most of a
+// conversion's (design.md §10.1). Null keys are skipped, as in readEncoded.
 func probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, fn func(key, pos int64)) error {
 	var pos int64
 	return readColumns(ctx, fs, path, []int{keyID}, func(rec arrow.RecordBatch) error {
