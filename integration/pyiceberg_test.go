@@ -291,7 +291,8 @@ func TestReadersByDeleteMode(t *testing.T) {
 			var pairs [][2]string
 			if mode != "equality" {
 				extra, pairs = p.branchSnapshotSpecs(exp)
-				if len(pairs) == 0 {
+				if len(pairs) == 0 && mode == "position" {
+					// In dv mode the writers commit vectors: a conversion follows only a reload.
 					t.Error("no snapshot a conversion added to the positional branch is left for Spark to read")
 				}
 			}
