@@ -21,8 +21,8 @@ import (
 )
 
 // Writer vectors planned from the keys in memory for every kind of key (design.md §10.1): a text
-// UUID key, a composite key (int and text), the same partitioned by a key column, and a keyless
-// table's record identity. Every batch's deletes are committed as deletion vectors planned from
+// UUID key, a composite key (int and text), one of a date, a timestamp and a negative decimal,
+// the int and text key partitioned by a key column, and a keyless table's record identity. Every batch's deletes are committed as deletion vectors planned from
 // memory (no equality-delete file on main, none planned from files), and the table read back
 // through the iceberg-go scanner is the model's.
 
@@ -142,6 +142,14 @@ func TestWriterVectorsOfEveryKey(t *testing.T) {
 				return []change.Column{col("id", fmt.Sprint(k%10)), col("code", fmt.Sprintf("'c%d'", k))}
 			},
 			row: func(k int, name string) string { return fmt.Sprintf("id=%d,code=c%d,name=%s", k%10, k, name) }},
+		{name: "date, timestamp and decimal", def: "day*:DATE at*:DATETIME amt*:NUMERIC name:WSTRING",
+			cols: func(k int) []change.Column {
+				return []change.Column{col("day", fmt.Sprintf("'2025-03-%02d'", 1+k%28)),
+					col("at", fmt.Sprintf("'2025-03-04 05:%02d:%02d.%06d'", k/60%60, k%60, k)), col("amt", fmt.Sprintf("-%d.25", k))}
+			},
+			row: func(k int, name string) string {
+				return fmt.Sprintf("day=2025-03-%02d,at=2025-03-04T05:%02d:%02d.%06d,amt=-%d.2500000000,name=%s", 1+k%28, k/60%60, k%60, k, k, name)
+			}},
 		{name: "partitioned by a key column", def: "id*:INT4 code*:WSTRING name:WSTRING",
 			opts: []harnessOption{withTables(map[string]TableConfig{"shop.users": {PrimaryKey: []string{"id", "code"},
 				Partition: []PartitionField{{Column: "id", Transform: "bucket", N: 3}}}})},
