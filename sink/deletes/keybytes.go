@@ -3,8 +3,8 @@ package deletes
 import (
 	"bytes"
 	"cmp"
-	"encoding/binary"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sort"
