@@ -142,6 +142,6 @@ bench-hot: ## one hot table: 1, 2, 4 and 8 writers committing to it through the 
 	  go test -run '^$$' -bench '^BenchmarkHotTable$$' -benchtime=1x -timeout 30m ./cmd/dms2iceberg/
 
 .PHONY: bench-maintenance
-bench-maintenance: ## CDC + background maintenance benchmark: 1M rows, 1,000 commits (~12 min); resize with BENCH_ROWS, BENCH_COMMITS, BENCH_KEYS, BENCH_FLUSH_INTERVAL, BENCH_LOAD_CHUNK; BENCH_DELETE_MODE=position|dv; BENCH_PYICEBERG_PYTHON times PyIceberg too; report also in BENCH_OUT (docs/benchmarks.md has the 1M and 20M commands)
+bench-maintenance: ## CDC + background maintenance benchmark: 1M rows, 1,000 commits (~12 min); resize with BENCH_ROWS, BENCH_COMMITS, BENCH_KEYS, BENCH_FLUSH_INTERVAL, BENCH_LOAD_CHUNK; BENCH_DELETE_MODE=position|dv; BENCH_KEY=int|uuid|composite; BENCH_PYICEBERG_PYTHON times PyIceberg too; report also in BENCH_OUT (docs/benchmarks.md has the 1M and 20M commands)
 	DMS2ICEBERG_BENCH_MAINTENANCE=1 BENCH_OUT=$${BENCH_OUT:-$(CURDIR)/bench-maintenance.md} \
 	  go test -run '^$$' -bench '^BenchmarkMaintenanceCDC$$' -benchtime=1x -timeout 90m ./sink

@@ -30,8 +30,8 @@ import (
 type staged struct {
 	data    []iceberg.DataFile
 	deletes []iceberg.DataFile
-	// keys are the batch's deleted keys held in memory instead of an equality-delete file (one
-	// integer key column of an unpartitioned table, for deletion vectors: memoryKeys); deletes is
+	// keys are the batch's deleted keys held in memory instead of an equality-delete file (for
+	// deletion vectors: memoryKeys); deletes is
 	// written from the batch only if no attempt commits them as vectors.
 	keys []deletes.Keys
 	// moved is the file listing the batch's moves (moved.go), "" when it has none.
@@ -90,6 +90,8 @@ type flushing struct {
 	// attemptVectors are the files of those vectors, removed if the attempt is refused.
 	vectors        bool
 	attemptVectors []iceberg.DataFile
+	// declined: the last attempt committed equality deletes where the writer writes vectors.
+	declined bool
 }
 
 // commitRows commits, as one snapshot, the rows within the limit of the flush in progress (or,
@@ -178,10 +180,11 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 		f.files.moved = path
 	}
 	f.reload = cm.rt.reloadFor(&f.b) // on the table this attempt commits on
-	vec, err := cm.vectors(ctx, f)
+	vec, declined, err := cm.vectors(ctx, f)
 	if err != nil {
 		return nil, err
 	}
+	f.declined = declined
 	if vec == nil && len(f.files.keys) > 0 && len(f.files.deletes) == 0 {
 		// The keys were kept in memory for vectors, and this attempt commits equality deletes.
 		if f.files.deletes, err = cm.writeDeletes(ctx, &f.b); err != nil {
@@ -198,28 +201,30 @@ func (f *flushing) stage(ctx context.Context, _ *table.Table, _ int) (*table.Tab
 }
 
 // vectors asks the table's maintainer for the batch's deletes as deletion vectors on the table
-// this attempt commits on (maintenance.Maintainer.Vectors): nil to commit the equality deletes.
-// Never while a reload is in progress (the batch then commits on the reload branch).
-func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.WriterVectors, error) {
+// this attempt commits on (maintenance.Maintainer.Vectors): nil to commit the equality deletes,
+// declined when the table's writers write vectors and these deletes could not be (a key with a
+// null value, a table partitioned by a column outside its key, a failed plan). Never while a
+// reload is in progress (the batch then commits on the reload branch).
+func (cm *committer) vectors(ctx context.Context, f *flushing) (*maintenance.WriterVectors, bool, error) {
 	if cm.maint == nil || (len(f.files.deletes) == 0 && len(f.files.keys) == 0) || f.reload != nil {
-		return nil, nil
+		return nil, false, nil
 	}
 	if _, ok := cm.rt.reloading(); ok {
-		return nil, nil
+		return nil, false, nil
 	}
 	var vec *maintenance.WriterVectors
 	var err error
 	if len(f.files.keys) > 0 {
-		vec, err = cm.maint.VectorsOfKeys(ctx, cm.st.tbl, cm.st.lay.keyIDs[0], f.files.keys)
+		vec, err = cm.maint.VectorsOfKeys(ctx, cm.st.tbl, cm.deleteIDs(), f.files.keys)
 	} else {
 		vec, err = cm.maint.Vectors(ctx, cm.st.tbl, f.files.deletes)
 	}
 	if err != nil {
 		// The equality deletes are as right, and the maintainer converts them.
 		cm.log.Warn("planning deletion vectors failed; committing equality deletes", zap.Error(err))
-		return nil, nil
+		vec = nil
 	}
-	return vec, nil
+	return vec, vec == nil && cm.maint.WritesVectors(cm.st.tbl), nil
 }
 
 // refreshed adopts a table refreshed after a failed attempt and tells whether it already holds the
@@ -261,7 +266,7 @@ func (cm *committer) committed(ctx context.Context, f *flushing, attempts int, l
 	b := &f.b
 	if !b.empty() {
 		info := CommitInfo{Table: cm.name, Source: cm.src, SnapshotID: snapshotID(cm.st.tbl),
-			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts, Vectors: f.vectors,
+			Rows: len(b.upserts), Deletes: len(b.deletes), Trimmed: b.trimmed, Attempts: attempts, Vectors: f.vectors, VectorsDeclined: f.declined,
 			Took: took, Oldest: cm.pl.buf.first, Watermarks: maps.Clone(cm.st.lay.watermark),
 			CompleteThrough: f.lim.completeThrough(), SourceNewest: cm.pl.buf.newestSource(b)}
 		cm.env.metrics.Committed(info)
@@ -367,22 +372,48 @@ func (cm *committer) writeFiles(ctx context.Context, b *batch) (*staged, error) 
 }
 
 // memoryKeys returns the batch's deleted keys for deletion vectors planned from memory, nil when
-// the batch writes an equality-delete file: vectors may be planned from memory for a keyed,
-// unpartitioned table with one integer key column, with a maintainer and no reload in progress
-// (the maintainer decides at each attempt whether it plans them; writeDeletes then follows).
+// the batch writes an equality-delete file: vectors may be planned from memory with a
+// maintainer and no reload in progress, for a key the planner encodes (deletes.Keyed: the key
+// columns, or a keyless table's record identity) with no null value, on a table partitioned by
+// key columns only (deletes.PartitionedByKey: a key's rows lie in one partition, so its deletes
+// need no partition). The maintainer decides at each attempt whether it plans them;
+// writeDeletes then follows.
 func (cm *committer) memoryKeys(b *batch) []deletes.Keys {
-	l := cm.st.lay
-	if len(b.deletes) == 0 || cm.maint == nil || !deletes.IntKeyed(l.schema, l.keyIDs) || !cm.st.tbl.Spec().IsUnpartitioned() {
+	ids := cm.deleteIDs()
+	if len(b.deletes) == 0 || cm.maint == nil || !deletes.Keyed(cm.st.lay.schema, ids) ||
+		!deletes.PartitionedByKey(cm.st.tbl.Metadata(), ids) {
 		return nil
 	}
 	if _, ok := cm.rt.reloading(); ok {
 		return nil
 	}
-	vals := make([]int64, len(b.deletes))
-	for i, key := range b.deletes {
-		vals[i] = key[0].I
+	if deletes.IntKeyed(cm.st.lay.schema, ids) {
+		vals := make([]int64, len(b.deletes))
+		for i, key := range b.deletes {
+			if key[0].Null {
+				return nil
+			}
+			vals[i] = key[0].I
+		}
+		return []deletes.Keys{{Values: vals}}
 	}
-	return []deletes.Keys{{Values: vals}}
+	for _, key := range b.deletes {
+		for _, d := range key {
+			if d.Null {
+				return nil // an equality delete matches null keys; a probe never does
+			}
+		}
+	}
+	return []deletes.Keys{{Tuples: b.deletes}}
+}
+
+// deleteIDs are the field ids of the columns the batch's deletes are keyed by: the key columns;
+// in a keyless table the record identity (identity.go).
+func (cm *committer) deleteIDs() []int {
+	if l := cm.st.lay; !l.keyed() {
+		return []int{l.idID}
+	}
+	return cm.st.lay.keyIDs
 }
 
 // writeDeletes writes the equality-delete files of a batch: by key; in a keyless table by the

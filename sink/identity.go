@@ -9,6 +9,7 @@ import (
 
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
+	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 )
 
 // The DMS record identity of keyless tables (sink.keyless_identity, design.md §3.2): a DMS
@@ -27,7 +28,7 @@ import (
 // KeylessIdentityColumn is the extra column of a keyless table that holds each row's DMS record
 // identity (change.RecordIdentity), written with sink.keyless_identity auto. Keyless tables get
 // it when they are created (buildSchema); tables created without it keep appending re-sends.
-const KeylessIdentityColumn = "_dms_record_id"
+const KeylessIdentityColumn = deletes.IdentityColumn
 
 // identityDoc starts the doc of the identity column; a column of that name without it is a
 // source column, and the table then gets no identity.

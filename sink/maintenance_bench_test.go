@@ -56,6 +56,9 @@ import (
 // BENCH_REWRITE_DELETED_FRACTION maintenance.rewrite_deleted_fraction;
 // in position and dv mode it also reports the time from a commit to the conversion of its equality
 // deletes.
+// BENCH_KEY is the table's key: int (default: one long column), uuid (a text column of UUIDs in
+// canonical form) or composite (an int and a text column); the report gives the key index's
+// memory (the key cache's bytes held per row of the table).
 // BENCH_OUT names a file that receives the report too.
 func BenchmarkMaintenanceCDC(b *testing.B) {
 	if os.Getenv("DMS2ICEBERG_BENCH_MAINTENANCE") != "1" {
@@ -76,6 +79,7 @@ func BenchmarkMaintenanceCDC(b *testing.B) {
 		loadChunk:       envInt("BENCH_LOAD_CHUNK", 1_000_000),
 		scanReps:        envInt("BENCH_SCAN_REPEAT", 8),
 		pyiceberg:       os.Getenv("BENCH_PYICEBERG_PYTHON"),
+		key:             os.Getenv("BENCH_KEY"),
 		branch:          maintenance.DefaultConfig().PositionalBranch,
 	}
 	if os.Getenv("BENCH_POSITIONAL_BRANCH") == "off" {
@@ -108,6 +112,7 @@ type benchParams struct {
 	branch                                           string // sink.maintenance.positional_branch
 	interval, retention, posDelay                    time.Duration
 	mode                                             string
+	key                                              string // BENCH_KEY: int (default), uuid or composite
 	rewriteFraction                                  float64
 }
 
@@ -193,9 +198,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	cfg.FlushInterval = time.Hour // the benchmark flushes on its own clock
 	cfg.FlushRows = 1 << 30
 	cfg.FlushBytes = 1 << 40
-	cfg.Tables = map[string]TableConfig{"shop.bench": {PrimaryKey: []string{"id"}, Columns: []ColumnSpec{
-		{Name: "id", Type: "INT8"}, {Name: "name", Type: "WSTRING", Length: 40},
-		{Name: "qty", Type: "INT4"}, {Name: "amount", Type: "NUMERIC", Precision: 12, Scale: 2}}, DeleteMode: p.mode}}
+	tc, keyCols := benchTable(b, p)
+	cfg.Tables = map[string]TableConfig{"shop.bench": tc}
 	mc := &cfg.Maintenance
 	mc.Enabled = os.Getenv("BENCH_MAINTENANCE_OFF") != "1"
 	mc.Owner = "bench"
@@ -252,7 +256,7 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 	rng := rand.New(rand.NewPCG(1, 2))
 	submit := func(op change.Op, id int, q int32) {
 		seq++
-		cols := []change.Column{col("id", strconv.Itoa(id))}
+		cols := keyCols(id)
 		if op != change.OpDelete {
 			cols = append(cols, col("name", "'customer-"+strconv.Itoa(id)+"'"), col("qty", strconv.Itoa(int(q))),
 				col("amount", strconv.Itoa(int(q))+"."+strconv.Itoa(id%100/10)+strconv.Itoa(id%10)))
@@ -266,8 +270,8 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			b.Fatal(err)
 		}
 	}
-	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v, delete_mode %q, position_delay %s, rewrite_deleted_fraction %g)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
-		mc.Enabled, p.mode, p.posDelay, p.rewriteFraction, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
+	fmt.Fprintf(out, "## maintenance benchmark (maintenance on: %v, delete_mode %q, key %q, position_delay %s, rewrite_deleted_fraction %g)\n\nrows %d, commits %d × %d keys, flush interval %s, max_delete_files %d, keep_last %d, snapshot_retention %s, GOMAXPROCS %d\n\n",
+		mc.Enabled, p.mode, p.key, p.posDelay, p.rewriteFraction, p.rows, p.commits, p.keys, p.interval, p.maxDel, p.keepLast, p.retention, runtime.GOMAXPROCS(0))
 	load0 := loadavg()
 	start := time.Now()
 	for id := 1; id <= p.rows; id++ {
@@ -560,8 +564,9 @@ func runMaintenanceBench(b *testing.B, p benchParams, out io.Writer) benchResult
 			lags[len(lags)-1].Round(time.Millisecond), len(lags), len(samples))
 	}
 	if kc := s.KeyCache(); kc.Limit > 0 || len(convTook) > 0 {
-		fmt.Fprintf(out, "- key cache (bound %s): %s held at the end, probes %d from the cache, %d read the file\n",
-			kib(kc.Limit), kib(kc.Held), kc.Hits, kc.Reads)
+		records := tbl.CurrentSnapshot().Summary.Properties.GetInt("total-records", 0)
+		fmt.Fprintf(out, "- key cache (bound %s): %s held at the end, probes %d from the cache, %d read the file; key index (key %q) **%.1f bytes per row** of the table's %d records\n",
+			kib(kc.Limit), kib(kc.Held), kc.Hits, kc.Reads, p.key, float64(kc.Held)/float64(max(records, 1)), records)
 	}
 	fmt.Fprintf(out, "- writer_vectors %v: %d of %d commits wrote deletion vectors; main held equality deletes after **%d of %d commits**\n",
 		mc.WriterVectors, vectorCommits, len(samples), eqAfter, len(samples))
@@ -822,4 +827,26 @@ func pyicebergScanTime(b *testing.B, ctx context.Context, dir string, ident tabl
 		b.Fatalf("pyiceberg scan %v at commit %d: %v: %s", extra, commit, err, outb)
 	}
 	return r
+}
+
+// benchTable is the benchmark's table (BENCH_KEY) and the key columns of row id.
+func benchTable(b *testing.B, p benchParams) (TableConfig, func(id int) []change.Column) {
+	rest := []ColumnSpec{{Name: "name", Type: "WSTRING", Length: 40}, {Name: "qty", Type: "INT4"},
+		{Name: "amount", Type: "NUMERIC", Precision: 12, Scale: 2}}
+	switch p.key {
+	case "", "int":
+		return TableConfig{PrimaryKey: []string{"id"}, Columns: append([]ColumnSpec{{Name: "id", Type: "INT8"}}, rest...), DeleteMode: p.mode},
+			func(id int) []change.Column { return []change.Column{col("id", strconv.Itoa(id))} }
+	case "uuid":
+		return TableConfig{PrimaryKey: []string{"id"}, Columns: append([]ColumnSpec{{Name: "id", Type: "WSTRING", Length: 36}}, rest...), DeleteMode: p.mode},
+			func(id int) []change.Column { return []change.Column{col("id", "'"+uuidOf(id)+"'")} }
+	case "composite":
+		return TableConfig{PrimaryKey: []string{"tenant", "id"}, Columns: append([]ColumnSpec{{Name: "tenant", Type: "INT4"},
+				{Name: "id", Type: "WSTRING", Length: 20}}, rest...), DeleteMode: p.mode},
+			func(id int) []change.Column {
+				return []change.Column{col("tenant", strconv.Itoa(id%16)), col("id", "'k"+strconv.Itoa(id)+"'")}
+			}
+	}
+	b.Fatalf("BENCH_KEY %q: want int, uuid or composite", p.key)
+	return TableConfig{}, nil
 }

@@ -18,11 +18,12 @@ import (
 //
 // In dv mode the writer also asks it, for each commit attempt, for the batch's deletes as
 // deletion vectors on the table it commits on (nil: commit the equality deletes): from the keys
-// it holds in memory (VectorsOfKeys, one integer key column of an unpartitioned table, where no
+// it holds in memory (VectorsOfKeys, any key or a keyless table's record identity, where no
 // equality-delete file is written unless the maintainer declines), else from the batch's
-// equality-delete files (Vectors).
+// equality-delete files (Vectors, one integer key column).
 type maintainer interface {
 	AfterCommit(ctx context.Context, tbl *table.Table, adopt func(*table.Table) error)
 	Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*maintenance.WriterVectors, error)
-	VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []deletes.Keys) (*maintenance.WriterVectors, error)
+	VectorsOfKeys(ctx context.Context, head *table.Table, keyIDs []int, keys []deletes.Keys) (*maintenance.WriterVectors, error)
+	WritesVectors(head *table.Table) bool
 }

@@ -547,7 +547,7 @@ func (v *vectorSpy) Vectors(ctx context.Context, head *table.Table, eqDels []ice
 	return v.maintainer.Vectors(ctx, head, eqDels)
 }
 
-func (v *vectorSpy) VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []deletes.Keys) (*maintenance.WriterVectors, error) {
+func (v *vectorSpy) VectorsOfKeys(ctx context.Context, head *table.Table, keyIDs []int, keys []deletes.Keys) (*maintenance.WriterVectors, error) {
 	v.ofKeys.Add(1)
-	return v.maintainer.VectorsOfKeys(ctx, head, keyID, keys)
+	return v.maintainer.VectorsOfKeys(ctx, head, keyIDs, keys)
 }

@@ -20,6 +20,10 @@ type CommitInfo struct {
 	// Vectors: the batch's deletes were committed as deletion vectors (writer_vectors), not as
 	// equality deletes.
 	Vectors bool
+	// VectorsDeclined: the table's writers write deletion vectors, and this batch's deletes were
+	// committed as equality deletes instead (a key with a null value, a table partitioned by a
+	// column outside its key, a plan that failed); the maintainer converts them.
+	VectorsDeclined bool
 	// Took is the time from the start of the flush to the commit.
 	Took time.Duration
 	// Oldest is when the oldest change of the batch arrived at the writer (freshness); a commit

@@ -16,6 +16,7 @@ type promSinkMetrics struct {
 
 	commits        *prometheus.CounterVec
 	vectorCommits  *prometheus.CounterVec
+	vectorDeclines *prometheus.CounterVec
 	complete       *prometheus.GaugeVec
 	orderingRisk   *prometheus.CounterVec
 	gateWait       *prometheus.CounterVec
@@ -56,6 +57,7 @@ func newPromSinkMetrics(r *promRegistry, now func() time.Time) *promSinkMetrics 
 	m := &promSinkMetrics{now: now}
 	m.commits = r.counter("table", "commits_total", "Snapshots committed to the table.", table)
 	m.vectorCommits = r.counter("table", "vector_commits_total", "Table batches whose deletes were committed as deletion vectors (writer_vectors), not equality deletes.", table)
+	m.vectorDeclines = r.counter("table", "vector_declines_total", "Table batches of a writer_vectors table whose deletes were committed as equality deletes: the planner declined (a null key value, a partition column outside the key, a failed plan).", table)
 	m.complete = r.gauge("table", "complete_through_timestamp_seconds", "Unix time the table is complete through: its last commit holds every change that arrived in Kinesis before it (ordering: arrival).", table)
 	m.orderingRisk = r.counter("table", "ordering_risks_total", "Layouts that ordering: shard cannot keep in order, seen once per table and kind (multi_shard_table, key_change).", table, "kind")
 	m.gateWait = r.counter("table", "gate_wait_seconds_total", "Time the table's writer held changes back for older changes another worker had not committed (the ordering guard's cross-process gates), measured from flush to flush.", table)
@@ -101,6 +103,9 @@ func (m *promSinkMetrics) Committed(c sink.CommitInfo) {
 	m.commits.WithLabelValues(c.Table).Inc()
 	if c.Vectors {
 		m.vectorCommits.WithLabelValues(c.Table).Inc()
+	}
+	if c.VectorsDeclined {
+		m.vectorDeclines.WithLabelValues(c.Table).Inc()
 	}
 	m.rows.WithLabelValues(c.Table).Add(float64(c.Rows))
 	m.deletes.WithLabelValues(c.Table).Add(float64(c.Deletes))

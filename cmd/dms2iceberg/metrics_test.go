@@ -36,7 +36,7 @@ func TestMetricsScrape(t *testing.T) {
 
 	// Sink.
 	m.sink.Committed(sink.CommitInfo{Table: "shop.orders", Source: "shop.orders", SnapshotID: 42, Rows: 10, Deletes: 4, Trimmed: 2,
-		Attempts: 2, Took: 250 * time.Millisecond, Oldest: now.Add(-3 * time.Second)})
+		Attempts: 2, Took: 250 * time.Millisecond, Oldest: now.Add(-3 * time.Second), VectorsDeclined: true})
 	m.sink.Committed(sink.CommitInfo{Table: "shop.orders", Rows: 5, Deletes: 1, Attempts: 1, Took: 50 * time.Millisecond, Vectors: true})
 	m.sink.CommitFailed("shop.orders")
 	m.sink.CommitUnknown("shop.orders", sink.UnknownLanded)
@@ -74,6 +74,7 @@ func TestMetricsScrape(t *testing.T) {
 	want := map[string]float64{
 		`dms2iceberg_table_commits_total{table="shop.orders"}`:                                             2,
 		`dms2iceberg_table_vector_commits_total{table="shop.orders"}`:                                      1,
+		`dms2iceberg_table_vector_declines_total{table="shop.orders"}`:                                     1,
 		`dms2iceberg_table_rows_total{table="shop.orders"}`:                                                15,
 		`dms2iceberg_table_deletes_total{table="shop.orders"}`:                                             5,
 		`dms2iceberg_table_trimmed_total{table="shop.orders"}`:                                             2,

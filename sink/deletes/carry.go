@@ -37,9 +37,8 @@ type Carried struct {
 // Carry compares the deletion vectors of the files a compaction planned on snap rewrites
 // (rewritten, by path) in head with those of snap. Where they differ, the rows at the positions
 // deleted since (their keys, read from the key column) are deleted from the compaction's new
-// files (results) by new vectors. It returns ErrSuperseded when that cannot be done: the table's
-// key is not one integer column, or a vector lost positions (only a rewrite of its file does
-// that).
+// files (results) by new vectors. It returns ErrSuperseded when that cannot be done: the table
+// has no key (CarryKey) or a vector lost positions (only a rewrite of its file does that).
 func (pl *Planner) Carry(ctx context.Context, snap *table.Snapshot, rewritten map[string]struct{},
 	results []table.CompactionGroupResult, head *table.Table) (Carried, error) {
 	out := Carried{Results: results}
@@ -59,7 +58,7 @@ func (pl *Planner) Carry(ctx context.Context, snap *table.Snapshot, rewritten ma
 		return out, err
 	}
 	is := liveDVs(now)
-	deleted, keyID, err := pl.deletedSince(ctx, fs, head, rewritten, liveDVs(before), is)
+	deleted, err := pl.deletedSince(ctx, fs, head, rewritten, liveDVs(before), is)
 	if err != nil {
 		return out, err
 	}
@@ -74,13 +73,11 @@ func (pl *Planner) Carry(ctx context.Context, snap *table.Snapshot, rewritten ma
 		}
 		out.Results[i] = r
 	}
-	if len(deleted) == 0 {
+	if deleted.empty() {
 		return out, nil
 	}
-	slices.Sort(deleted)
-	deleted = slices.Compact(deleted)
-	out.Keys = len(deleted)
-	if out.Add, out.Positions, err = pl.deleteFromNew(ctx, fs, head.Metadata(), keyID, deleted, results); err != nil || len(out.Add) == 0 {
+	out.Keys = deleted.sort()
+	if out.Add, out.Positions, err = pl.deleteFromNew(ctx, fs, head.Metadata(), deleted, results); err != nil || len(out.Add) == 0 {
 		return out, err
 	}
 	for i := range out.Results {
@@ -90,12 +87,68 @@ func (pl *Planner) Carry(ctx context.Context, snap *table.Snapshot, rewritten ma
 	return out, nil
 }
 
+// carriedKeys are the keys deleted in a compaction's rewritten files since its plan, of key
+// columns keyIDs (of types): integers for one int or long column, else encoded (keyenc.go).
+type carriedKeys struct {
+	keyIDs []int
+	types  []iceberg.Type
+	ints   bool
+	vals   []int64
+	encs   []string
+}
+
+func (k *carriedKeys) empty() bool { return len(k.vals) == 0 && len(k.encs) == 0 }
+
+// sort sorts and deduplicates the keys, and returns how many there are.
+func (k *carriedKeys) sort() int {
+	slices.Sort(k.vals)
+	k.vals = slices.Compact(k.vals)
+	slices.Sort(k.encs)
+	k.encs = slices.Compact(k.encs)
+	return len(k.vals) + len(k.encs)
+}
+
+// CarryKey returns the columns the writers' deletes of head's rows are keyed by: its identifier
+// fields, else a keyless table's record identity (the string column IdentityColumn); nil when
+// neither is there or a type has no key encoding.
+func CarryKey(schema *iceberg.Schema) []int {
+	ids := schema.IdentifierFieldIDs
+	if len(ids) == 0 {
+		f, ok := schema.FindFieldByName(IdentityColumn)
+		if _, str := f.Type.(iceberg.StringType); !ok || !str {
+			return nil
+		}
+		ids = []int{f.ID}
+	}
+	if !Keyed(schema, ids) {
+		return nil
+	}
+	return ids
+}
+
+// IdentityColumn is the column of a keyless table that holds each row's DMS record identity,
+// which its writers' deletes are keyed by (sink.KeylessIdentityColumn).
+const IdentityColumn = "_dms_record_id"
+
+// keyOf returns the carried keys of head's key (CarryKey), or ErrSuperseded.
+func keyOf(head *table.Table) (*carriedKeys, error) {
+	ids := CarryKey(head.Schema())
+	if ids == nil {
+		return nil, ErrSuperseded
+	}
+	types, err := keyTypes(head.Schema(), ids)
+	if err != nil {
+		return nil, ErrSuperseded
+	}
+	return &carriedKeys{keyIDs: ids, types: types, ints: IntKeyed(head.Schema(), ids)}, nil
+}
+
 // deletedSince returns the keys deleted in the rewritten files since the plan: at the positions
-// their vectors in head (is) hold beyond those of the plan's snapshot (was), and the key column
-// they were read from.
+// their vectors in head (is) hold beyond those of the plan's snapshot (was), read from the key
+// columns.
 func (pl *Planner) deletedSince(ctx context.Context, fs icebergio.IO, head *table.Table, rewritten map[string]struct{},
-	was, is map[string]LiveFile) (deleted []int64, keyID int, err error) {
-	keyID = -1
+	was, is map[string]LiveFile) (*carriedKeys, error) {
+	deleted := &carriedKeys{}
 	for path := range rewritten {
 		a, okA := was[path]
 		b, okB := is[path]
@@ -103,46 +156,71 @@ func (pl *Planner) deletedSince(ctx context.Context, fs icebergio.IO, head *tabl
 			continue
 		}
 		if !okB {
-			return nil, keyID, ErrSuperseded
+			return nil, ErrSuperseded
 		}
-		if keyID < 0 {
-			if keyID = IntIdentifier(head); keyID < 0 {
-				return nil, keyID, ErrSuperseded
+		if deleted.keyIDs == nil {
+			var err error
+			if deleted, err = keyOf(head); err != nil {
+				return nil, err
 			}
 		}
 		nowBM, err := dv.ReadDV(fs, b.File)
 		if err != nil {
-			return nil, keyID, fmt.Errorf("read deletion vector of %s: %w", path, err)
+			return nil, fmt.Errorf("read deletion vector of %s: %w", path, err)
 		}
 		wasBM := dv.NewRoaringPositionBitmap()
 		if okA {
 			if wasBM, err = dv.ReadDV(fs, a.File); err != nil {
-				return nil, keyID, fmt.Errorf("read deletion vector of %s: %w", path, err)
+				return nil, fmt.Errorf("read deletion vector of %s: %w", path, err)
 			}
 		}
 		// A file's positions only grow while it lives: one in the plan's vector that the
 		// head's lacks means another rewrite, which this one cannot build on.
 		for pos := range wasBM.Positions() {
 			if !nowBM.Contains(pos) {
-				return nil, keyID, ErrSuperseded
+				return nil, ErrSuperseded
 			}
 		}
 		if nowBM.Cardinality() == wasBM.Cardinality() {
 			continue // the same positions in another vector
 		}
-		err = pl.keys.KeysAt(ctx, fs, path, keyID, func(pos int64) bool {
-			return nowBM.Contains(uint64(pos)) && !wasBM.Contains(uint64(pos))
-		}, func(key int64) { deleted = append(deleted, key) })
+		at := func(pos int64) bool { return nowBM.Contains(uint64(pos)) && !wasBM.Contains(uint64(pos)) }
+		if deleted.ints {
+			err = pl.keys.KeysAt(ctx, fs, path, deleted.keyIDs[0], at, func(key int64) { deleted.vals = append(deleted.vals, key) })
+		} else {
+			err = pl.keys.EncodedKeysAt(ctx, fs, path, deleted.types, deleted.keyIDs, at, func(key []byte) {
+				deleted.encs = append(deleted.encs, string(key))
+			})
+		}
 		if err != nil {
-			return nil, keyID, fmt.Errorf("read the keys of %s: %w", path, err)
+			return nil, fmt.Errorf("read the keys of %s: %w", path, err)
 		}
 	}
-	return deleted, keyID, nil
+	return deleted, nil
+}
+
+// positionsOf returns the positions of new data file df whose key is in deleted.
+func (pl *Planner) positionsOf(ctx context.Context, fs icebergio.IO, df iceberg.DataFile, deleted *carriedKeys) ([]int64, error) {
+	var positions []int64
+	if deleted.ints {
+		err := pl.keys.ProbeInts(ctx, fs, df.FilePath(), deleted.keyIDs[0], df.Count(), deleted.vals, func(key, pos int64) {
+			if _, found := slices.BinarySearch(deleted.vals, key); found {
+				positions = append(positions, pos)
+			}
+		})
+		return positions, err
+	}
+	err := pl.keys.ProbeKeys(ctx, fs, df.FilePath(), deleted.types, deleted.keyIDs, df.Count(), deleted.encs, func(key []byte, pos int64) {
+		if _, found := slices.BinarySearch(deleted.encs, string(key)); found {
+			positions = append(positions, pos)
+		}
+	})
+	return positions, err
 }
 
 // deleteFromNew writes the vectors deleting the keys deleted (sorted) from the compaction's new
 // files, and returns them (none when no new file holds one) and the positions they delete.
-func (pl *Planner) deleteFromNew(ctx context.Context, fs icebergio.IO, meta table.Metadata, keyID int, deleted []int64,
+func (pl *Planner) deleteFromNew(ctx context.Context, fs icebergio.IO, meta table.Metadata, deleted *carriedKeys,
 	results []table.CompactionGroupResult) ([]iceberg.DataFile, int, error) {
 	wfs, ok := fs.(icebergio.WriteFileIO)
 	if !ok {
@@ -152,12 +230,7 @@ func (pl *Planner) deleteFromNew(ctx context.Context, fs icebergio.IO, meta tabl
 	n := 0
 	for _, r := range results {
 		for _, df := range r.NewDataFiles {
-			var positions []int64
-			err := pl.keys.ProbeInts(ctx, fs, df.FilePath(), keyID, df.Count(), deleted, func(key, pos int64) {
-				if _, found := slices.BinarySearch(deleted, key); found {
-					positions = append(positions, pos)
-				}
-			})
+			positions, err := pl.positionsOf(ctx, fs, df, deleted)
 			if err != nil {
 				return nil, 0, fmt.Errorf("probe %s: %w", df.FilePath(), err)
 			}

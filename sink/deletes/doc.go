@@ -15,7 +15,9 @@
 //   - carry.go: a compaction's carrying of the positions deleted while it rewrote;
 //   - probe.go: the deleted keys of a scope and the readers of key columns;
 //   - posdeletes.go: Parquet position-delete files (read, written) and where delete files go;
-//   - keycache.go: the process-wide, byte-bounded cache of data files' integer key columns;
+//   - keycache.go: the process-wide, byte-bounded cache of data files' key columns;
+//   - keyenc.go, keybytes.go: the canonical encoding of keys other than one integer column, and
+//     their columns in the key cache;
 //   - manifestcache.go: a planner's cache of the live entries of the manifests it listed;
 //   - live.go: a snapshot's live files and deletion vectors.
 //

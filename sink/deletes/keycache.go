@@ -6,11 +6,12 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"time"
 
 	icebergio "github.com/apache/iceberg-go/io"
 )
 
-// KeyCache keeps the integer key column of data files in memory for the position conversion's
+// KeyCache keeps the key columns of data files in memory for the position conversion's
 // probe (design.md §10.1), shared by every table's Planner in the process and bounded in
 // bytes (least recently used out). A conversion on a big table with random keys reads the key
 // column of every data file below the equality deletes' sequence number, every few seconds; the
@@ -19,11 +20,20 @@ import (
 // (docs/benchmarks.md). A column is cached sorted by key, so a probe looks up the deleted keys
 // (a step per deleted key, not per row) and its cost follows the changes, not the table's size.
 //
-// Only single int or long keys are cached (probeInts): 12 bytes per row (the key and its
-// position), 8 for a column already in key order; null keys are left out. A file whose column
+// A single int or long key is cached as integers (probeInts): 12 bytes per row (the key and its
+// position), 8 for a column already in key order; every other key encoded (ProbeKeys,
+// keybytes.go). Null keys are left out. A file whose column
 // alone is larger than the bound is read, not cached. A nil *KeyCache caches nothing.
+//
+// Eviction keeps the working set: a column looked up within activeFor is never evicted to make
+// room for another, which is then read and not cached. When a table's key columns outgrow the
+// bound, every commit probes the same files in turn, and least-recently-used eviction would drop
+// each column just before its next probe (every file read at every commit); this way the cached
+// part keeps answering and only the files beyond the bound are read. Columns no probe has used
+// for activeFor (files a compaction elsewhere removed, tables gone quiet) make room.
 type KeyCache struct {
 	limit int64
+	now   func() time.Time
 
 	mu    sync.Mutex
 	held  int64
@@ -38,6 +48,7 @@ type KeyCache struct {
 type keyColumnID struct {
 	path  string
 	field int
+	cols  string // for an encoded column (keybytes.go): its key columns (encID); "" for integers
 }
 
 // keyColumn is one data file's key column sorted by key, for a probe that looks up the deleted
@@ -49,9 +60,21 @@ type keyColumn struct {
 	id   keyColumnID
 	keys []int64
 	pos  []uint32
+	enc  *encColumn // instead of keys and pos: an encoded column (keybytes.go)
+	used time.Time  // when a probe last looked it up (or cached it); under the cache's lock
 }
 
-func (col *keyColumn) bytes() int64 { return int64(len(col.keys))*8 + int64(len(col.pos))*4 + 64 }
+// activeFor is how long a column stays in the working set after a probe used it: commits and
+// conversions probe a table's files every few seconds.
+const activeFor = time.Minute
+
+func (col *keyColumn) bytes() int64 {
+	n := int64(len(col.keys))*8 + int64(len(col.pos))*4 + 64
+	if col.enc != nil {
+		n += col.enc.bytes()
+	}
+	return n
+}
 
 // maxCachedRows bounds the rows of a cached column: positions are kept as uint32.
 const maxCachedRows = 1 << 32
@@ -125,7 +148,7 @@ func NewKeyCache(limit int64) *KeyCache {
 	if limit <= 0 {
 		return nil
 	}
-	return &KeyCache{limit: limit, lru: list.New(), byKey: map[keyColumnID]*list.Element{}}
+	return &KeyCache{limit: limit, now: time.Now, lru: list.New(), byKey: map[keyColumnID]*list.Element{}}
 }
 
 // Limit is the cache's bound in bytes (0 for a nil cache).
@@ -156,7 +179,7 @@ func (c *KeyCache) ProbeInts(ctx context.Context, fs icebergio.IO, path string, 
 	if c == nil {
 		return probeInts(ctx, fs, path, keyID, fn)
 	}
-	id := keyColumnID{path, keyID}
+	id := keyColumnID{path: path, field: keyID}
 	if col := c.get(id); col != nil {
 		col.lookup(want, fn)
 		return nil
@@ -181,7 +204,7 @@ func (c *KeyCache) ProbeInts(ctx context.Context, fs icebergio.IO, path string, 
 // (and not cached: the file is being rewritten). c may be nil.
 func (c *KeyCache) KeysAt(ctx context.Context, fs icebergio.IO, path string, keyID int, at func(pos int64) bool, fn func(key int64)) error {
 	if c != nil {
-		if col := c.get(keyColumnID{path, keyID}); col != nil {
+		if col := c.get(keyColumnID{path: path, field: keyID}); col != nil {
 			for i, k := range col.keys {
 				p := int64(i)
 				if col.pos != nil {
@@ -231,10 +254,13 @@ func (c *KeyCache) get(id keyColumnID) *keyColumn {
 	}
 	c.hits++
 	c.lru.MoveToFront(e)
-	return e.Value.(*keyColumn)
+	col := e.Value.(*keyColumn)
+	col.used = c.now()
+	return col
 }
 
-// put caches col if it fits the bound, dropping the least recently used columns to make room.
+// put caches col if it fits the bound, dropping the least recently used columns to make room,
+// but none used within activeFor: then col is not cached.
 func (c *KeyCache) put(col *keyColumn) {
 	n := col.bytes()
 	if n > c.limit {
@@ -245,13 +271,18 @@ func (c *KeyCache) put(col *keyColumn) {
 	if _, ok := c.byKey[col.id]; ok { // a concurrent probe cached it first
 		return
 	}
+	now := c.now()
 	for c.held+n > c.limit {
 		last := c.lru.Back()
 		old := last.Value.(*keyColumn)
+		if now.Sub(old.used) < activeFor {
+			return // the working set fills the bound
+		}
 		c.lru.Remove(last)
 		delete(c.byKey, old.id)
 		c.held -= old.bytes()
 	}
+	col.used = now
 	c.byKey[col.id] = c.lru.PushFront(col)
 	c.held += n
 }

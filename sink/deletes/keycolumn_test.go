@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/apache/iceberg-go"
 )
@@ -46,7 +47,7 @@ func TestKeyColumnLooksUpKeys(t *testing.T) {
 		}
 		slices.Sort(want)
 		want = slices.Compact(want)
-		col := newKeyColumn(keyColumnID{"f", 1}, keys, pos)
+		col := newKeyColumn(keyColumnID{path: "f", field: 1}, keys, pos)
 		if tc.sorted != (col.pos == nil) {
 			t.Fatalf("%s: positions kept %v, want %v", tc.name, col.pos != nil, !tc.sorted)
 		}
@@ -66,20 +67,23 @@ func TestKeyColumnLooksUpKeys(t *testing.T) {
 }
 
 // put evicts the least recently used columns to stay within the bound, and a hit refreshes a
-// column's place.
+// column's place; a column used within activeFor is not evicted (the new one is not cached).
 func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	t.Parallel()
 	col := func(path string, n int) *keyColumn {
-		return &keyColumn{id: keyColumnID{path, 1}, keys: make([]int64, n)}
+		return &keyColumn{id: keyColumnID{path: path, field: 1}, keys: make([]int64, n)}
 	}
 	a, b, c := col("a", 100), col("b", 100), col("c", 100) // 864 bytes each
 	cache := NewKeyCache(2 * a.bytes())
+	clock := time.Unix(1000, 0)
+	cache.now = func() time.Time { return clock }
 	cache.put(a)
 	cache.put(b)
+	clock = clock.Add(activeFor)
 	if cache.get(a.id) == nil { // a is now the most recently used
 		t.Fatal("a not cached")
 	}
-	cache.put(c) // evicts b
+	cache.put(c) // evicts b, unused for activeFor
 	if cache.get(b.id) != nil || cache.get(a.id) == nil || cache.get(c.id) == nil {
 		t.Fatal("want b evicted, a and c cached")
 	}
@@ -87,8 +91,37 @@ func TestKeyCacheEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("held %d, want %d", held, 2*a.bytes())
 	}
 	cache.put(col("big", 1000)) // larger than the bound: not cached, nothing evicted
-	if cache.get(keyColumnID{"big", 1}) != nil || cache.get(a.id) == nil {
+	if cache.get(keyColumnID{path: "big", field: 1}) != nil || cache.get(a.id) == nil {
 		t.Fatal("a column above the bound was cached or evicted others")
+	}
+	clock = clock.Add(activeFor - time.Second)
+	cache.put(b) // a and c were used a second ago: b is not cached
+	if cache.get(b.id) != nil || cache.get(a.id) == nil || cache.get(c.id) == nil {
+		t.Fatal("a column in use was evicted for another")
+	}
+}
+
+// Probes that visit more columns than the bound holds, in turn (every commit probes a table's
+// files in the same order), keep hitting the cached part: least-recently-used eviction would
+// drop each column just before its next probe and read every file every time.
+func TestKeyCacheKeepsItsWorkingSet(t *testing.T) {
+	t.Parallel()
+	cache := NewKeyCache(3 * (&keyColumn{keys: make([]int64, 100)}).bytes())
+	clock := time.Unix(1000, 0)
+	cache.now = func() time.Time { return clock }
+	paths := []string{"a", "b", "c", "d", "e"}
+	for round := 0; round < 4; round++ {
+		clock = clock.Add(time.Second)
+		for _, p := range paths {
+			id := keyColumnID{path: p, field: 1}
+			if cache.get(id) == nil {
+				cache.put(&keyColumn{id: id, keys: make([]int64, 100)})
+			}
+		}
+	}
+	_, hits, reads := cache.Stats()
+	if hits != 3*3 || reads != 5+3*2 {
+		t.Fatalf("%d hits, %d reads over 4 rounds of 5 columns with room for 3; want 9 and 11", hits, reads)
 	}
 }
 
@@ -108,7 +141,7 @@ func BenchmarkKeyColumnLookup(b *testing.B) {
 	}
 	sc.index(iceberg.PrimitiveTypes.Int64)
 	fileOrder := slices.Clone(keys)
-	col := newKeyColumn(keyColumnID{"f", 1}, keys, pos)
+	col := newKeyColumn(keyColumnID{path: "f", field: 1}, keys, pos)
 	b.Run("lookup", func(b *testing.B) {
 		for b.Loop() {
 			n := 0

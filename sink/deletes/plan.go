@@ -123,26 +123,30 @@ func (pl *Planner) start(src *table.Table, snap *table.Snapshot, fs icebergio.IO
 }
 
 // deletedKeys are the keys a plan deletes: in every data file (global) or in one partition's
-// (scopes, by scopeKey), each with the highest sequence number of a delete holding it.
+// (scopes, by scopeKey), each with the highest sequence number of a delete holding it. A key of
+// one int or long column is kept as an integer, every other key encoded (keyenc.go).
 type deletedKeys struct {
 	schema  *iceberg.Schema
 	keyIDs  []int
-	keyType iceberg.Type // of a single key column (nil for more)
-	ints    bool         // the key is one int or long column
-	maxSeq  int64        // the highest sequence number of a delete
+	keyType iceberg.Type   // of a single key column (nil for more)
+	types   []iceberg.Type // of the key columns (nil when one is not in the schema)
+	ints    bool           // the key is one int or long column
+	maxSeq  int64          // the highest sequence number of a delete
 	global  *keyScope
 	scopes  map[string]*keyScope
-	wants   map[*keyScope][]int64 // the sorted keys a cached probe looks up, by scope
+	wants   map[*keyScope][]int64  // the sorted keys a cached probe looks up, by scope
+	encs    map[*keyScope][]string // the same for encoded keys
 }
 
 func newDeletedKeys(schema *iceberg.Schema, keyIDs []int) *deletedKeys {
 	dk := &deletedKeys{schema: schema, keyIDs: keyIDs, global: newKeyScope(), scopes: map[string]*keyScope{},
-		wants: map[*keyScope][]int64{}}
+		wants: map[*keyScope][]int64{}, encs: map[*keyScope][]string{}}
 	if len(keyIDs) == 1 {
 		if f, ok := schema.FindFieldByID(keyIDs[0]); ok {
 			dk.keyType = f.Type
 		}
 	}
+	dk.types, _ = keyTypes(schema, keyIDs)
 	dk.ints = intKey(keyIDs, dk.keyType)
 	return dk
 }
@@ -188,10 +192,10 @@ func readDeletes(ctx context.Context, fs icebergio.IO, src *table.Table, eqDels 
 					sc.intSeq[key] = e.Seq
 				}
 			})
-		} else {
-			err = readKeys(ctx, fs, e.File.FilePath(), dk.schema, dk.keyIDs, func(key string, _ int64) {
-				if sc.seq[key] < e.Seq {
-					sc.seq[key] = e.Seq
+		} else if _, err = checkEncodable(dk.schema, dk.keyIDs); err == nil {
+			err = readEncoded(ctx, fs, e.File.FilePath(), dk.types, dk.keyIDs, func(key []byte, _ int64) {
+				if sc.seq[string(key)] < e.Seq {
+					sc.seq[string(key)] = e.Seq
 				}
 			})
 		}
@@ -255,10 +259,15 @@ func (pl *Planner) probe(ctx context.Context, fs icebergio.IO, d LiveFile, dk *d
 		})
 		return positions, err
 	}
-	err := readKeys(ctx, fs, path, dk.schema, dk.keyIDs, func(key string, pos int64) {
-		if s := dk.global.seq[key]; s > d.Seq {
+	want, ok := dk.encs[sc]
+	if !ok {
+		want = dk.global.withEncoded(sc)
+		dk.encs[sc] = want
+	}
+	err := pl.keys.ProbeKeys(ctx, fs, path, dk.types, dk.keyIDs, d.File.Count(), want, func(key []byte, pos int64) {
+		if s := dk.global.seq[string(key)]; s > d.Seq {
 			positions = append(positions, pos)
-		} else if sc != nil && sc.seq[key] > d.Seq {
+		} else if sc != nil && sc.seq[string(key)] > d.Seq {
 			positions = append(positions, pos)
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -15,8 +14,6 @@ import (
 	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
-
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
 // The probe of a delete plan (plan.go): the deleted keys of a scope, and the
@@ -27,10 +24,11 @@ import (
 // data file: the global scope of unpartitioned deletes), each with the highest sequence number
 // of an equality delete holding it.
 type keyScope struct {
-	seq    map[string]int64 // seq by key rendered as text (keys other than a single integer)
-	intSeq map[int64]int64  // seq by single-column integer key, for probing without text
+	seq    map[string]int64 // seq by encoded key (keyenc.go: keys other than a single integer)
+	intSeq map[int64]int64  // seq by single-column integer key, for probing without encoding
 	ints   []int64          // the integer keys, sorted, for bound checks
-	strs   []string         // single-column string keys, sorted
+	encs   []string         // the encoded keys, sorted, for a cached probe
+	strs   []string         // single-column string keys, sorted, for bound checks
 	// intBits is a bit set over a hash of the integer keys (a one-hash Bloom filter) with at
 	// least 16 bits per key: a probe reads every row of a candidate file, almost none of which
 	// is deleted, and the bit answers most of them without a map lookup.
@@ -71,12 +69,14 @@ func (s *keyScope) index(t iceberg.Type) {
 	if s == nil {
 		return
 	}
-	if _, ok := t.(iceberg.StringType); ok {
-		for k := range s.seq {
-			s.strs = append(s.strs, k)
+	for k := range s.seq {
+		s.encs = append(s.encs, k)
+		if _, ok := t.(iceberg.StringType); ok {
+			s.strs = append(s.strs, decodeString(k))
 		}
-		slices.Sort(s.strs)
 	}
+	slices.Sort(s.encs)
+	slices.Sort(s.strs)
 	if len(s.intSeq) == 0 {
 		return
 	}
@@ -104,6 +104,19 @@ func (s *keyScope) with(o *keyScope) []int64 {
 		return o.ints
 	}
 	all := slices.Concat(s.ints, o.ints)
+	slices.Sort(all)
+	return slices.Compact(all)
+}
+
+// withEncoded is with for encoded keys.
+func (s *keyScope) withEncoded(o *keyScope) []string {
+	switch {
+	case o == nil || len(o.encs) == 0:
+		return s.encs
+	case s == nil || len(s.encs) == 0:
+		return o.encs
+	}
+	all := slices.Concat(s.encs, o.encs)
 	slices.Sort(all)
 	return slices.Compact(all)
 }
@@ -154,36 +167,6 @@ func decodeInt(b []byte) (int64, bool) {
 	return 0, false
 }
 
-// readKeys reads only the key columns (by field id) of a Parquet file and calls fn with each
-// row's key, rendered as text and joined by NUL, and its position in the file.
-func readKeys(ctx context.Context, fs icebergio.IO, path string, schema *iceberg.Schema, keyIDs []int, fn func(key string, pos int64)) error {
-	types := make([]iceberg.Type, len(keyIDs))
-	for ki, id := range keyIDs {
-		fld, ok := schema.FindFieldByID(id)
-		if !ok {
-			return fmt.Errorf("key column %d not in the table schema", id)
-		}
-		types[ki] = fld.Type
-	}
-	var pos int64
-	parts := make([]string, len(keyIDs))
-	return readColumns(ctx, fs, path, keyIDs, func(rec arrow.RecordBatch) error {
-		for i := 0; i < int(rec.NumRows()); i++ {
-			null := false
-			for ki := range keyIDs {
-				v, ok := dms.RenderArrow(rec.Column(ki), i, types[ki])
-				null = null || !ok
-				parts[ki] = v
-			}
-			if !null {
-				fn(strings.Join(parts, "\x00"), pos)
-			}
-			pos++
-		}
-		return nil
-	})
-}
-
 // intKey reports whether the table's key is one int or long column, which probeInts reads.
 func intKey(keyIDs []int, t iceberg.Type) bool {
 	switch t.(type) {
@@ -193,9 +176,9 @@ func intKey(keyIDs []int, t iceberg.Type) bool {
 	return false
 }
 
-// probeInts is readKeys for a single int or long key column, without rendering each row's key
-// as text: a probe reads every row of a candidate file, so on a big table its cost per row is
-// most of a conversion's (design.md §10.1). Null keys are skipped, as in readKeys.
+// probeInts is readEncoded for a single int or long key column, without encoding each row's key:
+// a probe reads every row of a candidate file, so on a big table its cost per row is most of a
+// conversion's (design.md §10.1). Null keys are skipped, as in readEncoded.
 func probeInts(ctx context.Context, fs icebergio.IO, path string, keyID int, fn func(key, pos int64)) error {
 	var pos int64
 	return readColumns(ctx, fs, path, []int{keyID}, func(rec arrow.RecordBatch) error {

@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/apache/iceberg-go"
 	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
+
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
 // Deletion vectors for a writer's batch (design.md §10.1): the batch's deleted keys are probed
@@ -29,41 +32,84 @@ func (p *Plan) vectors() *Vectors {
 	return &Vectors{Add: p.PosDels, Remove: p.ReplacedDVs, Positions: p.Rows, Probed: len(p.Probed)}
 }
 
-// Keys are deleted keys held in memory: values of a table's key column, a single int or long
-// column (int values widened). With a nil Partition they are deleted in every data file, as an
-// equality delete of an unpartitioned spec is; else only in the data files of partition
-// Partition of spec SpecID (a data file's SpecID and Partition), as an equality-delete file
-// written in that partition is. Partition is keyed by partition field id and its values must
-// print (fmt's %v) as those of the partition's data files do (DataFile.Partition).
+// Keys are deleted keys held in memory: values of a table's key columns. Values are those of a
+// single int or long column (int values widened); Tuples those of any other key (one value per
+// key column, in key order; none null), encoded canonically for the probe (keyenc.go). With a
+// nil Partition they are deleted in every data file, as an equality delete of an unpartitioned
+// spec is; else only in the data files of partition Partition of spec SpecID (a data file's
+// SpecID and Partition), as an equality-delete file written in that partition is. Partition is
+// keyed by partition field id and its values must print (fmt's %v) as those of the partition's
+// data files do (DataFile.Partition).
 type Keys struct {
 	SpecID    int32
 	Partition map[int]any
 	Values    []int64
+	Tuples    [][]dms.Datum
 }
 
-// VectorsOfKeys plans the deletes of keys, the values of key column keyID deleted by a batch a
+// VectorsOfKeys plans the deletes of keys, the values of key columns keyIDs deleted by a batch a
 // writer is about to commit on head, as deletion vectors on head, with no equality-delete file
 // written or read: what VectorsOfFiles makes of the equality deletes holding the same keys.
-// head must be at format version 3, and keyID one int or long column of its schema.
-func (pl *Planner) VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []Keys) (*Vectors, error) {
+// head must be at format version 3; a key of one int or long column is given as Values, any
+// other as Tuples (an error for a tuple with a null value, which an equality delete would match
+// to null keys and a probe never does).
+func (pl *Planner) VectorsOfKeys(ctx context.Context, head *table.Table, keyIDs []int, keys []Keys) (*Vectors, error) {
 	meta := head.Metadata()
 	if meta.Version() < 3 {
 		return nil, errors.New("deletion vectors need format version 3")
 	}
-	if !IntKeyed(head.Schema(), []int{keyID}) {
-		return nil, fmt.Errorf("key column %d is not one int or long column of the table", keyID)
+	if _, err := checkEncodable(head.Schema(), keyIDs); err != nil {
+		return nil, err
+	}
+	dk := newDeletedKeys(head.Schema(), keyIDs)
+	if err := dk.check(keys); err != nil {
+		return nil, err
 	}
 	snap, fs, live, err := pl.liveOf(ctx, head)
 	if snap == nil || err != nil {
 		return live.none, err
 	}
-	data, posDels := live.data, live.posDels
-	p, w, err := pl.start(head, snap, fs, posDels)
+	dk.maxSeq = snap.SequenceNumber + 1 // the commit's: above every live file
+	dk.addMemory(meta, keys)
+	dk.index()
+	p, w, err := pl.start(head, snap, fs, live.posDels)
 	if err != nil {
 		return nil, err
 	}
-	dk := newDeletedKeys(head.Schema(), []int{keyID})
-	dk.maxSeq = snap.SequenceNumber + 1 // the commit's: above every live file
+	p.maxSeq = dk.maxSeq
+	if err := pl.probeAll(ctx, p, w, live.data, dk); err != nil {
+		return nil, err
+	}
+	return p.vectors(), nil
+}
+
+// check returns an error unless keys are of dk's key columns: integers for one int or long
+// column, else tuples of as many values, none null.
+func (dk *deletedKeys) check(keys []Keys) error {
+	for _, k := range keys {
+		if len(k.Values) > 0 && !dk.ints {
+			return fmt.Errorf("integer keys for key columns %v, which are not one int or long column", dk.keyIDs)
+		}
+		if len(k.Tuples) > 0 && dk.ints {
+			return fmt.Errorf("tuple keys for the integer key column %v", dk.keyIDs)
+		}
+		for _, t := range k.Tuples {
+			if len(t) != len(dk.types) {
+				return fmt.Errorf("a key of %d values for %d key columns", len(t), len(dk.types))
+			}
+			for _, d := range t {
+				if d.Null {
+					return errors.New("a deleted key with a null value")
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// addMemory adds keys (checked), deleted at dk.maxSeq, to their scopes.
+func (dk *deletedKeys) addMemory(meta table.Metadata, keys []Keys) {
+	var buf []byte
 	for _, k := range keys {
 		sc := dk.global
 		if k.Partition != nil {
@@ -72,13 +118,11 @@ func (pl *Planner) VectorsOfKeys(ctx context.Context, head *table.Table, keyID i
 		for _, v := range k.Values {
 			sc.intSeq[v] = dk.maxSeq
 		}
+		for _, t := range k.Tuples {
+			buf = AppendKeyOf(buf[:0], dk.types, t)
+			sc.seq[string(buf)] = dk.maxSeq
+		}
 	}
-	dk.index()
-	p.maxSeq = dk.maxSeq
-	if err := pl.probeAll(ctx, p, w, data, dk); err != nil {
-		return nil, err
-	}
-	return p.vectors(), nil
 }
 
 // VectorsOfFiles turns eqDels, the equality deletes a writer wrote for a batch it is about to
@@ -123,8 +167,8 @@ func (pl *Planner) liveOf(ctx context.Context, head *table.Table) (*table.Snapsh
 	return snap, fs, headFiles{data: data, posDels: posDels}, err
 }
 
-// IntKeyed reports whether the key columns keyIDs are one int or long column of schema, which
-// the key cache looks up without reading the data files' columns again.
+// IntKeyed reports whether the key columns keyIDs are one int or long column of schema, whose
+// deleted keys are given as Keys.Values (any other as Keys.Tuples).
 func IntKeyed(schema *iceberg.Schema, keyIDs []int) bool {
 	if len(keyIDs) != 1 {
 		return false
@@ -133,12 +177,26 @@ func IntKeyed(schema *iceberg.Schema, keyIDs []int) bool {
 	return ok && intKey(keyIDs, f.Type)
 }
 
-// IntIdentifier returns the field id of head's key (its identifier fields) when it is one int or
-// long column, else -1.
-func IntIdentifier(head *table.Table) int {
-	sc := head.Schema()
-	if ids := sc.IdentifierFieldIDs; IntKeyed(sc, ids) {
-		return ids[0]
+// Keyed reports whether the key columns keyIDs of schema can be planned from memory
+// (VectorsOfKeys): every column is in the schema with a type the key encoding covers.
+func Keyed(schema *iceberg.Schema, keyIDs []int) bool {
+	_, err := checkEncodable(schema, keyIDs)
+	return err == nil
+}
+
+// PartitionedByKey reports whether every partition field of every spec of meta has its source
+// among the key columns keyIDs: rows of equal keys then lie in the same partition, and keys
+// deleted in every data file (Keys with no Partition) delete what the partition-scoped equality
+// deletes of the same keys would.
+func PartitionedByKey(meta table.Metadata, keyIDs []int) bool {
+	for _, spec := range meta.PartitionSpecs() {
+		for _, f := range spec.Fields() {
+			for _, src := range f.SourceIDs {
+				if !slices.Contains(keyIDs, src) {
+					return false
+				}
+			}
+		}
 	}
-	return -1
+	return true
 }

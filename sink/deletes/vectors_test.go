@@ -14,6 +14,7 @@ import (
 	"github.com/apache/iceberg-go/catalog"
 	"github.com/apache/iceberg-go/table"
 
+	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 	"github.com/dms2iceberg/dms2iceberg/sink/deletes"
 	"github.com/dms2iceberg/dms2iceberg/sink/sinktest"
 )
@@ -138,7 +139,7 @@ func TestVectorsOfKeys(t *testing.T) {
 			}
 			pl := deletes.NewPlanner(cache)
 			ctx := context.Background()
-			v, err := pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{{Values: []int64{3, 1, 150, 5000}}})
+			v, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{{Values: []int64{3, 1, 150, 5000}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -152,7 +153,7 @@ func TestVectorsOfKeys(t *testing.T) {
 			tbl = commit(t, tbl, v)
 			sinktest.Eq(t, sinktest.Rows(t, tbl, nil), want(200, 1, 3, 150)...)
 
-			v, err = pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{{Values: []int64{2}}})
+			v, err = pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{{Values: []int64{2}}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +179,7 @@ func TestVectorsOfKeysMatchVectorsOfFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fromKeys, err := pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{{Values: keys}})
+	fromKeys, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{{Values: keys}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,14 +199,14 @@ func TestVectorsOfKeysRefuses(t *testing.T) {
 	ctx := context.Background()
 	pl := deletes.NewPlanner(nil)
 	_, v2 := newTable(t, mem, 2, [2]int64{1, 10})
-	if _, err := pl.VectorsOfKeys(ctx, v2, 1, []deletes.Keys{{Values: []int64{1}}}); err == nil {
+	if _, err := pl.VectorsOfKeys(ctx, v2, []int{1}, []deletes.Keys{{Values: []int64{1}}}); err == nil {
 		t.Error("a format v2 table: no error")
 	}
 	_, empty := newTable(t, mem, 3)
-	if _, err := pl.VectorsOfKeys(ctx, empty, 2, []deletes.Keys{{Values: []int64{1}}}); err == nil {
+	if _, err := pl.VectorsOfKeys(ctx, empty, []int{2}, []deletes.Keys{{Values: []int64{1}}}); err == nil {
 		t.Error("a string key: no error")
 	}
-	if v, err := pl.VectorsOfKeys(ctx, empty, 1, []deletes.Keys{{Values: []int64{1}}}); err != nil || len(v.Add) != 0 {
+	if v, err := pl.VectorsOfKeys(ctx, empty, []int{1}, []deletes.Keys{{Values: []int64{1}}}); err != nil || len(v.Add) != 0 {
 		t.Errorf("a table without a snapshot: %+v %v, want no vector", v, err)
 	}
 }
@@ -273,7 +274,7 @@ func TestVectorsOfKeysByPartition(t *testing.T) {
 		region1 = data[1].File
 	}
 	pl := deletes.NewPlanner(deletes.NewKeyCache(1 << 20))
-	v, err := pl.VectorsOfKeys(ctx, tbl, 1, []deletes.Keys{
+	v, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, []deletes.Keys{
 		{SpecID: region1.SpecID(), Partition: region1.Partition(), Values: []int64{5}},
 		{Values: []int64{7}},
 	})
@@ -294,4 +295,63 @@ func TestVectorsOfKeysByPartition(t *testing.T) {
 		}
 	}
 	sinktest.Eq(t, sinktest.Rows(t, tbl, nil), rows...)
+}
+
+// Keys other than one integer column (a text key, a composite key) are planned from memory
+// through the key cache's encoded columns: the first plan reads each probed file's key columns
+// once, later plans of the same columns look them up (no read), and a plan of other key columns
+// caches its own. A key with a null value and integers for a text key are refused.
+func TestVectorsOfEncodedKeys(t *testing.T) {
+	t.Parallel()
+	mem := sinktest.Allocator(t)
+	ctx := context.Background()
+	_, tbl := newTable(t, mem, 3, [2]int64{1, 100}, [2]int64{101, 200})
+	cache := deletes.NewKeyCache(1 << 20)
+	pl := deletes.NewPlanner(cache)
+	text := func(s ...string) []deletes.Keys {
+		var k deletes.Keys
+		for _, v := range s {
+			k.Tuples = append(k.Tuples, []dms.Datum{{S: v}})
+		}
+		return []deletes.Keys{k}
+	}
+	v, err := pl.VectorsOfKeys(ctx, tbl, []int{2}, text("n3", "n150", "n5000", "n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Probed != 2 || v.Positions != 2 || len(v.Add) != 2 {
+		t.Fatalf("text keys: %+v, want 2 files probed, 2 positions in 2 new vectors", v)
+	}
+	held, hits, reads := cache.Stats()
+	if held == 0 || hits != 0 || reads != 2 {
+		t.Fatalf("cache after the first plan: %d bytes, %d hits, %d reads; want 2 columns read and held", held, hits, reads)
+	}
+	tbl = commit(t, tbl, v)
+	sinktest.Eq(t, sinktest.Rows(t, tbl, nil), want(200, 3, 150)...)
+
+	v, err = pl.VectorsOfKeys(ctx, tbl, []int{2}, text("n99"))
+	if err != nil || v.Probed != 1 || v.Positions != 2 || len(v.Remove) != 1 {
+		t.Fatalf("text key again: %+v %v, want the first file's vector replaced by one of 2 positions", v, err)
+	}
+	if _, hits2, reads2 := cache.Stats(); hits2 != 1 || reads2 != reads {
+		t.Fatalf("the second plan: %d hits, %d reads; want its file looked up, not read", hits2, reads2)
+	}
+	tbl = commit(t, tbl, v)
+
+	composite := []deletes.Keys{{Tuples: [][]dms.Datum{{{I: 7}, {S: "n7"}}, {{I: 8}, {S: "n9"}}, {{I: 120}, {S: "n120"}}}}}
+	if v, err = pl.VectorsOfKeys(ctx, tbl, []int{1, 2}, composite); err != nil || v.Positions != 2+3 {
+		t.Fatalf("composite keys: %+v %v, want 2 positions with the 3 live ones", v, err)
+	}
+	tbl = commit(t, tbl, v)
+	sinktest.Eq(t, sinktest.Rows(t, tbl, nil), want(200, 3, 7, 99, 120, 150)...)
+
+	if _, err := pl.VectorsOfKeys(ctx, tbl, []int{1, 2}, []deletes.Keys{{Tuples: [][]dms.Datum{{{I: 9}, {Null: true}}}}}); err == nil {
+		t.Error("a key with a null value: no error")
+	}
+	if _, err := pl.VectorsOfKeys(ctx, tbl, []int{2}, []deletes.Keys{{Values: []int64{1}}}); err == nil {
+		t.Error("integers for a text key: no error")
+	}
+	if _, err := pl.VectorsOfKeys(ctx, tbl, []int{1}, text("1")); err == nil {
+		t.Error("tuples for an integer key: no error")
+	}
 }

@@ -44,9 +44,11 @@ type Config struct {
 	// the files compaction rewrites) then does not grow with the number of tables. Default 0:
 	// one slot per CPU (GOMAXPROCS), as compaction is CPU-bound.
 	Concurrency int `yaml:"concurrency"`
-	// KeyCacheBytes bounds the memory of the key columns the position conversion keeps per data
-	// file, for the whole process (tables in delete_mode position or dv whose key is one int or
-	// long column; 12 bytes per row, sorted by key with positions, so the default holds 22M rows).
+	// KeyCacheBytes bounds the memory of the key columns the position conversion and the writer
+	// vectors keep per data file, for the whole process (tables in delete_mode position or dv;
+	// sorted by key with positions: 12 bytes per row for one int or long key column, so the
+	// default holds 22M rows, the canonical key encoding plus 8 bytes for other keys, 25 for a
+	// UUID text key).
 	// Data files never change, so a cached column spares every later conversion the read of that
 	// file, and its probe looks up the deleted keys instead of visiting every row. 0 turns the
 	// cache off. Default 256 MiB.
@@ -123,8 +125,9 @@ type Config struct {
 	PositionalBranch string `yaml:"positional_branch"`
 	// WriterVectors: in dv mode, the writer commits its deletes as deletion vectors it plans
 	// with the process's key cache, instead of equality deletes for the maintainer to convert
-	// (vectors.go, design.md §10.1), so that main holds no equality delete. Tables whose key is
-	// not one integer column, and commits during a reload, keep equality deletes. Default true.
+	// (vectors.go, design.md §10.1), so that main holds no equality delete. Batches the planner
+	// declines (a key with a null value, a partition column outside the key) and commits during a
+	// reload keep equality deletes. Default true.
 	WriterVectors bool `yaml:"writer_vectors"`
 }
 

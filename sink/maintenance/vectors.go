@@ -28,7 +28,7 @@ import (
 // Add the vectors to add, Remove the live ones they replace (RowDelta.RemoveDeletes).
 type WriterVectors = deletes.Vectors
 
-// KeyCache keeps the integer key column of data files in memory for the probes of every table's
+// KeyCache keeps the key columns of data files in memory for the probes of every table's
 // maintainer in the process (deletes.KeyCache).
 type KeyCache = deletes.KeyCache
 
@@ -46,28 +46,29 @@ func (m *Maintainer) UseKeyCache(c *KeyCache) { m.planner.UseKeyCache(c) }
 // WriterVectors on or not at format v3, the process keeps no key cache, or the key is not one
 // integer column.
 func (m *Maintainer) Vectors(ctx context.Context, head *table.Table, eqDels []iceberg.DataFile) (*WriterVectors, error) {
-	if len(eqDels) == 0 || !m.writesVectors(head, eqDels[0].EqualityFieldIDs()) {
+	if len(eqDels) == 0 || !m.WritesVectors(head) || !deletes.IntKeyed(head.Schema(), eqDels[0].EqualityFieldIDs()) {
 		return nil, nil
 	}
 	return m.planner.VectorsOfFiles(ctx, head, eqDels)
 }
 
-// VectorsOfKeys is Vectors for deleted keys held in memory: keys are values of head's key column
-// keyID (one int or long column), by partition (deletes.Keys), deleted by a batch the writer is
-// about to commit on head. No equality-delete file is written or read. It returns nil and no
-// error when the writer is to commit equality deletes instead, as Vectors does.
-func (m *Maintainer) VectorsOfKeys(ctx context.Context, head *table.Table, keyID int, keys []deletes.Keys) (*WriterVectors, error) {
-	if len(keys) == 0 || !m.writesVectors(head, []int{keyID}) {
+// VectorsOfKeys is Vectors for deleted keys held in memory: keys are values of head's key
+// columns keyIDs (deletes.Keys: integers for one int or long column, else tuples), deleted by a
+// batch the writer is about to commit on head. No equality-delete file is written or read. It
+// returns nil and no error when the writer is to commit equality deletes instead: the table is
+// not in dv mode with WriterVectors on or not at format v3, or the process keeps no key cache.
+func (m *Maintainer) VectorsOfKeys(ctx context.Context, head *table.Table, keyIDs []int, keys []deletes.Keys) (*WriterVectors, error) {
+	if len(keys) == 0 || !m.WritesVectors(head) || !deletes.Keyed(head.Schema(), keyIDs) {
 		return nil, nil
 	}
-	return m.planner.VectorsOfKeys(ctx, head, keyID, keys)
+	return m.planner.VectorsOfKeys(ctx, head, keyIDs, keys)
 }
 
-// writesVectors reports whether the table's writers may commit deletion vectors on head for
-// deletes of key columns keyIDs: dv mode with WriterVectors on, a key cache, format v3 and a key
-// of one integer column, which the key cache looks up without reading the data files' columns
-// again (text keys would read every data file's key column at every commit).
-func (m *Maintainer) writesVectors(head *table.Table, keyIDs []int) bool {
+// WritesVectors reports whether the table's writers commit deletion vectors on head: dv mode
+// with WriterVectors on, a key cache (the index a probe looks keys up in, design.md §10.1) and
+// format v3. From equality-delete files (Vectors) only for a key of one integer column: other
+// keys are planned from the keys in memory (VectorsOfKeys).
+func (m *Maintainer) WritesVectors(head *table.Table) bool {
 	return m.cfg.WriterVectors && m.cfg.DeleteMode == DeleteModeDV && m.planner.KeyCache() != nil &&
-		head.Metadata().Version() >= 3 && deletes.IntKeyed(head.Schema(), keyIDs)
+		head.Metadata().Version() >= 3
 }

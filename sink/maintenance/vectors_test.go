@@ -202,7 +202,7 @@ func TestWriterVectorsOfKeysMatchEqualityDeletes(t *testing.T) {
 	for i, id := range ids {
 		keys[i] = int64(id)
 	}
-	byKeys, err := mt.VectorsOfKeys(ctx, tbl, keyID, []deletes.Keys{{Values: keys}})
+	byKeys, err := mt.VectorsOfKeys(ctx, tbl, []int{keyID}, []deletes.Keys{{Values: keys}})
 	if err != nil || byKeys == nil {
 		t.Fatalf("VectorsOfKeys: %+v %v", byKeys, err)
 	}
@@ -236,17 +236,17 @@ func TestWriterVectorsOfKeysMatchEqualityDeletes(t *testing.T) {
 		delete(m.rows, id)
 	}
 	tbl = vectorsOnly(t, h, m)
-	if v, err := mt.VectorsOfKeys(ctx, tbl, keyID, []deletes.Keys{{Values: []int64{5000}}}); err != nil || len(v.Add) != 0 || v.Positions != 0 {
+	if v, err := mt.VectorsOfKeys(ctx, tbl, []int{keyID}, []deletes.Keys{{Values: []int64{5000}}}); err != nil || len(v.Add) != 0 || v.Positions != 0 {
 		t.Fatalf("keys no file holds: %+v %v, want no vector", v, err)
 	}
-	if v, err := mt.VectorsOfKeys(ctx, tbl, keyID, nil); v != nil || err != nil {
+	if v, err := mt.VectorsOfKeys(ctx, tbl, []int{keyID}, nil); v != nil || err != nil {
 		t.Fatalf("no keys: %+v %v, want nil", v, err)
 	}
 	off := testConfig()
 	off.DeleteMode, off.WriterVectors = maintenance.DeleteModeDV, false
 	declines := testMaintainer(t, h.cat, off)
 	declines.UseKeyCache(maintenance.NewKeyCache(1 << 20))
-	if v, err := declines.VectorsOfKeys(ctx, tbl, keyID, []deletes.Keys{{Values: keys}}); v != nil || err != nil {
+	if v, err := declines.VectorsOfKeys(ctx, tbl, []int{keyID}, []deletes.Keys{{Values: keys}}); v != nil || err != nil {
 		t.Fatalf("writer_vectors off: %+v %v, want nil", v, err)
 	}
 	h.close()
