@@ -5,6 +5,7 @@ package integration
 import (
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -77,7 +78,7 @@ func TestChaosOptionsDeps(t *testing.T) {
 		{deps: "s3", want: "s3", s3: true},
 	} {
 		t.Setenv(EnvChaosDeps, c.deps)
-		t.Setenv(EnvChaosSeed, "2") // even: heartbeats off unless Kinesis is faulted
+		t.Setenv(EnvChaosSeed, "2") // even: heartbeats off unless Kinesis is faulted; (2/3) mod 2 = 0: dms-default
 		o := chaosOptionsFromEnv(t)
 		if o.Deps != c.want || o.DepsREST != c.rest || o.DepsS3 != c.s3 || o.DepsDynamo != c.dynamo || o.DepsKinesis != c.kinesis {
 			t.Errorf("%s=%q: got %q (rest %v s3 %v dynamodb %v kinesis %v)", EnvChaosDeps, c.deps, o.Deps, o.DepsREST, o.DepsS3, o.DepsDynamo, o.DepsKinesis)
@@ -93,6 +94,33 @@ func TestChaosOptionsDeps(t *testing.T) {
 	t.Setenv(EnvChaosWorkers, "4")
 	if o := chaosOptionsFromEnv(t); o.Layout != layoutPKFull || o.MaxWorkers != 4 {
 		t.Errorf("layout %q, %d workers; want %s, 4", o.Layout, o.MaxWorkers, layoutPKFull)
+	}
+}
+
+// TestChaosOptionsBySeed checks what the seed picks when the variables are unset: the layout by
+// (seed/3) mod 2 and the delete mode by seed mod 3, so that six consecutive seeds cover every
+// pair; the variables override both.
+func TestChaosOptionsBySeed(t *testing.T) {
+	for _, env := range []string{EnvChaosLayout, EnvChaosDeleteMode, EnvChaosDeps, EnvChaosRate} {
+		t.Setenv(env, "")
+	}
+	pairs := map[string]bool{}
+	for seed, want := range []string{layoutDMSDefault, layoutDMSDefault, layoutDMSDefault, layoutPKFull, layoutPKFull, layoutPKFull} {
+		t.Setenv(EnvChaosSeed, strconv.Itoa(seed))
+		o := chaosOptionsFromEnv(t)
+		if o.Layout != want {
+			t.Errorf("seed %d: layout %q, want %q", seed, o.Layout, want)
+		}
+		pairs[o.Layout+"/"+o.DeleteMode] = true
+	}
+	if len(pairs) != 6 {
+		t.Errorf("six consecutive seeds gave %d layout/delete-mode pairs, want 6: %v", len(pairs), pairs)
+	}
+	t.Setenv(EnvChaosSeed, "3")
+	t.Setenv(EnvChaosLayout, layoutDMSDefault)
+	t.Setenv(EnvChaosDeleteMode, "dv")
+	if o := chaosOptionsFromEnv(t); o.Layout != layoutDMSDefault || o.DeleteMode != "dv" {
+		t.Errorf("seed 3 with %s and %s set: layout %q, delete mode %q", EnvChaosLayout, EnvChaosDeleteMode, o.Layout, o.DeleteMode)
 	}
 }
 
