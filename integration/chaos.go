@@ -238,7 +238,8 @@ func (c *chaosRun) finish(stopObserver func()) {
 	c.drainLast()
 	stopObserver()
 	c.oracle.final()
-	c.report()
+	gl := c.oracle.checkLedger(c.gen)
+	c.report(gl)
 }
 
 // drainLast runs one last worker, once every other one stopped, until every shard is

@@ -79,6 +79,15 @@ func kinesisFaultRules(getProb, putProb float64, hold time.Duration, heartbeats 
 	return firstOfEachKind(0.2, rules)
 }
 
+// genFaultRules are the chaos run's faults on the generator's PutRecords (with Kinesis
+// faulted): partial failures (about 30% of the entries refused, the rest stored) and whole
+// requests refused for throughput, both answers that say which records were not written, so the
+// generator sends exactly those again.
+func genFaultRules(prob float64) []faultproxy.Rule {
+	return firstOfEachKind(0.2, []faultproxy.Rule{{Name: "gen-put-records", Target: faultproxy.KinesisTarget("PutRecords"),
+		Kinds: []faultproxy.Kind{faultproxy.KindPartialPut, faultproxy.KindThroughput}, Prob: prob, FailEntries: 0.3}})
+}
+
 // firstOfEachKind puts in front of every rule one rule per kind of it, each injecting that
 // kind once (Max 1) with probability prob, the next in line once the one before has: the proxy
 // consults the first rule that selects a request and has budget left, so every kind is injected
