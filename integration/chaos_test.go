@@ -4,6 +4,8 @@ package integration
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -171,5 +173,51 @@ func TestChaosFirstOfEachKind(t *testing.T) {
 	}
 	if get != 5 || firsts != 5+4 {
 		t.Errorf("%d coverage rules, get-records with %d kinds; want 9 and 5", firsts, get)
+	}
+}
+
+// TestGenLedger checks how the generator's account is read from its log and compared with the
+// stream's: equal counts pass; a record lost, stored twice, or refused and not sent again is a
+// difference.
+func TestGenLedger(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "gen.log")
+	text := "gen: created stream s with 4 shards\n" +
+		"gen: 100/2000 records sent, 50 records/s, 3 requests, 0 records re-sent\n" +
+		"gen: 2000/2000 records sent, 290 records/s, 61 requests, 12 records re-sent after a failure\n" +
+		"gen: stream s: 2000 records in 6.9s (290 records/s), 61 PutRecords requests, 12 records re-sent after a failure\n"
+	if err := os.WriteFile(log, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := readGenLedger(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.workload != 2000 || l.sent != 2000 || l.requests != 61 || l.resent != 12 || l.took != 6900*time.Millisecond {
+		t.Fatalf("ledger %+v", l)
+	}
+	if r := l.rate(); r < 289 || r > 291 {
+		t.Fatalf("rate %.1f, want 2000/6.9 s", r)
+	}
+	l.stream, l.partialEntries = 2000, 9
+	if d := l.differences(); len(d) != 0 {
+		t.Fatalf("equal accounts: %v", d)
+	}
+	for name, change := range map[string]func(*genLedger){
+		"a record lost":           func(l *genLedger) { l.stream-- },
+		"a record stored twice":   func(l *genLedger) { l.stream++ },
+		"gen stopped short":       func(l *genLedger) { l.sent-- },
+		"refused, not sent again": func(l *genLedger) { l.partialEntries = 13 },
+	} {
+		bad := l
+		change(&bad)
+		if len(bad.differences()) == 0 {
+			t.Errorf("%s: no difference", name)
+		}
+	}
+	if err := os.WriteFile(log, []byte("gen: created stream s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readGenLedger(log); err == nil {
+		t.Error("a log without the last lines was read")
 	}
 }
