@@ -150,29 +150,31 @@ func TestChaosRecoveryCounts(t *testing.T) {
 }
 
 // TestChaosFirstOfEachKind checks the coverage rules in front of the AWS rules: one per kind of
-// each rule, each injecting once, ahead of the rule itself, which keeps its probability.
+// each rule, each injecting once, ahead of the rule itself, which keeps its probability; the
+// GetRecords ones with probability 0.2, the heartbeat puts' with 1 (a short run puts few).
 func TestChaosFirstOfEachKind(t *testing.T) {
 	rules := kinesisFaultRules(0.02, 0.2, time.Second, true)
-	var firsts, get int
-	for _, r := range rules[:len(rules)-2] {
-		if r.Max != 1 || len(r.Kinds) != 1 || r.Prob != 0.2 || !strings.HasSuffix(r.Name, "-first") {
-			t.Errorf("coverage rule %+v", r)
-		}
-		firsts++
-	}
-	for _, r := range rules[len(rules)-2:] {
-		if r.Max != 0 || strings.HasSuffix(r.Name, "-first") {
-			t.Errorf("rule %+v", r)
-		}
-		if r.Name == "get-records" {
-			get = len(r.Kinds)
-			if r.Prob != 0.02 {
-				t.Errorf("get-records probability %v", r.Prob)
+	firsts := map[string]int{}
+	kinds := map[string]int{}
+	for _, r := range rules {
+		if strings.HasSuffix(r.Name, "-first") {
+			want := map[string]float64{"get-records-first": 0.2, "put-records-first": 1}[r.Name]
+			if r.Max != 1 || len(r.Kinds) != 1 || r.Prob != want {
+				t.Errorf("coverage rule %+v, want probability %v", r, want)
 			}
+			firsts[r.Name]++
+			continue
+		}
+		if r.Max != 0 || firsts[r.Name+"-first"] != len(r.Kinds) {
+			t.Errorf("rule %s (%+v) after %d coverage rules of its own", r.Name, r, firsts[r.Name+"-first"])
+		}
+		kinds[r.Name] = len(r.Kinds)
+		if want := map[string]float64{"get-records": 0.02, "put-records": 0.2}[r.Name]; r.Prob != want {
+			t.Errorf("%s probability %v, want %v", r.Name, r.Prob, want)
 		}
 	}
-	if get != 5 || firsts != 5+4 {
-		t.Errorf("%d coverage rules, get-records with %d kinds; want 9 and 5", firsts, get)
+	if kinds["get-records"] != 5 || kinds["put-records"] != 4 || firsts["get-records-first"] != 5 || firsts["put-records-first"] != 4 {
+		t.Errorf("rules by name %v, coverage rules %v; want 5 and 4 of each", kinds, firsts)
 	}
 }
 
