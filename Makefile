@@ -21,8 +21,8 @@ CHAOS_RATE ?=
 CHAOS_DEPS ?=
 # CHAOS_DELETE_MODE: the workers' sink.delete_mode (equality, position, dv); empty: by seed.
 CHAOS_DELETE_MODE ?=
-# CHAOS_LAYOUT: dms-default (empty: the same) or primary-key-full (ParallelApply partitioning
-# with full before-images). CHAOS_WORKERS: at most this many workers at once (2-5; empty: 3).
+# CHAOS_LAYOUT: dms-default or primary-key-full (ParallelApply partitioning with full
+# before-images, sent by 4 threads); empty: by seed. CHAOS_WORKERS: at most this many workers at once (2-5; empty: 3).
 CHAOS_LAYOUT ?=
 CHAOS_WORKERS ?=
 BENCHTIME ?= 1s

@@ -92,10 +92,12 @@ const (
 	// suite's runs cover all three; the maintainer's conversions, rewrites and key cache then
 	// run under the same kills, stops and reshards as the writers.
 	EnvChaosDeleteMode = "DMS2ICEBERG_CHAOS_DELETE_MODE"
-	// EnvChaosLayout is the partitioning of the generated workload: "dms-default" (default:
-	// DMS without ParallelApply, CDC by schema.table) or "primary-key-full" (ParallelApply:
-	// every keyed record by primary key, a hot table's changes spread over every shard, with
-	// full before-images, MySQL's BeforeImageSettings ColumnFilter all).
+	// EnvChaosLayout is the partitioning of the generated workload: "dms-default" (DMS without
+	// ParallelApply, CDC by schema.table) or "primary-key-full" (ParallelApply: every keyed
+	// record by primary key, a hot table's changes spread over every shard, with full
+	// before-images, MySQL's BeforeImageSettings ColumnFilter all, sent as ParallelApply's
+	// threads send: see chaosGenerator.start). Default: by seed ((seed/3) mod 2: dms-default,
+	// primary-key-full), so that the default suite's runs cover both.
 	EnvChaosLayout = "DMS2ICEBERG_CHAOS_LAYOUT"
 	// EnvChaosWorkers bounds the workers running at once (default 3; 2 to 5). With n of 4 or
 	// more, the run starts with n workers and keeps n-1 or n running (the schedule's kills,
@@ -236,7 +238,8 @@ func (c *chaosRun) finish(stopObserver func()) {
 	c.drainLast()
 	stopObserver()
 	c.oracle.final()
-	c.report()
+	gl := c.oracle.checkLedger(c.gen)
+	c.report(gl)
 }
 
 // drainLast runs one last worker, once every other one stopped, until every shard is

@@ -272,7 +272,18 @@ func ident(src string) table.Identifier {
 type chaosGenerator struct {
 	svc  *Service
 	rate float64 // records per second
+	// px is the fault proxy in front of the generator's PutRecords (with EnvChaosDeps
+	// kinesis; nil without).
+	px *faultproxy.Proxy
 }
+
+// The generator's ParallelApply (primary-key-full): requests in flight and records per request
+// (gen --apply-threads, --apply-batch; kinesis-mock stores 25-50-record requests much faster
+// per record than 500-record ones).
+const (
+	genApplyThreads = 4
+	genApplyBatch   = 50
+)
 
 // start starts the generator in the background. The workload is laid out the way DMS writes it
 // by default (full load by primary key, CDC by schema.table, control records on the task's
@@ -286,13 +297,23 @@ func (g *chaosGenerator) start(e *chaosEnv) {
 	t, opt := e.t, e.opt
 	layout := []string{"--layout", "dms-default"}
 	if opt.Layout == layoutPKFull {
-		layout = []string{"--layout", "primary-key", "--full-before-images"}
+		// ParallelApply: several PutRecords requests in flight, each of distinct keys.
+		layout = []string{"--layout", "primary-key", "--full-before-images",
+			"--apply-threads", strconv.Itoa(genApplyThreads), "--apply-batch", strconv.Itoa(genApplyBatch)}
 	}
 	args := append([]string{"gen", "--stream", e.stream, "--shards", strconv.Itoa(int(opt.Shards)),
 		"--changes", strconv.Itoa(opt.Changes), "--load-rows", strconv.Itoa(opt.LoadRows),
 		"--seed", strconv.FormatInt(opt.Seed, 10), "--rate", strconv.FormatFloat(opt.Rate, 'f', 1, 64)}, layout...)
 	args = append(args, "--reload-table", "customers", "--expected", e.expected)
-	g.svc = startCommand(t, e.bin, args, nil, e.logDir, 16<<10)
+	var env []string
+	if opt.DepsKinesis {
+		// The generator's PutRecords get partial failures and throughput refusals (nothing
+		// written): it must send the refused records again, each exactly once (checkLedger).
+		up := requireEnv(t, "AWS_ENDPOINT_URL_KINESIS")
+		g.px = e.startDepProxy("kinesis-gen", up, genFaultRules(0.05))
+		env = append(env, "AWS_ENDPOINT_URL_KINESIS="+g.px.URL())
+	}
+	g.svc = startCommand(t, e.bin, args, env, e.logDir, 16<<10)
 }
 
 // waitExpected waits until the generator has written the expected state.

@@ -63,7 +63,7 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 	t.Helper()
 	o := chaosOptions{Seed: time.Now().UnixNano() % 1_000_000_000, Cycles: 12, Shards: 4, MinShards: 2, MaxShards: 7, MaxTotalShards: 28,
 		MaxWorkers: 3, LoadRows: 100, Failover: 4 * time.Second, CheckEvery: 5 * time.Second,
-		MinDwell: time.Second, MaxDwell: 4 * time.Second, Layout: layoutDMSDefault}
+		MinDwell: time.Second, MaxDwell: 4 * time.Second}
 	if v := os.Getenv(EnvChaosSeed); v != "" {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
@@ -82,13 +82,7 @@ func chaosOptionsFromEnv(t *testing.T) chaosOptions {
 	o.parseDeps(t)
 	o.parseHeartbeat(t)
 	o.parseDeleteMode(t)
-	switch v := os.Getenv(EnvChaosLayout); v {
-	case "":
-	case layoutDMSDefault, layoutPKFull:
-		o.Layout = v
-	default:
-		t.Fatalf("%s=%q: want %s or %s", EnvChaosLayout, v, layoutDMSDefault, layoutPKFull)
-	}
+	o.parseLayout(t)
 	if v := os.Getenv(EnvChaosWorkers); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 2 || n > len(chaosWorkerIDs) {
@@ -127,6 +121,20 @@ func (o *chaosOptions) parseHeartbeat(t *testing.T) {
 			t.Fatalf("%s=%q: want a duration (0: off)", EnvChaosHeartbeat, v)
 		}
 		o.Heartbeat = d
+	}
+}
+
+// parseLayout sets the workload's layout: by seed ((seed/3) mod 2: dms-default, then
+// primary-key-full; with the delete mode's seed mod 3, six consecutive seeds cover every pair),
+// or as EnvChaosLayout says.
+func (o *chaosOptions) parseLayout(t *testing.T) {
+	o.Layout = []string{layoutDMSDefault, layoutPKFull}[(o.Seed/3%2+2)%2]
+	switch v := os.Getenv(EnvChaosLayout); v {
+	case "":
+	case layoutDMSDefault, layoutPKFull:
+		o.Layout = v
+	default:
+		t.Fatalf("%s=%q: want %s or %s", EnvChaosLayout, v, layoutDMSDefault, layoutPKFull)
 	}
 }
 

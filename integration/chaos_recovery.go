@@ -10,10 +10,10 @@ package integration
 
 import (
 	"fmt"
-	"os"
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/integration/faultproxy"
 	"github.com/dms2iceberg/dms2iceberg/pkg/metrictest"
@@ -148,16 +148,11 @@ func (r *chaosReport) lostLeaseWrites() {
 	}
 }
 
-// genSummary is the generator's last line: its records, time, rate and PutRecords requests.
-var genSummary = regexp.MustCompile(`gen: stream \S+: [^\n]*records/s[^\n]*`)
-
-// generator logs the generator's rate, asked and achieved (its own account, over its whole
-// run), and its PutRecords requests.
+// generator logs the generator's account: the rate asked and sustained (records stored over
+// its sending time), its requests, the records it sent again, the faults its proxy injected,
+// and the stream's count.
 func (r *chaosReport) generator() {
-	b, _ := os.ReadFile(r.genLog)
-	line := "no summary line"
-	if m := genSummary.FindAll(b, -1); len(m) > 0 {
-		line = string(m[len(m)-1])
-	}
-	r.t.Logf("CHAOS generator: asked %.0f records/s; %s", r.opt.Rate, line)
+	gl := r.gl
+	r.t.Logf("CHAOS generator: asked %.0f records/s, sustained %.1f records/s (%d records stored in %s); workload %d records, stream %d besides heartbeats; %d PutRecords requests; %d records re-sent after a failure (proxy: %d partial failures refusing %d entries, %d requests refused for throughput)",
+		r.opt.Rate, gl.rate(), gl.sent, gl.took.Round(time.Millisecond), gl.workload, gl.stream, gl.requests, gl.resent, gl.partialPuts, gl.partialEntries, gl.refusedPuts)
 }

@@ -112,14 +112,14 @@ type chaosReport struct {
 	st      chaosStats // the counters at the end
 	proxies []depProxy
 	scr     *scraper
-	genLog  string // the generator's log
+	gl      genLedger // the generator's account
 }
 
 // report logs the numbers of the run (the CHAOS: line) and the evidence from the workers' logs.
-func (c *chaosRun) report() {
+func (c *chaosRun) report(gl genLedger) {
 	ev := scanLogs(c.cl.logs)
 	r := &chaosReport{t: c.t, opt: c.opt, led: c.led, ev: ev,
-		st: c.led.stats(), proxies: c.env.proxies, scr: c.cl.scr, genLog: c.gen.svc.LogPath}
+		st: c.led.stats(), proxies: c.env.proxies, scr: c.cl.scr, gl: gl}
 	r.log()
 }
 
@@ -171,10 +171,10 @@ func (r *chaosReport) summary() {
 	// The unknown commit outcomes, from the workers' /metrics (chaos_metrics.go).
 	unknown, procs, unscraped := r.scr.unknownTotals()
 	resolved := unknown["landed"] + unknown["not_landed"] + unknown["another_writer"]
-	r.t.Logf("CHAOS: seed=%d cycles=%d duration=%s perCycle=%s deps=%q kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%.0f records=%d recordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
-		opt.Seed, st.cycles, time.Since(r.led.start).Round(time.Second), (st.cyclesTook / time.Duration(max(st.cycles, 1))).Round(100*time.Millisecond), opt.Deps,
+	r.t.Logf("CHAOS: seed=%d layout=%s deleteMode=%s cycles=%d duration=%s perCycle=%s deps=%q kills=%d faultKills=%d stops=%d leaseMoves=%d splits=%d merges=%d depFaults=%d unknownResolved=%.0f records=%d recordsPerSec=%.0f genRecords=%d genRecordsPerSec=%.0f rowsChecked=%d orphansAfterCleanup=%d differences=%d",
+		opt.Seed, opt.Layout, opt.DeleteMode, st.cycles, time.Since(r.led.start).Round(time.Second), (st.cyclesTook / time.Duration(max(st.cycles, 1))).Round(100*time.Millisecond), opt.Deps,
 		st.kills, faultKills, st.stops, st.leaseMoves, st.splits, st.merges,
-		depFaults, resolved, st.records, rate, st.rows, st.orphansAfter, len(st.violations))
+		depFaults, resolved, st.records, rate, r.gl.sent, r.gl.rate(), st.rows, st.orphansAfter, len(st.violations))
 	r.t.Logf("CHAOS unknown commit outcomes (dms2iceberg_table_commit_unknown_outcomes_total, summed over the %d worker processes as last scraped; %d never answered a scrape): %s; the workers logged %d resolutions (a process killed or stopping after its last scrape can log more than it was seen to count)",
 		procs, unscraped, formatOutcomes(unknown), r.ev.resolvedLogged)
 }

@@ -65,18 +65,31 @@ func dynamoFaultRules(writeProb, readProb float64, hold time.Duration) []faultpr
 // starts from the checkpoint with a new iterator), 5xx, resets and unanswered; and, with
 // heartbeats on, the heartbeat PutRecords partly failed, refused, answered 5xx or stored with
 // the answer lost (duplicate heartbeats downstream).
+//
+// The heartbeat puts' coverage rules inject with probability 1 (the first four heartbeat puts
+// get one kind each): under steady traffic few shards are quiet, so a short run puts few
+// heartbeats (seed 20261222: about 20 through the proxy, and a lost answer never injected).
 func kinesisFaultRules(getProb, putProb float64, hold time.Duration, heartbeats bool) []faultproxy.Rule {
-	rules := []faultproxy.Rule{
+	rules := firstOfEachKind(0.2, []faultproxy.Rule{
 		{Name: "get-records", Target: faultproxy.KinesisTarget("GetRecords"),
 			Kinds: []faultproxy.Kind{faultproxy.KindThroughput, faultproxy.KindExpiredIterator, faultproxy.KindStatus,
 				faultproxy.KindReset, faultproxy.KindTimeout}, Prob: getProb, Hold: hold},
-	}
+	})
 	if heartbeats {
-		rules = append(rules, faultproxy.Rule{Name: "put-records", Target: faultproxy.KinesisTarget("PutRecords"),
+		rules = append(rules, firstOfEachKind(1, []faultproxy.Rule{{Name: "put-records", Target: faultproxy.KinesisTarget("PutRecords"),
 			Kinds: []faultproxy.Kind{faultproxy.KindPartialPut, faultproxy.KindThroughput, faultproxy.KindStatus, faultproxy.KindLost},
-			Prob:  putProb, FailEntries: 0.3})
+			Prob:  putProb, FailEntries: 0.3}})...)
 	}
-	return firstOfEachKind(0.2, rules)
+	return rules
+}
+
+// genFaultRules are the chaos run's faults on the generator's PutRecords (with Kinesis
+// faulted): partial failures (about 30% of the entries refused, the rest stored) and whole
+// requests refused for throughput, both answers that say which records were not written, so the
+// generator sends exactly those again.
+func genFaultRules(prob float64) []faultproxy.Rule {
+	return firstOfEachKind(0.2, []faultproxy.Rule{{Name: "gen-put-records", Target: faultproxy.KinesisTarget("PutRecords"),
+		Kinds: []faultproxy.Kind{faultproxy.KindPartialPut, faultproxy.KindThroughput}, Prob: prob, FailEntries: 0.3}})
 }
 
 // firstOfEachKind puts in front of every rule one rule per kind of it, each injecting that

@@ -62,6 +62,9 @@ type genOptions struct {
 	resends      int
 	// sentLog is where gen writes one line per accepted record (see gensent.go); "": nowhere.
 	sentLog string
+	// applyThreads sends as DMS's ParallelApply threads do (genapply.go); 0: one request at a
+	// time. applyBatch bounds the records of each of its requests.
+	applyThreads, applyBatch int
 	// DMS partitioning, a lagging shard and a mid-stream reload.
 	layout        workload.Layout
 	lagShard      int
@@ -115,7 +118,12 @@ func runGen(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	err = s.send(ctx, src)
+	if o.applyThreads > 0 {
+		err = newApplySender(s, o.applyThreads, o.applyBatch).send(ctx, src)
+	} else {
+		err = s.send(ctx, src)
+	}
+	s.progress(true)
 	s.summary()
 	if cerr := closeLog(); err == nil {
 		err = cerr
@@ -148,6 +156,8 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.BoolVar(&o.fullBefore, "full-before-images", false, "write every update's before-image with all columns of the old row, as MySQL with BeforeImageSettings ColumnFilter all does (default: pk-only)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
 	fs.IntVar(&o.resends, "resends", 0, "send this many inserts of the keyless table twice, as a DMS PutRecords retry or task restart does (only inserts with transaction details; the expected state keeps one row, which needs sink.keyless_identity auto)")
+	fs.IntVar(&o.applyThreads, "apply-threads", 0, "send as DMS's ParallelApplyThreads do: this many PutRecords requests in flight, each of distinct partition keys, a key's record sent once its earlier ones (and, for a key change, the old key's) are stored, control records alone (0: one request at a time, in order; at most 32)")
+	fs.IntVar(&o.applyBatch, "apply-batch", 50, "with --apply-threads: at most this many records per PutRecords request (1 to 500)")
 	addGenDMSFlags(fs.FlagSet, &o)
 	if err := fs.parse(args); err != nil {
 		return o, err
@@ -167,6 +177,10 @@ func parseGenArgs(args []string) (genOptions, error) {
 		return o, usageErrorf("--rate must not be negative, got %g", o.rate)
 	case o.bad < 0 || (o.bad > 0 && o.bad >= o.changes):
 		return o, usageErrorf("--bad-records must be between 0 and --changes, got %d", o.bad)
+	case o.applyThreads < 0 || o.applyThreads > 32:
+		return o, usageErrorf("--apply-threads must be between 0 and 32, got %d", o.applyThreads)
+	case o.applyBatch < 1 || o.applyBatch > maxBatchRecords:
+		return o, usageErrorf("--apply-batch must be between 1 and %d, got %d", maxBatchRecords, o.applyBatch)
 	case o.resends < 0 || (o.resends > 0 && o.schema):
 		return o, usageErrorf("--resends must not be negative nor combined with --schema-changes, got %d", o.resends)
 	}
@@ -347,8 +361,8 @@ type sender struct {
 
 func recordSize(m workload.Message) int { return len(m.Data) + len(m.PartitionKey) }
 
-// send writes every message of src to the stream.
-func (s *sender) send(ctx context.Context, src iter.Seq[workload.Message]) error {
+// init sets the defaults and starts the clock of a send.
+func (s *sender) init() {
 	if s.sleep == nil {
 		s.sleep = commit.Sleep
 	}
@@ -361,6 +375,11 @@ func (s *sender) send(ctx context.Context, src iter.Seq[workload.Message]) error
 	s.counts = map[string]map[string]int{}
 	s.start = s.now()
 	s.lastLog = s.start
+}
+
+// send writes every message of src to the stream.
+func (s *sender) send(ctx context.Context, src iter.Seq[workload.Message]) error {
+	s.init()
 	next, stop := iter.Pull(src)
 	defer stop()
 
@@ -471,16 +490,9 @@ func (s *sender) rateBudget() int {
 // failures are retried (all records returned) only when the request certainly wrote nothing;
 // otherwise it is unknown which records were written and the error is returned.
 func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.Message, error) {
-	entries := make([]ktypes.PutRecordsRequestEntry, len(batch))
-	for i, m := range batch {
-		entries[i] = ktypes.PutRecordsRequestEntry{Data: m.Data, PartitionKey: aws.String(m.PartitionKey)}
-	}
 	s.requests++
 	sentAt := s.now()
-	// The SDK's own retries are off: a retried request whose first attempt was in fact
-	// written would duplicate records.
-	out, err := s.api.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(s.stream), Records: entries},
-		func(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} })
+	out, err := s.request(ctx, batch)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -513,18 +525,35 @@ func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.
 			failed = append(failed, m)
 			continue
 		}
-		s.sent++
-		s.logSent(m.Table, r, sentAt)
-		op := m.Op
-		if m.KeyChange {
-			op = "pk-change"
-		}
-		if s.counts[m.Table] == nil {
-			s.counts[m.Table] = map[string]int{}
-		}
-		s.counts[m.Table][op]++
+		s.accept(m, r, sentAt)
 	}
 	return failed, nil
+}
+
+// request sends one PutRecords request of batch. The SDK's own retries are off: a retried
+// request whose first attempt was in fact written would duplicate records. Safe for concurrent
+// use (it reads only api and stream).
+func (s *sender) request(ctx context.Context, batch []workload.Message) (*kinesis.PutRecordsOutput, error) {
+	entries := make([]ktypes.PutRecordsRequestEntry, len(batch))
+	for i, m := range batch {
+		entries[i] = ktypes.PutRecordsRequestEntry{Data: m.Data, PartitionKey: aws.String(m.PartitionKey)}
+	}
+	return s.api.PutRecords(ctx, &kinesis.PutRecordsInput{StreamName: aws.String(s.stream), Records: entries},
+		func(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} })
+}
+
+// accept counts a record Kinesis stored (answer r to a request sent at sentAt).
+func (s *sender) accept(m workload.Message, r ktypes.PutRecordsResultEntry, sentAt time.Time) {
+	s.sent++
+	s.logSent(m.Table, r, sentAt)
+	op := m.Op
+	if m.KeyChange {
+		op = "pk-change"
+	}
+	if s.counts[m.Table] == nil {
+		s.counts[m.Table] = map[string]int{}
+	}
+	s.counts[m.Table][op]++
 }
 
 // nothingWritten reports whether a failed PutRecords request certainly wrote no record: the

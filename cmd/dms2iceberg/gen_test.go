@@ -368,6 +368,8 @@ func TestGenFlags(t *testing.T) {
 		{[]string{"--stream", "s", "--expected", "x", "--shards", "0"}, "--shards"},
 		{[]string{"--stream", "s", "--expected", "x", "--rate", "-1"}, "--rate"},
 		{[]string{"--stream", "s", "--expected", "x", "extra"}, "unexpected arguments"},
+		{[]string{"--stream", "s", "--expected", "x", "--apply-threads", "33"}, "--apply-threads"},
+		{[]string{"--stream", "s", "--expected", "x", "--apply-threads", "4", "--apply-batch", "501"}, "--apply-batch"},
 	} {
 		err := runGen(ctx, tc.args)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

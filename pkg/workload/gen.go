@@ -125,6 +125,15 @@ type Message struct {
 	Op string
 	// KeyChange marks an update that changes the primary key.
 	KeyChange bool
+	// OldPartitionKey is, for a key change, the Kinesis partition key of the old key's records
+	// (under LayoutPrimaryKey another key than PartitionKey, usually on another shard); "" for
+	// every other record. A sender that writes records of different keys concurrently must not
+	// send a key change before the old key's earlier records are written.
+	OldPartitionKey string
+	// Keyless marks a data record of a table without a primary key: a load or an insert (the
+	// generator never updates or deletes such a row, bad records aside), whose place among its
+	// partition key's records (the table's) does not change the table.
+	Keyless bool
 	// DeadLetter is the dead-letter class (decode, convert, keyless_change) of an injected bad
 	// record, which the service must dead-letter; "" for every other record.
 	DeadLetter string
@@ -541,13 +550,16 @@ func (r *run) change(t *tableState, x *tx) Message {
 			// The old key's row is what the absent columns keep (before-image below).
 			omit = t.unchanged(old, row)
 		}
+		_, oldKey := r.dataPartition(t, "update", old)
 		r.remove(t, old)
 		r.upsert(t, row)
 		before := (&object{}).set(t.def.columns[cID].Name, old[cID])
 		if r.cfg.FullBeforeImages {
 			before = t.image(old)
 		}
-		return r.dataMessage(t, "update", row, before, omit, x, true)
+		m := r.dataMessage(t, "update", row, before, omit, x, true)
+		m.OldPartitionKey = oldKey
+		return m
 	default: // delete
 		old := r.randomRow(t)
 		r.remove(t, old)
@@ -635,7 +647,7 @@ func (r *run) dataMessage(t *tableState, op string, row []change.Value, before *
 		doc.set("before-image", before)
 	}
 	doc.set("metadata", meta)
-	return Message{PartitionKey: pk, Data: r.encode(doc), Table: t.def.source(), Op: op, KeyChange: keyChange}
+	return Message{PartitionKey: pk, Data: r.encode(doc), Table: t.def.source(), Op: op, KeyChange: keyChange, Keyless: t.def.key == nil}
 }
 
 // lsnText renders a PostgreSQL LSN the way DMS's stream-position shows it: 00000002/7C007178.

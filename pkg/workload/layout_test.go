@@ -102,6 +102,9 @@ func TestLayoutPartitionKeys(t *testing.T) {
 					continue
 				}
 				op := md["operation"].(string)
+				if m.Keyless != (m.Table == Schema+"."+Events) {
+					t.Fatalf("%s %s: Keyless %v", m.Table, op, m.Keyless)
+				}
 				wantType, wantKey := wantPartition(l, m.Table, op, r.Data)
 				if md["partition-key-type"] != wantType || m.PartitionKey != wantKey {
 					t.Fatalf("%s %s: partition %v %q, want %s %q\n%s", m.Table, op, md["partition-key-type"], m.PartitionKey, wantType, wantKey, m.Data)
@@ -191,9 +194,15 @@ func TestPrimaryKeyLayoutMovesKeyChangesToTheNewKey(t *testing.T) {
 			if old == id || !strings.HasPrefix(lastKey[old], "shop.customers.") {
 				t.Fatalf("key change %s -> %s without earlier records of the old key", old, id)
 			}
+			if m.OldPartitionKey != lastKey[old] {
+				t.Fatalf("key change %s -> %s: OldPartitionKey %q, want the old key's %q", old, id, m.OldPartitionKey, lastKey[old])
+			}
 			if ShardOf(lastKey[old], ranges) != ShardOf(m.PartitionKey, ranges) {
 				moved++ // the old key's records sit on another shard
 			}
+		}
+		if !m.KeyChange && m.OldPartitionKey != "" {
+			t.Fatalf("%s record of customer %s has OldPartitionKey %q", m.Op, id, m.OldPartitionKey)
 		}
 		lastKey[id] = m.PartitionKey
 	}
