@@ -38,6 +38,8 @@ type row struct {
 	kh   uint64
 	// okh is the hash of the old key of a key change (0: none), whose move it publishes.
 	okh uint64
+	// ins: the change is an insert.
+	ins bool
 	// ts is the change's source time as DMS wrote it (sourceTime): fixed-width UTC text, so
 	// that the newest compares as strings.
 	ts string
@@ -413,10 +415,18 @@ func (b *buffer) planKeyed(out *batch, l *layout, lim *limit, sel []int) {
 	// set makes the change of row by (rowIdx: the surviving image, -1 for a delete) the key's
 	// state, unless the key's current state came from a change that is later although it was
 	// planned first (laterAcross).
+	var mb, kb []byte
 	set := func(key []dms.Datum, rowIdx int, src []dms.Datum, by int) {
 		if si, ok := last.get(key); ok {
-			if lim.ordered && laterAcross(b.rows.at(states[si].by), b.rows.at(by)) {
+			p, q := b.rows.at(states[si].by), b.rows.at(by)
+			if lim.ordered && laterAcross(p, q) {
 				return
+			}
+			if lim.ordered && p.oldKey != nil && p.at == q.at {
+				mb, kb = encodeKey(l, mb[:0], p.oldKey), encodeKey(l, kb[:0], key)
+				if movedAfter(p, q, mb, kb) {
+					return
+				}
 			}
 			states[si].row, states[si].src, states[si].by = rowIdx, src, by
 			return
@@ -489,7 +499,7 @@ func (b *batch) takeStates(rows *rowList, states []keyState, l *layout, lim *lim
 				continue
 			}
 		}
-		if by.kh != 0 && lim.moves.SameMs(by.kh, by.at) {
+		if by.kh != 0 && by.creates() && lim.moves.SameMs(by.kh, by.at) {
 			b.recreated = append(b.recreated, move{key: string(encodeKey(l, nil, st.key)), at: by.at, pos: by.src.SourcePos})
 		}
 		b.upserts = append(b.upserts, st.row)

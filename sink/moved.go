@@ -92,7 +92,8 @@ func (m *movedKeys) recreatedAfter(key []byte, r *row) bool {
 
 // overtakes reports whether a newer key change moved key away than the change r: r is a load
 // row (older than any change of its key), or older by source position, or, where the positions
-// cannot tell, it arrived strictly earlier.
+// cannot tell, it arrived earlier, or in the same millisecond without creating the key (an
+// update cannot follow the key's move at the source without a re-creation: movedAfter).
 func (m *movedKeys) overtakes(key []byte, r *row) bool {
 	if m.empty() {
 		return false
@@ -107,7 +108,7 @@ func (m *movedKeys) overtakes(key []byte, r *row) bool {
 	if c := r.src.Compare(&mk.pos); c != 0 {
 		return c < 0
 	}
-	return r.at < mk.at
+	return r.at < mk.at || r.at == mk.at && !r.creates()
 }
 
 // note remembers mv in marks, committed at when.

@@ -115,7 +115,8 @@ func TestMovedKeysOvertake(t *testing.T) {
 		{"older by position, arrived later", row{at: 500, src: srcPos{SourcePos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}}}, true},
 		{"newer by position, arrived earlier", row{at: 50, src: srcPos{SourcePos: change.SourcePos{CommitTS: "2025-06-01T00:00:03.000000Z"}}}, false},
 		{"no position, arrived earlier", row{at: 99}, true},
-		{"no position, the same millisecond", row{at: 100}, false},
+		{"no position, the same millisecond, an update", row{at: 100}, true},
+		{"no position, the same millisecond, an insert", row{at: 100, ins: true}, false},
 		{"no position, arrived later", row{at: 101}, false},
 		{"a replay from the dead-letter table", row{at: 1, replay: true}, false},
 	}
@@ -148,5 +149,27 @@ func TestMovesRoundTrip(t *testing.T) {
 	}
 	if len(out.moved) != 2 || out.moved[0] != in.moved[0] || out.moved[1] != in.moved[1] || len(out.recreated) != 1 || out.recreated[0] != in.recreated[0] {
 		t.Fatalf("round trip: %+v, want %+v", out, in)
+	}
+}
+
+// Two changes of one key from different shards in one millisecond whose positions do not
+// compare (one transaction without its details): a key change moving the key away and an
+// update of it. The update cannot follow the move at the source, so the key ends deleted,
+// whichever shard sorts first and whether they commit together or apart.
+func TestUpdateTiedWithTheMoveOfItsKeyIsOlder(t *testing.T) {
+	t.Parallel()
+	for _, apart := range []bool{false, true} {
+		h, _ := itemsWithGates(t)
+		h.arrive("z", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
+		h.flush()
+		tx := func(ev *change.Event) *change.Event { ev.Meta.TransactionID = "77"; return ev }
+		h.event(tx(update("a", "1", 1300, []change.Column{col("id", "3"), col("name", "y")}, []change.Column{col("id", "2"), col("name", "y")})))
+		if apart {
+			h.flush()
+		}
+		h.event(tx(update("z", "2", 1300, []change.Column{col("id", "2"), col("name", "y2")}, []change.Column{col("id", "2"), col("name", "y")})))
+		h.flush()
+		rows, _ := scanRows(t, h.cat, "items")
+		eq(t, rows, "id=3,name=y")
 	}
 }

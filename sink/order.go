@@ -73,6 +73,19 @@ func laterAcross(p, q *row) bool {
 	return p.shard != q.shard && p.src.load == q.src.load && p.src.Compare(&q.src.SourcePos) > 0
 }
 
+// movedAfter reports whether the key change p, which moved key away (encoded: moved), is the
+// later change of key than q, a change of it from another shard in the same millisecond that
+// their source positions cannot order: q does not create the key (an insert, or a key change to
+// it). An update or delete of a key cannot follow the key's move at the source without a
+// re-creation in between, so it is the older one.
+func movedAfter(p, q *row, moved, key []byte) bool {
+	return p.oldKey != nil && p.shard != q.shard && p.at == q.at && !q.creates() &&
+		p.src.Compare(&q.src.SourcePos) == 0 && string(moved) == string(key)
+}
+
+// creates reports whether r creates its key at the source: an insert, or a key change to it.
+func (r *row) creates() bool { return r.ins || r.oldKey != nil }
+
 // limit is what one commit may take: rows with arrival <= bound that precede cut (nil: no cut)
 // and pass the cross-process gates (admits), ordered (ordering arrival) or in buffer order
 // (ordering shard: as the shard delivered them). through is the commit bound as a time, zero

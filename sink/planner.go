@@ -212,6 +212,7 @@ func (pl *planner) admit(ev *change.Event, at int64) (reason string) {
 		return reason
 	}
 	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, rowKind(ev.Op, r.oldKey), sourceTime(ev)
+	r.ins = ev.Op == change.OpInsert
 	pl.noteMove(ev, &r)
 	if pl.buf.reloadOrder {
 		r.built = ev.Meta.Timestamp // only a reload's supersession reads it (batch.superseded)
