@@ -69,6 +69,9 @@ type Tracked struct {
 	Kind          Kind
 	At            time.Time
 	Pos           change.SourcePos
+	// Move is, for a KindKeyChange, the hash of the old key it moves away (change.KeyHash) when
+	// the consumer knows it; 0: the table writer tells it later (change.KeyChangeNoter).
+	Move uint64
 }
 
 // eventAck acknowledges one event of a delivery registered by BeginTracked.
@@ -137,6 +140,9 @@ func (s *Shard) BeginTracked(last string, first time.Time, events []Tracked) *De
 	d.remaining.Store(int64(len(events)))
 	for i, e := range events {
 		d.evs[i] = eventAck{d: d, schema: e.Schema, table: e.Table, at: e.At, pos: e.Pos, kind: e.Kind}
+		if e.Move != 0 {
+			d.evs[i].MovesKey(e.Move)
+		}
 	}
 	return s.register(d, len(events))
 }

@@ -451,6 +451,11 @@ func TestFullBeforeImagesArePublishedByTheirKey(t *testing.T) {
 	if !g.Kinds[checkpoint.KindChange].At.Equal(sec(10)) || !g.Kinds[checkpoint.KindKeyChange].At.Equal(sec(11)) {
 		t.Fatalf("published %+v; want the update at %v a change, the key change at %v", g.Kinds, sec(10), sec(11))
 	}
+	// The key change is published by its old key's hash at once, not as a move of an unknown key.
+	old, _ := change.KeyHash([]change.Column{{Name: "id", Value: change.Value{Kind: change.KindNumber, Text: "2"}}}, []string{"id"})
+	if !g.Moves.Keys[old].At.Equal(sec(11)) || len(g.Moves.Keys) != 1 || !g.Moves.Unknown.At.IsZero() {
+		t.Fatalf("published moves %+v; want the old key 2 at %v", g.Moves, sec(11))
+	}
 }
 
 func clockedShard(t *testing.T) (*procEnv, *time.Time, *processor, *horizonLoop) {

@@ -223,7 +223,9 @@ func (p *processor) begin(records []ktypes.Record, events []change.Event, first 
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
-		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: p.kindOf(ev), At: ev.Arrival, Pos: change.SourcePosOf(ev)})
+		kind, move := p.kindOf(ev)
+		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kind, At: ev.Arrival,
+			Pos: change.SourcePosOf(ev), Move: move})
 	}
 	if changes > 0 {
 		p.lastData = aws.ToString(last.SequenceNumber)
@@ -321,22 +323,26 @@ func gateBelow(gates checkpoint.PendingTables, lastMs int64) (time.Time, string)
 
 // kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4): an
 // update is a possible key change when its images differ in the table's key columns, as the
-// sink knows them (KeyColumner), else anywhere (change.MayChangeKey).
-func (p *processor) kindOf(ev *change.Event) checkpoint.Kind {
+// sink knows them (KeyColumner), else anywhere (change.MayChangeKey). For a key change whose key
+// is known, move is the hash of the old key (change.KeyHash; 0: unknown).
+func (p *processor) kindOf(ev *change.Event) (kind checkpoint.Kind, move uint64) {
 	switch {
 	case ev.Op == change.OpLoad:
-		return checkpoint.KindLoad
+		return checkpoint.KindLoad, 0
 	case ev.Op == change.OpControl:
-		return checkpoint.KindControl
+		return checkpoint.KindControl, 0
 	case !change.MayChangeKey(ev):
-		return checkpoint.KindChange
+		return checkpoint.KindChange, 0
 	}
 	if kc, ok := p.c.sink.(KeyColumner); ok {
-		if key := kc.KeyColumns(ev.Schema + "." + ev.Table); key != nil && !change.ChangesKey(ev, key) {
-			return checkpoint.KindChange
+		if key := kc.KeyColumns(ev.Schema + "." + ev.Table); key != nil {
+			if !change.ChangesKey(ev, key) {
+				return checkpoint.KindChange, 0
+			}
+			move, _ = change.KeyHash(ev.Before, key)
 		}
 	}
-	return checkpoint.KindKeyChange
+	return checkpoint.KindKeyChange, move
 }
 
 // arrival is the record's ApproximateArrivalTimestamp; a record without one (never from

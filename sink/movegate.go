@@ -1,12 +1,10 @@
 package sink
 
 import (
-	"hash/fnv"
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
-	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
 )
 
 // The move gate (design.md §4): a change that writes a key waits for an older key change on
@@ -14,22 +12,10 @@ import (
 // later, does not remove the newer row. The reverse case, an older change of the key committed
 // after the key change, is moved.go's.
 //
-// Each process publishes its pending key changes by the hash of the old key's encoding
-// (checkpoint.Moves), which the planner tells the consumer's tracker as it converts them
-// (noteMove); a key change whose old key is not told yet counts as a move of an unknown key.
-
-// keyHash is the hash of key's encoding in l (encodeKey), the same in every process that
-// writes the table; never 0.
-func keyHash(l *layout, buf []byte, key []dms.Datum) (uint64, []byte) {
-	buf = encodeKey(l, buf[:0], key)
-	h := fnv.New64a()
-	_, _ = h.Write(buf) // a hash.Hash never fails
-	s := h.Sum64()
-	if s == 0 {
-		s = 1
-	}
-	return s, buf
-}
+// Each process publishes its pending key changes by the hash of the old key (change.KeyHash,
+// checkpoint.Moves): the consumer computes it with the key columns the sink knows, else the
+// planner tells it as it converts the change (noteMove); until then the change counts as a
+// move of an unknown key.
 
 // noteMove tells ev's tracker (change.KeyChangeNoter, when it has one) what the converted row r
 // moves: the old key of a key change, or nothing for an update that keeps its key; and gives
@@ -38,26 +24,24 @@ func (pl *planner) noteMove(ev *change.Event, r *row) {
 	if !pl.guarded() || !pl.st.lay.keyed() {
 		return
 	}
+	key := pl.st.lay.keyNames
 	if r.oldKey != nil {
-		r.okh, pl.keyBuf = keyHash(pl.st.lay, pl.keyBuf, r.oldKey)
+		r.okh, _ = change.KeyHash(ev.Before, key) // 0 when the before-image lacks a key column
 	}
 	if ev.Op == change.OpUpdate {
 		if n, ok := ev.Ack.(change.KeyChangeNoter); ok {
-			if r.okh != 0 {
-				n.MovesKey(r.okh)
-			} else {
+			switch {
+			case r.oldKey == nil:
 				n.MovesNoKey()
-			}
+			case r.okh != 0:
+				n.MovesKey(r.okh)
+			} // else it stays a move of an unknown key
 		}
 	}
 	if r.del || r.src.load {
 		return // a delete removes nothing a later move removes too; a load is older than any move
 	}
-	key := make([]dms.Datum, len(pl.st.lay.keyIdx))
-	for ki, ci := range pl.st.lay.keyIdx {
-		key[ki] = r.vals[ci]
-	}
-	r.kh, pl.keyBuf = keyHash(pl.st.lay, pl.keyBuf, key)
+	r.kh, _ = change.KeyHash(ev.Columns, key)
 }
 
 // admitsRow reports whether r passes lim: its bound and gates (admits), and the move gate.

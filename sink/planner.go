@@ -20,8 +20,6 @@ type planner struct {
 	*tableScope
 	st  *targetTable // read only: the layout rows are converted to
 	buf buffer
-	// keyBuf is noteMove's scratch for key encodings.
-	keyBuf []byte
 	// lim is the limit of the flush in progress (nil outside a flush); stuck is the bound at
 	// which the last flush committed nothing while rows stayed (no size-triggered flush until
 	// the bound moves), stuckSet whether it is set.

@@ -3,6 +3,7 @@ package change
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -272,4 +273,42 @@ func MayChangeKey(ev *Event) bool {
 		}
 	}
 	return false
+}
+
+// KeyHash is the hash of the key columns' values in img, the same for one key value in every
+// image and process: FNV-1a over each value's text (numbers without trailing fractional zeros,
+// since DMS renders one NUMERIC value with and without them), never 0. ok is false when img
+// lacks a key column. The ordering guard publishes and compares keys by it (design.md §4); two
+// keys may share a hash, which only makes a change wait.
+func KeyHash(img []Column, key []string) (h uint64, ok bool) {
+	const offset, prime = 14695981039346656037, 1099511628211
+	h = offset
+	for _, k := range key {
+		v, found := column(img, k)
+		if !found {
+			return 0, false
+		}
+		t := v.Text
+		if v.Kind == KindNumber {
+			t = trimFraction(t)
+		}
+		for i := 0; i < len(t); i++ {
+			h = (h ^ uint64(t[i])) * prime
+		}
+		h = (h ^ 0xff) * prime // separator: ("ab", "c") and ("a", "bc") differ
+	}
+	if h == 0 {
+		h = 1
+	}
+	return h, true
+}
+
+// trimFraction drops the trailing zeros of a plain decimal number's fraction, and the point
+// when none is left ("43.950" and "43.95", "7.0" and "7"); exponent forms stay as written.
+func trimFraction(t string) string {
+	if strings.ContainsAny(t, "eE") || !strings.Contains(t, ".") {
+		return t
+	}
+	t = strings.TrimRight(t, "0")
+	return strings.TrimSuffix(t, ".")
 }
