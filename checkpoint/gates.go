@@ -2,6 +2,7 @@ package checkpoint
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 
@@ -153,7 +154,15 @@ func (p PendingTables) encode() string {
 		return ""
 	}
 	out := make(map[string]map[string]json.RawMessage, len(p))
-	for t, g := range p.capped() {
+	capped := p.capped()
+	names := slices.Sorted(maps.Keys(capped))
+	budget := maxRowMoves
+	for _, t := range names {
+		g := capped[t]
+		if len(g.Moves.Keys) > budget {
+			g = g.unkeyed() // past the row's bound: this table's moves count as Unknown
+		}
+		budget -= len(g.Moves.Keys)
 		m := map[string]json.RawMessage{}
 		for k := range g.Kinds {
 			if g.Kinds[k].At.IsZero() {
@@ -202,11 +211,11 @@ func decodePendingTables(s string) (PendingTables, error) {
 			g.Kinds[k] = loadedGate(jg)
 		}
 		if raw, ok := m[movesName]; ok {
-			var jm []jsonMove
+			var jm jsonMoves
 			if err := json.Unmarshal(raw, &jm); err != nil {
 				return nil, err
 			}
-			mv, err := movesOf(jm)
+			mv, err := jm.moves()
 			if err != nil {
 				return nil, err
 			}

@@ -1,13 +1,21 @@
 package checkpoint
 
 import (
+	"encoding/base64"
+	"encoding/binary"
 	"fmt"
-	"strconv"
+	"time"
 )
 
-// MaxMoves bounds the keys one table's Moves name on a lease row; the key changes beyond it count
-// as Unknown.
-const MaxMoves = 128
+// MaxMoves bounds the keys one table's Moves name; the key changes beyond it count as Unknown.
+// A backlog read ahead holds many pending key changes, and every one counted as Unknown holds
+// every later write of its table on the other workers, so the bound is generous: a key takes 16
+// bytes on the lease row (22 in base64), and maxRowMoves bounds a row's keys over its tables.
+const MaxMoves = 1024
+
+// maxRowMoves bounds the keys one lease row names over all its tables (about 90 KB of the item's
+// 400 KB); the tables past it publish their moves as Unknown.
+const maxRowMoves = 4096
 
 // Moves are a table's pending key changes as the cross-process gates see them (design.md §4):
 // per old key (a hash of its encoding, told by the table writer through change.KeyChangeNoter)
@@ -93,36 +101,42 @@ func (t TableGates) unkeyed() TableGates {
 	return out
 }
 
-// jsonMove is one stored move: the key's hash in hex (empty for Unknown) and its gate.
-type jsonMove struct {
-	Hash string `json:"h,omitempty"`
-	jsonGate
+// jsonMoves is Moves stored: Keys packs each key's hash and arrival (unix ms), 8 bytes each,
+// big-endian, in base64; Unknown is a gate.
+type jsonMoves struct {
+	Keys    string    `json:"keys,omitempty"`
+	Unknown *jsonGate `json:"unknown,omitempty"`
 }
 
-func (m *Moves) stored() []jsonMove {
-	var out []jsonMove
+func (m *Moves) stored() jsonMoves {
+	var jm jsonMoves
 	if !m.Unknown.At.IsZero() {
-		out = append(out, jsonMove{jsonGate: storedGate(m.Unknown)})
+		g := storedGate(m.Unknown)
+		jm.Unknown = &g
 	}
-	for h, g := range m.Keys {
-		out = append(out, jsonMove{Hash: strconv.FormatUint(h, 16), jsonGate: storedGate(g)})
+	if len(m.Keys) > 0 {
+		b := make([]byte, 0, 16*len(m.Keys))
+		for h, g := range m.Keys {
+			b = binary.BigEndian.AppendUint64(b, h)
+			b = binary.BigEndian.AppendUint64(b, uint64(g.At.UnixMilli()))
+		}
+		jm.Keys = base64.RawStdEncoding.EncodeToString(b)
 	}
-	return out
+	return jm
 }
 
-func movesOf(in []jsonMove) (Moves, error) {
+func (jm jsonMoves) moves() (Moves, error) {
 	var m Moves
-	for _, e := range in {
-		g := loadedGate(e.jsonGate)
-		if e.Hash == "" {
-			m.AddUnknown(g)
-			continue
-		}
-		h, err := strconv.ParseUint(e.Hash, 16, 64)
-		if err != nil {
-			return Moves{}, fmt.Errorf("bad move key %q", e.Hash)
-		}
-		m.Add(h, g)
+	if jm.Unknown != nil {
+		m.AddUnknown(loadedGate(*jm.Unknown))
+	}
+	b, err := base64.RawStdEncoding.DecodeString(jm.Keys)
+	if err != nil || len(b)%16 != 0 {
+		return Moves{}, fmt.Errorf("bad moves %q", jm.Keys)
+	}
+	for i := 0; i < len(b); i += 16 {
+		at := int64(binary.BigEndian.Uint64(b[i+8:]))
+		m.Add(binary.BigEndian.Uint64(b[i:]), Gate{At: time.UnixMilli(at).UTC()})
 	}
 	return m, nil
 }

@@ -89,3 +89,28 @@ func TestMovesCapMergeAndEncoding(t *testing.T) {
 		t.Fatal("another table's moves apply")
 	}
 }
+
+// A lease row names at most maxRowMoves keys over its tables; the tables past the bound publish
+// their moves as a move of an unknown key (which holds every later write: conservative).
+func TestMovesRowBound(t *testing.T) {
+	t.Parallel()
+	p := PendingTables{}
+	for ti, name := range []string{"s.a", "s.b", "s.c", "s.d", "s.e"} {
+		var g TableGates
+		for i := range MaxMoves {
+			g.Moves.Add(uint64(ti*MaxMoves+i+1), Gate{At: time.UnixMilli(int64(1000 + i)).UTC()})
+		}
+		p[name] = g
+	}
+	got, err := decodePendingTables(p.encode())
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := 0
+	for _, g := range got {
+		keys += len(g.Moves.Keys)
+	}
+	if keys != maxRowMoves || len(got["s.e"].Moves.Keys) != 0 || !got["s.e"].Moves.Unknown.At.Equal(time.UnixMilli(1000).UTC()) {
+		t.Fatalf("%d keys on the row, s.e %d keys and unknown %v", keys, len(got["s.e"].Moves.Keys), got["s.e"].Moves.Unknown.At)
+	}
+}

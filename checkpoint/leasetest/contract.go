@@ -354,7 +354,7 @@ var (
 
 // withMoves adds pending moves (two keys and an unknown one) to g.
 func withMoves(g checkpoint.TableGates) checkpoint.TableGates {
-	g.Moves.Add(0xfeedbeef, checkpoint.Gate{At: time.UnixMilli(1_764_000_000_091).UTC(), Pos: change.SourcePos{TxID: "9"}})
+	g.Moves.Add(0xfeedbeef, checkpoint.Gate{At: time.UnixMilli(1_764_000_000_091).UTC()})
 	g.Moves.Add(0xffffffff00000001, checkpoint.Gate{At: time.UnixMilli(1_764_000_000_092).UTC()})
 	g.Moves.AddUnknown(checkpoint.Gate{At: time.UnixMilli(1_764_000_000_093).UTC()})
 	return g
