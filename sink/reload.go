@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/apache/iceberg-go"
+	icebergio "github.com/apache/iceberg-go/io"
 	"github.com/apache/iceberg-go/table"
 	"go.uber.org/zap"
 
@@ -387,6 +388,16 @@ func (rt *reloadTracker) quietEnd(idle bool) (reloadMark, bool) {
 	return m, time.Since(rt.loaded) >= rt.set.reloadQuiet
 }
 
+// manifestsOf opens tbl's file system and lists snap's manifests.
+func manifestsOf(ctx context.Context, tbl *table.Table, snap *table.Snapshot) (icebergio.IO, []iceberg.ManifestFile, error) {
+	fs, err := tbl.FS(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	mans, err := snap.Manifests(fs)
+	return fs, mans, err
+}
+
 // filesUpTo lists the live data and delete files of snap (a snapshot of tbl) whose data sequence
 // number is at or below seq, and the position deletes above it that name only such a data file
 // (design.md §10.1: a conversion planned before a reload's mark may commit after it): deletion
@@ -396,11 +407,7 @@ func filesUpTo(ctx context.Context, tbl *table.Table, snap *table.Snapshot, seq 
 	if snap == nil {
 		return nil, nil, nil
 	}
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	mans, err := snap.Manifests(fs)
+	fs, mans, err := manifestsOf(ctx, tbl, snap)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -461,11 +468,7 @@ func provisionalFiles(ctx context.Context, tbl *table.Table, snap *table.Snapsho
 	if len(marked) == 0 {
 		return nil, nil, nil
 	}
-	fs, err := tbl.FS(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	mans, err := snap.Manifests(fs)
+	fs, mans, err := manifestsOf(ctx, tbl, snap)
 	if err != nil {
 		return nil, nil, err
 	}
