@@ -91,7 +91,7 @@ func (m *movedKeys) recreatedAfter(key []byte, r *row) bool {
 }
 
 // overtakes reports whether a newer key change moved key away than the change r: r is a load
-// row (older than any change of its key), or older by source position, or, where the positions
+// row that arrived before it (or with it), or older by source position, or, where the positions
 // cannot tell, it arrived earlier, or in the same millisecond without creating the key (an
 // update cannot follow the key's move at the source without a re-creation: movedAfter).
 func (m *movedKeys) overtakes(key []byte, r *row) bool {
@@ -103,7 +103,9 @@ func (m *movedKeys) overtakes(key []byte, r *row) bool {
 		return false
 	}
 	if r.src.load {
-		return true
+		// A full load is sent before the table's changes; a reload's load rows come after its
+		// create-table and are newer than what the table had: by arrival.
+		return r.at <= mk.at
 	}
 	if c := r.src.Compare(&mk.pos); c != 0 {
 		return c < 0

@@ -52,7 +52,7 @@ func TestOlderChangeOfAMovedKeyIsNotWrittenBack(t *testing.T) {
 	eq(t, rows, "id=3,name=y")
 	// Worker B: an older update and an older load row of key 2, committed after it.
 	b.arrive("h", 2, 1100, "items", change.OpUpdate, []change.Column{col("id", "2"), col("name", "y2")}, nil)
-	b.arrive("l", 1, 1300, "items", change.OpLoad, []change.Column{col("id", "2"), col("name", "loaded")}, nil)
+	b.arrive("l", 1, 1150, "items", change.OpLoad, []change.Column{col("id", "2"), col("name", "loaded")}, nil)
 	b.arrive("h", 3, 1110, "items", change.OpInsert, []change.Column{col("id", "7"), col("name", "z")}, nil)
 	b.flush()
 	rows, tbl := scanRows(t, b.cat, "items")
@@ -111,7 +111,8 @@ func TestMovedKeysOvertake(t *testing.T) {
 		r    row
 		want bool
 	}{
-		{"a load row", row{at: 500, src: srcPos{load: true}}, true},
+		{"a load row that arrived before the move", row{at: 50, src: srcPos{load: true}}, true},
+		{"a reload's load row, after the move", row{at: 500, src: srcPos{load: true}}, false},
 		{"older by position, arrived later", row{at: 500, src: srcPos{SourcePos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z"}}}, true},
 		{"newer by position, arrived earlier", row{at: 50, src: srcPos{SourcePos: change.SourcePos{CommitTS: "2025-06-01T00:00:03.000000Z"}}}, false},
 		{"no position, arrived earlier", row{at: 99}, true},
