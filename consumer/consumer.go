@@ -36,12 +36,11 @@ type Sink interface {
 	Flush(ctx context.Context) error
 }
 
-// KeyColumner is a Sink that knows the key columns of the tables it writes ("schema.table";
-// nil: not known). With it, an update whose before-image differs from its after-image only
+// KeyColumner is a Sink that knows the key columns of the tables it writes (nil: not known). With it, an update whose before-image differs from its after-image only
 // outside the key (MySQL's full before-images) is tracked as a CDC change, not as a possible
 // key change other workers' writes of its key would wait for (design.md §4).
 type KeyColumner interface {
-	KeyColumns(src string) []string
+	KeyColumns(schema, table string) []string
 }
 
 // Metrics receives the consumer's measurements. Implementations are safe for concurrent use.

@@ -335,7 +335,7 @@ func (p *processor) kindOf(ev *change.Event) (kind checkpoint.Kind, move uint64)
 		return checkpoint.KindChange, 0
 	}
 	if kc, ok := p.c.sink.(KeyColumner); ok {
-		if key := kc.KeyColumns(ev.Schema + "." + ev.Table); key != nil {
+		if key := kc.KeyColumns(ev.Schema, ev.Table); key != nil {
 			if !change.ChangesKey(ev, key) {
 				return checkpoint.KindChange, 0
 			}

@@ -51,10 +51,10 @@ type fakeSink struct {
 }
 
 // KeyColumns makes the fake a KeyColumner.
-func (s *fakeSink) KeyColumns(src string) []string {
+func (s *fakeSink) KeyColumns(schema, table string) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[src]
+	return s.keys[schema+"."+table]
 }
 
 type heldEvent struct {

@@ -59,29 +59,30 @@ func (l *limit) admitsRow(r *row) bool {
 // fewer rows, so it ends.
 func (b *buffer) withHeldMoves(lim limit) (limit, []int) {
 	sel := b.selectRows(lim)
+	if len(sel) == b.rows.len() {
+		return lim, sel // every row selected: no move is held back
+	}
 	own := false
+	picked := make([]bool, b.rows.len())
 	for {
-		picked := make(map[int]bool, len(sel))
+		clear(picked)
 		for _, i := range sel {
 			picked[i] = true
 		}
-		var added []int
+		added := false
 		for i := range b.rows.len() {
 			if r := b.rows.at(i); r.okh != 0 && !picked[i] {
-				added = append(added, i)
+				if !own { // the limit's moves may be the bound's: add to a copy
+					var m checkpoint.Moves
+					m.Merge(lim.moves)
+					lim.moves, own = m, true
+				}
+				lim.moves.Add(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
+				added = true
 			}
 		}
-		if len(added) == 0 {
+		if !added {
 			return lim, sel
-		}
-		if !own { // the limit's moves may be the bound's: add to a copy
-			var m checkpoint.Moves
-			m.Merge(lim.moves)
-			lim.moves, own = m, true
-		}
-		for _, i := range added {
-			r := b.rows.at(i)
-			lim.moves.Add(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
 		}
 		next := b.selectRows(lim)
 		if len(next) == len(sel) {

@@ -225,10 +225,11 @@ func (s *Iceberg) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// KeyColumns returns the key columns of source table "schema.table" as the sink's writers know
+// KeyColumns returns the key columns of source table schema.table as the sink's writers know
 // them (its loaded table's, else its table-def's); nil when none is known. The consumer uses it
-// to tell, before it publishes a record as pending, whether an update changes its key.
-func (s *Iceberg) KeyColumns(src string) []string { return s.defs.key(src) }
+// to tell, before it publishes a record as pending, whether an update changes its key; it takes
+// no lock and allocates nothing.
+func (s *Iceberg) KeyColumns(schema, table string) []string { return s.defs.keys.get(schema, table) }
 
 // Submit hands an event to its table's writer, blocking while that writer's queue is full.
 func (s *Iceberg) Submit(ctx context.Context, ev *change.Event) error {

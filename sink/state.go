@@ -98,10 +98,8 @@ func (t *targetTable) use(tbl *table.Table) error {
 		relayRows(&t.buf.rows, t.lay, lay)
 	}
 	t.tbl, t.lay = tbl, lay
-	if lay.keyed() {
-		t.env.defs.setKey(t.src, lay.keyNames)
-	} else {
-		t.env.defs.setKey(t.src, nil)
+	if t.env.defs != nil {
+		t.env.defs.keys.set(t.src, lay.keyNames, true) // keyNames is nil for a keyless table
 	}
 	t.rt.reportReload()
 	return nil

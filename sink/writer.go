@@ -514,48 +514,18 @@ func (w *writer) drainQueue(ctx context.Context) ([]chan error, error) {
 type tableDefs struct {
 	mu   sync.Mutex
 	defs map[string]*change.TableDef
-	keys map[string][]string
+	keys keyColumns
 }
 
-func newTableDefs() *tableDefs {
-	return &tableDefs{defs: make(map[string]*change.TableDef), keys: make(map[string][]string)}
-}
-
-// setKey notes the key columns of table src as loaded (nil: keyless).
-func (d *tableDefs) setKey(src string, key []string) {
-	if d == nil {
-		return
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if key == nil {
-		delete(d.keys, src)
-		return
-	}
-	d.keys[src] = key
-}
-
-// key returns the key columns of table src: its loaded table's, else its table-def's; nil when
-// none is known.
-func (d *tableDefs) key(src string) []string {
-	if d == nil {
-		return nil
-	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if k := d.keys[src]; k != nil {
-		return k
-	}
-	if def := d.defs[src]; def != nil && len(def.PrimaryKey) > 0 {
-		return def.PrimaryKey
-	}
-	return nil
-}
+func newTableDefs() *tableDefs { return &tableDefs{defs: make(map[string]*change.TableDef)} }
 
 func (d *tableDefs) set(src string, def *change.TableDef) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.defs[src] = def
+	if len(def.PrimaryKey) > 0 {
+		d.keys.set(src, def.PrimaryKey, false)
+	}
 }
 
 func (d *tableDefs) get(src string) *change.TableDef {
