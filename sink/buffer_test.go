@@ -276,7 +276,7 @@ func TestBufferPlanBound(t *testing.T) {
 	t.Parallel()
 	ctl := &held{ev: &change.Event{Op: change.OpControl, Pos: change.Position{Shard: "c", Seq: "2"}}, at: 150, ctl: true}
 	load := func(r row) row { r.src.load, r.kind = true, kindLoad; return r }
-	keyChange := func(r row) row { r.kind = kindKeyChange; return r }
+	keyChange := func(r row) row { r.okh = 1; return r } // moves a key away (no other worker's move pending)
 	commitTS := func(r row, ts string) row { r.src.CommitTS = ts; return r }
 	txRec := func(r row, tx, rec string) row { r.src.TxID, r.src.TxRecord = tx, rec; return r }
 	cases := []struct {

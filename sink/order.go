@@ -135,24 +135,22 @@ func movesPrint(m *checkpoint.Moves) uint64 {
 	return p
 }
 
-// gateKind is what the cross-process gates see of a record (the consumer's checkpoint.Kind).
+// gateKind is what the cross-process gates see of a record (the consumer's checkpoint.Kind; a
+// key change is a CDC change to them: what it moves is the move gate's, movegate.go).
 type gateKind uint8
 
 const (
 	kindChange gateKind = iota
-	kindKeyChange
 	kindLoad
 	kindControl
 )
 
 func gateKindOf(ev *change.Event) gateKind {
-	switch {
-	case ev.Op == change.OpLoad:
+	switch ev.Op {
+	case change.OpLoad:
 		return kindLoad
-	case ev.Op == change.OpControl:
+	case change.OpControl:
 		return kindControl
-	case change.MayChangeKey(ev):
-		return kindKeyChange
 	}
 	return kindChange
 }
@@ -254,8 +252,7 @@ type held struct {
 	ev  *change.Event
 	at  int64
 	ctl bool
-	// kind is what the gates see of it, decided when it was held with the key known then
-	// (planner.heldKind).
+	// kind is what the gates see of it (gateKindOf).
 	kind gateKind
 	// reload: the table's create-table records may start a reload (sink.reload replace), which
 	// makes them wait for other processes' older data (waitsForData), as a truncate does.
@@ -336,17 +333,6 @@ func (b *buffer) arrival(ev *change.Event) int64 {
 	}
 	b.lastAt[ev.Pos.Shard] = at
 	return at
-}
-
-// reclassify decides again, with kind, the gate kind of the held data records counted as key
-// changes: the key may be known now that was not when they were held (their table loaded, its
-// table-def seen).
-func (b *buffer) reclassify(kind func(*change.Event) gateKind) {
-	for i := range b.held {
-		if h := &b.held[i]; !h.ctl && h.kind == kindKeyChange {
-			h.kind = kind(h.ev)
-		}
-	}
 }
 
 // hold keeps ev, which arrived at at, until its turn. Events come mostly in arrival order, so

@@ -113,41 +113,6 @@ func msOrZero(t time.Time) int64 {
 	return t.UnixMilli()
 }
 
-// rowKind is what the gates see of a converted data row: a load, a key change when convert
-// found the key columns changed between before- and after-image (oldKey), else a CDC change.
-// Whatever the before-image holds besides the key (MySQL's ColumnFilter all sends every column)
-// does not make a key change.
-func rowKind(op change.Op, oldKey []dms.Datum) gateKind {
-	switch {
-	case op == change.OpLoad:
-		return kindLoad
-	case oldKey != nil:
-		return kindKeyChange
-	}
-	return kindChange
-}
-
-// heldKind is what the gates see of ev, held before it can be converted: an update is a key
-// change only if it changes the columns of the key known now (the table's, else its table-def's,
-// else the configured one); with no key known, if its before-image differs anywhere
-// (change.MayChangeKey).
-func (pl *planner) heldKind(ev *change.Event) gateKind {
-	k := gateKindOf(ev)
-	if k != kindKeyChange {
-		return k
-	}
-	key := pl.set.primaryKey
-	if l := pl.st.lay; l != nil && l.keyed() {
-		key = l.keyNames
-	} else if def := pl.env.defs.get(pl.src); def != nil && len(def.PrimaryKey) > 0 {
-		key = def.PrimaryKey
-	}
-	if len(key) > 0 && !change.ChangesKey(ev, key) {
-		return kindChange
-	}
-	return k
-}
-
 // noteGated reports to the metrics the time since the previous flush during which a gate held
 // rows back, after a flush at lim (whose waitFrom says whether a gate holds rows back).
 func (pl *planner) noteGated(lim limit) {
@@ -209,7 +174,7 @@ func (pl *planner) admit(ev *change.Event, at int64) (reason string) {
 	if reason != "" {
 		return reason
 	}
-	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, rowKind(ev.Op, r.oldKey), sourceTime(ev)
+	r.replay, r.at, r.src, r.ack, r.kind, r.ts = ev.Replay, at, sourcePos(ev), ev.Ack, gateKindOf(ev), sourceTime(ev)
 	r.ins = ev.Op == change.OpInsert
 	pl.noteMove(ev, &r)
 	if pl.buf.reloadOrder {

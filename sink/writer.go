@@ -308,7 +308,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 		return nil
 	}
 	if ev.Op == change.OpControl || len(w.pl.buf.held) > 0 {
-		w.pl.buf.hold(ev, at, w.pl.heldKind(ev))
+		w.pl.buf.hold(ev, at, gateKindOf(ev))
 		return nil
 	}
 	if !w.st.loaded() {
@@ -323,7 +323,7 @@ func (w *writer) add(ctx context.Context, ev *change.Event) error {
 			// Created (from a table-def if one comes first) when its turn comes; a paused or
 			// dropped table's record is dead-lettered then unless a control record before it
 			// changed that.
-			w.pl.buf.hold(ev, at, w.pl.heldKind(ev))
+			w.pl.buf.hold(ev, at, gateKindOf(ev))
 			return nil
 		}
 	}
@@ -472,9 +472,8 @@ func (w *writer) flushTo(ctx context.Context, tail bool) (err error) {
 	return nil
 }
 
-// knowHeldKeys gives the held data records the gate kind the table's key decides: a table
-// another worker created since they were held is loaded (as add loads it), and the updates
-// counted as key changes are classified again with its key (planner.heldKind).
+// knowHeldKeys loads a table another worker created since its records were held (as add loads
+// it), so that they convert when their turn comes.
 func (w *writer) knowHeldKeys(ctx context.Context) error {
 	if len(w.pl.buf.held) == 0 {
 		return nil
@@ -484,7 +483,6 @@ func (w *writer) knowHeldKeys(ctx context.Context) error {
 			return err
 		}
 	}
-	w.pl.buf.reclassify(w.pl.heldKind)
 	return nil
 }
 
