@@ -118,7 +118,8 @@ func (p PendingTables) capped() PendingTables {
 }
 
 // kindNames are the JSON names of the kinds in AttrPendingTables.
-var kindNames = [numKinds]string{KindChange: "change", KindKeyChange: "keyChange", KindLoad: "load", KindControl: "control"}
+var kindNames = [numKinds]string{KindChange: "change", KindKeyChange: "keyChange", KindLoad: "load", KindControl: "control",
+	KindLoadNotByKey: "loadNotByKey"}
 
 type jsonGate struct {
 	At  int64      `json:"at"`

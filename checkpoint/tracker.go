@@ -54,10 +54,15 @@ const (
 	KindChange Kind = iota
 	// KindKeyChange is an update that may change its row's primary key (change.MayChangeKey).
 	KindKeyChange
-	// KindLoad is a full-load row.
+	// KindLoad is a full-load row routed by its primary key (change.RoutedByKey); as a published
+	// gate, every full-load row (KindLoadNotByKey too).
 	KindLoad
 	// KindControl is a control record.
 	KindControl
+	// KindLoadNotByKey is a full-load row whose Kinesis partition key is not its primary key
+	// (change.RoutedByKey false): it may sit on another shard than the CDC changes of its key even
+	// when they are routed by key. Published under KindLoad as well, so every load gate sees it.
+	KindLoadNotByKey
 	numKinds
 )
 
@@ -280,6 +285,9 @@ func (s *Shard) PendingTables() PendingTables {
 				}
 			}
 			g.Kinds[kind].Min(Gate{At: e.at, Pos: e.pos})
+			if kind == KindLoadNotByKey {
+				g.Kinds[KindLoad].Min(Gate{At: e.at, Pos: e.pos})
+			}
 			p[name] = g
 		}
 	}

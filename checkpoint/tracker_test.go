@@ -281,3 +281,30 @@ func TestPendingTablesEncoding(t *testing.T) {
 		t.Fatalf("a kept table's gate %v", g.Kinds[KindChange].At)
 	}
 }
+
+// A load row not routed by its key is published as such and as a load row, so that writers
+// that know only the load gate wait for it too; and it round-trips through the stored form.
+func TestStrayLoadRowsArePublishedUnderBothKinds(t *testing.T) {
+	t.Parallel()
+	at := func(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+	s := NewShard("shardId-0", "")
+	d := s.BeginTracked("10", at(100), []Tracked{{Schema: "s", Table: "a", Kind: KindLoad, At: at(120)},
+		{Schema: "s", Table: "a", Kind: KindLoadNotByKey, At: at(110)}, {Schema: "s", Table: "b", Kind: KindLoad, At: at(130)}})
+	p := s.PendingTables()
+	if g := p["s.a"]; !g.Kinds[KindLoad].At.Equal(at(110)) || !g.Kinds[KindLoadNotByKey].At.Equal(at(110)) {
+		t.Fatalf("s.a: load %v, not by key %v; want both 110", g.Kinds[KindLoad].At, g.Kinds[KindLoadNotByKey].At)
+	}
+	if g := p["s.b"]; !g.Kinds[KindLoadNotByKey].At.IsZero() {
+		t.Fatalf("s.b: a load row routed by key published as stray: %v", g.Kinds[KindLoadNotByKey].At)
+	}
+	got, err := decodePendingTables(p.encode())
+	if err != nil || !reflect.DeepEqual(got, p) {
+		t.Fatalf("round trip %v (%v), want %v", got, err, p)
+	}
+	d.Event(1).Done(1)
+	if g := s.PendingTables()["s.a"]; !g.Kinds[KindLoad].At.Equal(at(120)) || !g.Kinds[KindLoadNotByKey].At.IsZero() {
+		t.Fatalf("after the stray row: load %v, not by key %v", g.Kinds[KindLoad].At, g.Kinds[KindLoadNotByKey].At)
+	}
+	d.Event(0).Done(1)
+	d.Event(2).Done(1)
+}

@@ -327,8 +327,10 @@ func gateBelow(gates checkpoint.PendingTables, lastMs int64) (time.Time, string)
 // is known, move is the hash of the old key (change.KeyHash; 0: unknown).
 func (p *processor) kindOf(ev *change.Event) (kind checkpoint.Kind, move uint64) {
 	switch {
-	case ev.Op == change.OpLoad:
+	case ev.Op == change.OpLoad && change.RoutedByKey(ev):
 		return checkpoint.KindLoad, 0
+	case ev.Op == change.OpLoad:
+		return checkpoint.KindLoadNotByKey, 0
 	case ev.Op == change.OpControl:
 		return checkpoint.KindControl, 0
 	case !change.MayChangeKey(ev):

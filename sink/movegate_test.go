@@ -2,6 +2,7 @@ package sink
 
 import (
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,4 +148,40 @@ func TestHeldKeyChangeHoldsLaterWritesOfItsOldKey(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=5,name=again", "id=7,name=new", "id=8,name=w", "id=9,name=v")
+}
+
+// A CDC change routed by its key (DMS ParallelApply: partition-key-type primary-key) shares its
+// shard with its key's load rows routed the same way, so it does not wait for another process's
+// pending load rows of that kind; it waits for load rows routed otherwise, and a CDC change
+// routed by table waits for every load row, as before.
+func TestKeyRoutedChangesWaitOnlyForStrayLoadRows(t *testing.T) {
+	t.Parallel()
+	h, gb := itemsWithGates(t)
+	routed := func(shard string, seq int, ms int64, id, name, pkType string) {
+		h.event(&change.Event{Table: "items", Op: change.OpInsert, Columns: []change.Column{col("id", id), col("name", name)},
+			Arrival: time.UnixMilli(ms), Pos: change.Position{Shard: shard, Seq: fmt.Sprint(seq)},
+			Meta: change.Metadata{RecordType: "data", Operation: "insert", PartitionKeyType: pkType}})
+	}
+	// Another process holds a load row routed by its key that arrived at 1100.
+	var byKey checkpoint.TableGates
+	byKey.Kinds[checkpoint.KindLoad] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": byKey}})
+	routed("a", 1, 1200, "1", "by-key", change.PartitionPrimaryKey)
+	routed("b", 1, 1210, "2", "by-table", "schema-table")
+	h.flush()
+	rows, _ := scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1,name=by-key")
+	// A stray load row (routed by table) pending elsewhere holds key-routed changes after it too.
+	var stray checkpoint.TableGates
+	stray.Kinds[checkpoint.KindLoad] = checkpoint.Gate{At: time.UnixMilli(1100)}
+	stray.Kinds[checkpoint.KindLoadNotByKey] = checkpoint.Gate{At: time.UnixMilli(1150)}
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": stray}})
+	routed("a", 2, 1300, "3", "by-key", change.PartitionPrimaryKey)
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1,name=by-key")
+	gb.set(Bound{At: time.UnixMilli(5000)})
+	h.flush()
+	rows, _ = scanRows(t, h.cat, "items")
+	eq(t, rows, "id=1,name=by-key", "id=2,name=by-table", "id=3,name=by-key")
 }

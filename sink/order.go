@@ -96,6 +96,10 @@ type limit struct {
 	// arrival of the oldest load row, control record and CDC change (key changes included)
 	// another process holds uncommitted.
 	loadGate, ctlGate, chGate int64
+	// strayLoadGate is the arrival of the oldest load row another process holds uncommitted that
+	// is not routed by its key (checkpoint.KindLoadNotByKey; 0: none): the only load rows a CDC
+	// change routed by its key waits for, since the others of its key share its shard.
+	strayLoadGate int64
 	// chPos is the source position of the record chGate names.
 	chPos change.SourcePos
 	// waitFrom is the earliest arrival of a buffered record within the bound that the gates hold
@@ -117,13 +121,13 @@ type limit struct {
 
 // limitKey is what decides which rows a limit admits, to tell whether a limit moved.
 type limitKey struct {
-	bound, loadGate, ctlGate, chGate int64
-	chPos                            change.SourcePos
-	moves                            uint64
+	bound, loadGate, ctlGate, chGate, strayLoadGate int64
+	chPos                                           change.SourcePos
+	moves                                           uint64
 }
 
 func (l limit) gates() limitKey {
-	return limitKey{l.bound, l.loadGate, l.ctlGate, l.chGate, l.chPos, movesPrint(&l.moves)}
+	return limitKey{l.bound, l.loadGate, l.ctlGate, l.chGate, l.strayLoadGate, l.chPos, movesPrint(&l.moves)}
 }
 
 // movesPrint tells whether the moves changed between two limits: their keys and arrivals.
@@ -143,21 +147,29 @@ const (
 	kindChange gateKind = iota
 	kindLoad
 	kindControl
+	// kindKeyRoutedChange is a CDC change routed by its key (change.RoutedByKey, DMS
+	// ParallelApply): the load rows of its key routed the same way share its shard, so it waits
+	// only for the other load rows (limit.strayLoadGate). The load row of the key a key change
+	// moves away is moved.go's: it is not written back over the move.
+	kindKeyRoutedChange
 )
 
 func gateKindOf(ev *change.Event) gateKind {
-	switch ev.Op {
-	case change.OpLoad:
+	switch {
+	case ev.Op == change.OpLoad:
 		return kindLoad
-	case change.OpControl:
+	case ev.Op == change.OpControl:
 		return kindControl
+	case change.RoutedByKey(ev):
+		return kindKeyRoutedChange
 	}
 	return kindChange
 }
 
 // admits reports whether a record of kind k that arrived at at passes the bound and the gates:
 // a control record the bound alone; a load row also the control gate (no older control record
-// of its table pending elsewhere); a CDC change, key changes included, also the load gate. Waits
+// of its table pending elsewhere); a CDC change, key changes included, also the load gate (one
+// routed by its key only strayLoadGate, the load rows that may sit on another shard). Waits
 // go one way by kind (CDC change, load, control record), so they never form a cycle. A key
 // change waits for no other worker's changes: the keys it moves away are written with its
 // commit, and a later commit of an older change of such a key does not write it back
@@ -172,6 +184,8 @@ func (l *limit) admits(at int64, k gateKind) bool {
 		return false
 	case k == kindLoad:
 		return true
+	case k == kindKeyRoutedChange:
+		return l.strayLoadGate == 0 || at < l.strayLoadGate
 	}
 	return l.loadGate == 0 || at < l.loadGate
 }

@@ -95,6 +95,7 @@ func (pl *planner) limitNow() limit {
 			if len(b.Gates) > 0 {
 				g := b.Gates.For(pl.src)
 				lim.loadGate, lim.ctlGate = msOrZero(g.Kinds[checkpoint.KindLoad].At), msOrZero(g.Kinds[checkpoint.KindControl].At)
+				lim.strayLoadGate = msOrZero(g.Kinds[checkpoint.KindLoadNotByKey].At)
 				ch := g.Kinds[checkpoint.KindChange]
 				ch.Min(g.Kinds[checkpoint.KindKeyChange]) // the change gate takes key changes too
 				lim.moves = g.Moves
@@ -157,6 +158,7 @@ func (pl *planner) logGated(lim limit) {
 		zap.Int("waiting", n), zap.String("first", first), zap.Int64("bound", lim.bound),
 		zap.Int64("load_gate", lim.loadGate), zap.Int64("control_gate", lim.ctlGate),
 		zap.Int64("change_gate", lim.chGate), zap.String("change_gate_pos", lim.chPos.Encode()),
+		zap.Int("moved_keys", len(lim.moves.Keys)), zap.Int64("unknown_move", msOrZero(lim.moves.Unknown.At)),
 		zap.Int("rows", pl.buf.rows.len()), zap.Int("held", len(pl.buf.held)))
 }
 

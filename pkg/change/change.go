@@ -248,6 +248,16 @@ func column(img []Column, name string) (Value, bool) {
 	return Value{}, false
 }
 
+// PartitionPrimaryKey is DMS's metadata partition-key-type of a record whose Kinesis partition
+// key is built from its row's primary key (DMS's default for full load, and for CDC under
+// ParallelApply): every such record of a key goes to the key's shard.
+const PartitionPrimaryKey = "primary-key"
+
+// RoutedByKey reports whether ev's Kinesis partition key is its row's primary key
+// (PartitionPrimaryKey), so that it shares its shard with every other record of that key that
+// is routed the same way. An update that changes its key is routed by its new key.
+func RoutedByKey(ev *Event) bool { return ev.Meta.PartitionKeyType == PartitionPrimaryKey }
+
 // MayChangeKey reports whether ev is an update whose before-image may name another row than its
 // after-image: a before-image column is absent from the after-image or has another value there.
 // With DMS's pk-only before-images (BeforeImageSettings ColumnFilter pk-only, the recommended
