@@ -246,7 +246,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}()
 		defer func() { fail(nil); <-hbDone }()
 	}
-	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kc).WithCheckpointer(leases)
+	// The KCL gets its own client, whose ListShards answers are reused for a second (listCache).
+	kclKinesis := kinesis.NewFromConfig(c.aws, newListCache(kclListingMaxAge).option)
+	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kclKinesis).WithCheckpointer(leases)
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)
 	}

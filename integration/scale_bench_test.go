@@ -127,8 +127,13 @@ func (s *scaleStream) newConfig(b *testing.B) *scaleConfig {
 	b.Helper()
 	c := &scaleConfig{app: UniqueName("dms2iceberg-scale"), dir: b.TempDir()}
 	if d := os.Getenv("BENCH_KEEP"); d != "" { // keep the warehouse and the service logs there
-
-		c.dir, _ = os.MkdirTemp(d, "scale")
+		var err error
+		if err = os.MkdirAll(d, 0o755); err == nil {
+			c.dir, err = os.MkdirTemp(d, "scale")
+		}
+		if err != nil {
+			b.Fatalf("BENCH_KEEP=%s: %v", d, err)
+		}
 	}
 	b.Cleanup(func() { DeleteTable(b, c.app) })
 	c.cfg = map[string]any{"stream": s.stream, "application": c.app, "data_dir": c.dir, "shutdown_timeout": "60s"}
