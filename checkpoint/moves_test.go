@@ -114,3 +114,46 @@ func TestMovesRowBound(t *testing.T) {
 		t.Fatalf("%d keys on the row, s.e %d keys and unknown %v", keys, len(got["s.e"].Moves.Keys), got["s.e"].Moves.Unknown.At)
 	}
 }
+
+// A possible key change tracked before its table's key columns were known is classified from
+// its images as soon as they are, without waiting for its table writer: a key change by its old
+// key, an update that keeps its key as a CDC change. Without the key columns it stays a move of
+// an unknown key.
+func TestPendingMovesAreClassifiedOnceTheKeyIsKnown(t *testing.T) {
+	t.Parallel()
+	at := func(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
+	col := func(n, v string) change.Column { return change.Column{Name: n, Value: change.Value{Kind: change.KindNumber, Text: v}} }
+	moves := &change.Event{Op: change.OpUpdate, Before: []change.Column{col("id", "1"), col("v", "a")}, Columns: []change.Column{col("id", "2"), col("v", "a")}}
+	keeps := &change.Event{Op: change.OpUpdate, Before: []change.Column{col("id", "3"), col("v", "a")}, Columns: []change.Column{col("id", "3"), col("v", "b")}}
+	track := func(s *Shard) {
+		s.BeginTracked("10", at(100), []Tracked{
+			{Schema: "s", Table: "a", Kind: KindKeyChange, At: at(100), Images: moves},
+			{Schema: "s", Table: "a", Kind: KindKeyChange, At: at(110), Images: keeps},
+		})
+	}
+	var known []string
+	s := NewShard("shardId-0", "").WithKeyColumns(func(schema, table string) []string {
+		if schema == "s" && table == "a" {
+			return known
+		}
+		return nil
+	})
+	track(s)
+	if g := s.PendingTables()["s.a"]; !g.Moves.Unknown.At.Equal(at(100)) || len(g.Moves.Keys) != 0 {
+		t.Fatalf("before the key is known: moves %+v, want unknown at 100", g.Moves)
+	}
+	known = []string{"id"}
+	h, _ := change.KeyHash(moves.Before, known)
+	g := s.PendingTables()["s.a"]
+	if len(g.Moves.Keys) != 1 || !g.Moves.Keys[h].At.Equal(at(100)) || !g.Moves.Unknown.At.IsZero() {
+		t.Fatalf("once the key is known: moves %+v, want key %x at 100 only", g.Moves, h)
+	}
+	if !g.Kinds[KindChange].At.Equal(at(110)) {
+		t.Fatalf("the update that keeps its key: kinds %+v, want a CDC change at 110", g.Kinds)
+	}
+	blind := NewShard("shardId-1", "")
+	track(blind)
+	if g := blind.PendingTables()["s.a"]; !g.Moves.Unknown.At.Equal(at(100)) {
+		t.Fatalf("without key columns: moves %+v, want unknown at 100", g.Moves)
+	}
+}

@@ -20,6 +20,41 @@ type Shard struct {
 	// abandoned is set by Abandon: no delivery is registered any more, and committed never
 	// moves past the abandoned one.
 	abandoned bool
+	// keys returns a source table's key columns, nil while unknown (WithKeyColumns; nil: none).
+	keys func(schema, table string) []string
+}
+
+// WithKeyColumns gives the tracker the source tables' key columns as the table writers know
+// them, so that PendingTables classifies a possible key change tracked before they were known
+// (Tracked.Images) without waiting for its writer. Call it before the first registration.
+func (s *Shard) WithKeyColumns(keys func(schema, table string) []string) *Shard {
+	s.keys = keys
+	return s
+}
+
+// resolveMove classifies e, a possible key change not yet told, from its images once its table's
+// key columns are known: no key change, or the hash of the old key it moves away.
+func (s *Shard) resolveMove(e *eventAck) {
+	if s.keys == nil || e.move.Load() != 0 {
+		return
+	}
+	img := e.images.Load()
+	if img == nil {
+		return
+	}
+	key := s.keys(e.schema, e.table)
+	if key == nil {
+		return
+	}
+	switch h, _ := change.KeyHash(img.Before, key); {
+	case !change.ChangesKey(img, key):
+		e.move.CompareAndSwap(0, noMove)
+	case h == noMove:
+		e.move.CompareAndSwap(0, 1) // as MovesKey
+	case h != 0:
+		e.move.CompareAndSwap(0, h)
+	}
+	e.images.Store(nil)
 }
 
 // NewShard returns a tracker for a shard. start is the sequence number the processor resumes
@@ -77,6 +112,10 @@ type Tracked struct {
 	// Move is, for a KindKeyChange, the hash of the old key it moves away (change.KeyHash) when
 	// the consumer knows it; 0: the table writer tells it later (change.KeyChangeNoter).
 	Move uint64
+	// Images is, for a KindKeyChange whose table's key columns were not known (Move 0), its
+	// before- and after-image (a copy): PendingTables classifies it from them as soon as the
+	// key columns are known (Shard.WithKeyColumns), before the table writer gets to it.
+	Images *change.Event
 }
 
 // eventAck acknowledges one event of a delivery registered by BeginTracked.
@@ -90,6 +129,8 @@ type eventAck struct {
 	// move is what the table writer told of a possible key change (KindKeyChange): 0 nothing
 	// yet, noMove no key change, else the hash of the old key it moves away.
 	move atomic.Uint64
+	// images are Tracked.Images until the move is known or the event acknowledged.
+	images atomic.Pointer[change.Event]
 }
 
 // noMove is eventAck.move for an update the table writer found to keep its key.
@@ -114,6 +155,7 @@ func (e *eventAck) Done(n int) {
 	if n != 1 || e.done.Swap(true) {
 		panic("checkpoint: an event acknowledged more than once")
 	}
+	e.images.Store(nil)
 	e.d.Done(1)
 }
 
@@ -147,6 +189,8 @@ func (s *Shard) BeginTracked(last string, first time.Time, events []Tracked) *De
 		d.evs[i] = eventAck{d: d, schema: e.Schema, table: e.Table, at: e.At, pos: e.Pos, kind: e.Kind}
 		if e.Move != 0 {
 			d.evs[i].MovesKey(e.Move)
+		} else if e.Images != nil {
+			d.evs[i].images.Store(e.Images)
 		}
 	}
 	return s.register(d, len(events))
@@ -275,6 +319,7 @@ func (s *Shard) PendingTables() PendingTables {
 			g := p[name]
 			kind := e.kind
 			if kind == KindKeyChange {
+				s.resolveMove(e)
 				switch h := e.move.Load(); h {
 				case 0:
 					g.Moves.AddUnknown(Gate{At: e.at, Pos: e.pos})

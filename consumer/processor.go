@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -72,6 +73,9 @@ func (p *processor) Initialize(in *kcl.InitializationInput) {
 	}
 	p.saved = start
 	p.track = checkpoint.NewShard(p.shard, start)
+	if kc, ok := p.c.sink.(KeyColumner); ok {
+		p.track.WithKeyColumns(kc.KeyColumns)
+	}
 	p.epoch = p.c.leases.Epoch(p.shard)
 	p.c.register(p)
 	// The shard holding the stream watermark back may always hand on its next delivery: its
@@ -224,8 +228,11 @@ func (p *processor) begin(records []ktypes.Record, events []change.Event, first 
 	for i := range events {
 		ev := &events[i]
 		kind, move := p.kindOf(ev)
-		p.tracked = append(p.tracked, checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kind, At: ev.Arrival,
-			Pos: change.SourcePosOf(ev), Move: move})
+		t := checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kind, At: ev.Arrival, Pos: change.SourcePosOf(ev), Move: move}
+		if kind == checkpoint.KindKeyChange && move == 0 { // key columns not known yet: classified later
+			t.Images = &change.Event{Op: ev.Op, Before: slices.Clone(ev.Before), Columns: slices.Clone(ev.Columns)}
+		}
+		p.tracked = append(p.tracked, t)
 	}
 	if changes > 0 {
 		p.lastData = aws.ToString(last.SequenceNumber)
