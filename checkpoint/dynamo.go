@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -66,6 +67,8 @@ type Leases struct {
 	onLost    func(shard string)
 	// balance is the fair share (share.go); nil: none.
 	balance *Balance
+	// stopping is set by Stop.
+	stopping atomic.Bool
 }
 
 // WithBalance makes GetLease and FetchCheckpoint consult b (share.go). Set it before the KCL

@@ -122,7 +122,9 @@ func TestMovesRowBound(t *testing.T) {
 func TestPendingMovesAreClassifiedOnceTheKeyIsKnown(t *testing.T) {
 	t.Parallel()
 	at := func(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
-	col := func(n, v string) change.Column { return change.Column{Name: n, Value: change.Value{Kind: change.KindNumber, Text: v}} }
+	col := func(n, v string) change.Column {
+		return change.Column{Name: n, Value: change.Value{Kind: change.KindNumber, Text: v}}
+	}
 	moves := &change.Event{Op: change.OpUpdate, Before: []change.Column{col("id", "1"), col("v", "a")}, Columns: []change.Column{col("id", "2"), col("v", "a")}}
 	keeps := &change.Event{Op: change.OpUpdate, Before: []change.Column{col("id", "3"), col("v", "a")}, Columns: []change.Column{col("id", "3"), col("v", "b")}}
 	track := func(s *Shard) {

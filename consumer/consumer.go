@@ -175,6 +175,10 @@ func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ..
 	return c, nil
 }
 
+// parentPollMillis is how often a child shard's KCL consumer reads its parent's lease row while
+// it waits for the parent to finish.
+const parentPollMillis = 1000
+
 // Run consumes until ctx is cancelled, then shuts the worker down gracefully: every processor
 // flushes, waits for its commits and writes its final checkpoint, within ShutdownTimeout. It
 // returns the first fatal error (a sink or dead-letter failure), or nil after a clean shutdown.
@@ -201,6 +205,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		WithLeaseStealing(false).
 		WithLogger(kclLogger{kclzap.NewZapLogger(c.log.Named("kcl").Sugar())}).
 		WithMonitoringService(c.kclMon) // nil: the KCL's no-op
+	// A child shard's consumer polls its parent's row this often (the KCL's default is 10 s) and
+	// cannot be stopped between polls (Leases.Stop).
+	kcfg.ParentShardPollIntervalMillis = parentPollMillis
 	if c.cfg.AtTimestamp.IsZero() {
 		kcfg = kcfg.WithInitialPositionInStream(kclcfg.TRIM_HORIZON)
 	} else {
@@ -260,6 +267,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	wctx, cancelW := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	share.withdraw(wctx) // the others' share grows now, not once the presence row expires
 	cancelW()
+	leases.Stop() // a consumer still waiting for its parent shard ends (the KCL's wait cannot be stopped)
 	done := make(chan struct{})
 	go func() { // the KCL's Shutdown can hang (blocked parent waits); it is bounded below
 		defer close(done)

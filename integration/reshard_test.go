@@ -8,6 +8,7 @@ import (
 	"math/big"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -218,4 +219,76 @@ func hasRecords(t *testing.T, stream, shard string) bool {
 		t.Fatal(err)
 	}
 	return len(out.Records) > 0
+}
+
+// A graceful stop while the KCL's consumer of a child shard waits for its parent (held by a
+// dead worker) finishes within the shutdown timeout: the KCL's wait for the parent looks at no
+// stop channel, so the lease store ends it (checkpoint.Leases.Stop). Before, Worker.Shutdown
+// waited on that consumer until shutdown_timeout and the child's lease was held until it expired.
+func TestStopWhileAChildShardWaitsForItsParent(t *testing.T) {
+	RequireEmulators(t)
+	bin := BuildBinary(t)
+	stream := UniqueName(t.Name())
+	app := "dms2iceberg-" + stream
+	CreateStream(t, stream, 1)
+	t.Cleanup(func() { DeleteTable(t, app) })
+	kc := Kinesis(t)
+	list, err := kc.ListShards(t.Context(), &kinesis.ListShardsInput{StreamName: aws.String(stream)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	putKV(t, stream, 1, 5)
+	sh := list.Shards[0]
+	lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
+	hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
+	mid := new(big.Int).Div(new(big.Int).Add(lo, hi), big.NewInt(2))
+	if _, err := kc.SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
+		t.Fatal(err)
+	}
+	waitStreamActive(t, stream)
+	parent := aws.ToString(sh.ShardId)
+	// A live worker reads the parent (a checkpoint, not SHARD_END) and never finishes it here: the
+	// KCL's consumer of each child polls the parent's row until the stop. (A parent row without a
+	// checkpoint ends the child's consumer at once with ErrSequenceIDNotFound instead.)
+	ordHoldLease(t, app, parent, time.Now().Add(10*time.Minute))
+	if _, err := DynamoDB(t).UpdateItem(t.Context(), &dynamodb.UpdateItemInput{TableName: aws.String(app),
+		Key:              map[string]ddbtypes.AttributeValue{checkpoint.AttrShardID: &ddbtypes.AttributeValueMemberS{Value: parent}},
+		UpdateExpression: aws.String("SET #c = :c"), ExpressionAttributeNames: map[string]string{"#c": checkpoint.AttrCheckpoint},
+		ExpressionAttributeValues: map[string]ddbtypes.AttributeValue{":c": &ddbtypes.AttributeValueMemberS{Value: "49000000000000000000000000000000000000000000000000000000"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dataDir := t.TempDir()
+	cfg := fmt.Sprintf("stream: %s\ndata_dir: %s\nshutdown_timeout: 20s\nconsumer: {failover: 6s}\n", stream, dataDir)
+	cfgPath := filepath.Join(dataDir, "config.yaml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	svc := StartService(t, bin, cfgPath)
+	WaitFor(t, 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
+		if svc.Exited() {
+			return false, fmt.Errorf("service exited:\n%s", tailFile(svc.LogPath, 8<<10))
+		}
+		children := 0
+		for shard, l := range ordLeases(t, app) {
+			if shard != parent && l.owner != "" && l.owner != "dead-worker" {
+				children++
+			}
+		}
+		return children == 2, nil
+	}, "the service to take both children's leases (their consumers then wait for the parent)")
+	time.Sleep(2 * time.Second) // the consumers are past their first poll of the parent's row
+	if err := svc.Stop(90 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	log := svc.Log()
+	if strings.Contains(log, "worker did not stop within the shutdown timeout") || !strings.Contains(log, "worker stopped") {
+		t.Fatalf("the KCL worker did not stop while the children waited for their parent:\n%s", tailFile(svc.LogPath, 8<<10))
+	}
+	for shard, l := range ordLeases(t, app) {
+		if shard != parent && l.owner != "" {
+			t.Fatalf("child %s still leased to %s after a graceful stop", shard, l.owner)
+		}
+	}
 }
