@@ -255,7 +255,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	// The KCL gets its own client, whose ListShards answers are reused for a second (listCache).
 	kclKinesis := kinesis.NewFromConfig(c.aws, newListCache(kclListingMaxAge).option)
-	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kclKinesis).WithCheckpointer(leases)
+	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kclKinesis).
+		WithCheckpointer(kclCheckpointer{Checkpointer: leases, worker: c.cfg.WorkerID, shards: c.shards})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)
 	}
