@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	kclcfg "github.com/vmware/vmware-go-kcl-v2/clientlibrary/config"
 	kcl "github.com/vmware/vmware-go-kcl-v2/clientlibrary/interfaces"
@@ -232,6 +233,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
+	lists := newListCache(kclListingMaxAge) // the KCL's ListShards, answered from c.shards's listings too
+	c.shards.onList = func(shards []ktypes.Shard, started time.Time) { lists.store(c.cfg.Stream, shards, started) }
 	// The horizon loop outlives runCtx: while processors drain at shutdown, the sink commits
 	// up to the bound it keeps computing. It stops once the worker has stopped.
 	hzCtx, stopHorizons := context.WithCancel(context.WithoutCancel(ctx))
@@ -253,8 +256,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}()
 		defer func() { fail(nil); <-hbDone }()
 	}
-	// The KCL gets its own client, whose ListShards answers are reused for a second (listCache).
-	kclKinesis := kinesis.NewFromConfig(c.aws, newListCache(kclListingMaxAge).option)
+	// The KCL gets its own client, whose ListShards calls are answered from recent listings (listCache).
+	kclKinesis := kinesis.NewFromConfig(c.aws, lists.option)
 	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kclKinesis).
 		WithCheckpointer(kclCheckpointer{Checkpointer: leases, worker: c.cfg.WorkerID, shards: c.shards})
 	if err := w.Start(); err != nil {

@@ -7,19 +7,20 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	"github.com/aws/smithy-go/middleware"
 )
 
 // kclListingMaxAge is how long the KCL's own ListShards answers are reused (listCache).
-const kclListingMaxAge = time.Second
+const kclListingMaxAge = 3 * time.Second
 
 // listCache answers the KCL's ListShards calls from the last answer to the same request while
 // it is younger than maxAge. The KCL (vmware-go-kcl-v2 v1.0.0) lists every shard of the stream
 // in each shard-sync round (consumer.shard_sync, 100 ms) and takes at most one lease per round:
 // with several workers that is tens of ListShards calls a second, which Kinesis limits to 100 a
-// second per stream and which slowed every other call to the emulator by seconds. A new shard
-// (a reshard) is seen at most maxAge later; the consumer's own listing (shardMap) is not cached
-// here.
+// second per stream and which slowed every other call to the emulator by seconds. The consumer's
+// own listings (shardMap, every horizon round) are kept as answers too (store). A new shard (a
+// reshard) is seen at most maxAge later; the consumer's own listing is not answered from here.
 type listCache struct {
 	maxAge time.Duration
 	now    func() time.Time
@@ -78,6 +79,20 @@ func (lc *listCache) handle(ctx context.Context, in middleware.InitializeInput, 
 		lc.mu.Unlock()
 	}
 	return out, md, err
+}
+
+// store keeps a complete listing of stream that started at started (the consumer's own, which
+// the horizon loop refreshes every round, in the background when Kinesis is slow) as the answer
+// to the KCL's request for stream, unless a later one is kept: so the KCL's rounds rarely wait
+// for a ListShards call of their own.
+func (lc *listCache) store(stream string, shards []ktypes.Shard, started time.Time) {
+	key := listKey{stream + "|", ""}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if a, ok := lc.answers[key]; ok && !a.at.Before(started) {
+		return
+	}
+	lc.answers[key] = listAnswer{out: &kinesis.ListShardsOutput{Shards: shards}, at: started}
 }
 
 // stats returns the calls seen and the ones answered from the cache.

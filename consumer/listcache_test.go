@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 )
 
 // The KCL's ListShards calls are answered from the last answer for maxAge, per request (a page
@@ -67,5 +68,14 @@ func TestListCacheReusesTheKCLsListing(t *testing.T) {
 	}
 	if calls, hits := lc.stats(); others.Load() != 2 || calls != 4 || hits != 1 {
 		t.Fatalf("other calls %d (want 2), ListShards seen %d (want 4), from the cache %d (want 1)", others.Load(), calls, hits)
+	}
+	// The consumer's own listing answers the KCL's request for the stream; an older one does not
+	// replace it.
+	clock = clock.Add(time.Second)
+	lc.store("s", []ktypes.Shard{{ShardId: aws.String("a")}, {ShardId: aws.String("b")}}, clock)
+	lc.store("s", []ktypes.Shard{{ShardId: aws.String("old")}}, clock.Add(-time.Millisecond))
+	out, err := kc.ListShards(ctx, &kinesis.ListShardsInput{StreamName: aws.String("s")})
+	if err != nil || len(out.Shards) != 2 || lists.Load() != 3 {
+		t.Fatalf("after a stored listing: %v, %d shards (want 2), %d calls reached Kinesis (want 3)", err, len(out.Shards), lists.Load())
 	}
 }

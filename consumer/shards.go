@@ -41,6 +41,8 @@ type shardMap struct {
 	shards map[string]shardInfo // replaced whole by refresh, never modified: shareable
 	// fetched is when the listing in shards started: every shard listed open was open then.
 	fetched time.Time
+	// onList, when set, is given every complete listing and when it started (listCache.store).
+	onList func(shards []ktypes.Shard, started time.Time)
 }
 
 func newShardMap(api KinesisAPI, stream string) *shardMap {
@@ -50,11 +52,15 @@ func newShardMap(api KinesisAPI, stream string) *shardMap {
 func (m *shardMap) refresh(ctx context.Context) error {
 	started := time.Now()
 	shards := make(map[string]shardInfo)
+	var all []ktypes.Shard // for onList
 	in := &kinesis.ListShardsInput{StreamName: aws.String(m.stream)}
 	for {
 		out, err := m.api.ListShards(ctx, in)
 		if err != nil {
 			return fmt.Errorf("list shards of %s: %w", m.stream, err)
+		}
+		if m.onList != nil {
+			all = append(all, out.Shards...)
 		}
 		for _, s := range out.Shards {
 			info := shardInfo{closed: s.SequenceNumberRange != nil && aws.ToString(s.SequenceNumberRange.EndingSequenceNumber) != ""}
@@ -78,6 +84,9 @@ func (m *shardMap) refresh(ctx context.Context) error {
 		m.shards, m.fetched = shards, started
 	}
 	m.mu.Unlock()
+	if m.onList != nil {
+		m.onList(all, started)
+	}
 	return nil
 }
 
