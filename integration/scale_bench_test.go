@@ -22,7 +22,7 @@ import (
 // partitioning (DMS ParallelApply) with MySQL's full before-images and primary-key changes, no
 // per-table configuration, one shared catalog per run.
 //
-//	make bench-scale   (BENCH_SHARDS, default 8; BENCH_CHANGES, default 50000;
+//	make bench-scale   (BENCH_SHARDS, default 8; BENCH_CHANGES, default 50000; BENCH_LOG_LEVEL; BENCH_KEEP;
 //	                    BENCH_LOAD_ROWS per table, default 500; BENCH_WORKERS, default "1,2,4";
 //	                    BENCH_LIVE_RATE records/s of the live run, default 500; 0 skips it)
 //
@@ -137,6 +137,9 @@ func (s *scaleStream) newConfig(b *testing.B) *scaleConfig {
 	}
 	b.Cleanup(func() { DeleteTable(b, c.app) })
 	c.cfg = map[string]any{"stream": s.stream, "application": c.app, "data_dir": c.dir, "shutdown_timeout": "60s"}
+	if lvl := os.Getenv("BENCH_LOG_LEVEL"); lvl != "" { // debug shows the KCL's lease rounds
+		c.cfg["log_level"] = lvl
+	}
 	return c
 }
 
