@@ -27,11 +27,13 @@ import (
 // the time from a record's PutRecords call to the snapshot that makes its change visible, for
 // every record of a steady DMS-default workload (load by primary key, CDC by schema.table,
 // control records on the task's key, no per-table configuration) on a 4-shard stream read by 1
-// or 2 service processes, with the ordering guard on (sink.ordering: arrival, the default) and
-// off (shard), 1 s flush interval.
+// or 3 service processes, with the ordering guard on (sink.ordering: arrival, the default) and
+// off (shard), 1 s flush interval. It reports the arrival margin each service used at the end
+// (measured from the stream, consumer/margin.go) and the late records it logged.
 //
 //	make bench-freshness   (BENCH_RATE records/s, default 200; BENCH_CHANGES, default 12000;
 //	                        BENCH_ARRIVAL_MARGIN, consumer.arrival_margin, default the service's;
+//	                        BENCH_ARRIVAL_MARGIN_FLOOR, consumer.arrival_margin_floor;
 //	                        BENCH_HEARTBEAT, consumer.heartbeat_interval, default off;
 //	                        BENCH_HORIZON_INTERVAL, consumer.horizon_interval, default 1s)
 //
@@ -49,7 +51,7 @@ func BenchmarkFreshness(b *testing.B) {
 	rate := envInt(b, "BENCH_RATE", 200)
 	changes := envInt(b, "BENCH_CHANGES", 12000)
 	extra := map[string]any{}
-	for env, key := range map[string]string{"BENCH_ARRIVAL_MARGIN": "arrival_margin", "BENCH_HEARTBEAT": "heartbeat_interval", "BENCH_HORIZON_INTERVAL": "horizon_interval"} {
+	for env, key := range map[string]string{"BENCH_ARRIVAL_MARGIN": "arrival_margin", "BENCH_ARRIVAL_MARGIN_FLOOR": "arrival_margin_floor", "BENCH_HEARTBEAT": "heartbeat_interval", "BENCH_HORIZON_INTERVAL": "horizon_interval"} {
 		v := os.Getenv(env) // "": the service's default
 		if _, err := time.ParseDuration(v); v != "" && err != nil {
 			b.Fatalf("%s=%q: %v", env, v, err)
@@ -59,7 +61,7 @@ func BenchmarkFreshness(b *testing.B) {
 		}
 	}
 	for _, mode := range []string{"arrival", "shard"} {
-		for _, procs := range []int{1, 2} {
+		for _, procs := range []int{1, 3} {
 			b.Run(fmt.Sprintf("ordering=%s/workers=%d", mode, procs), func(b *testing.B) {
 				for range b.N {
 					freshnessRun(b, bin, mode, procs, rate, changes, extra)
@@ -101,7 +103,7 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 		svcs = append(svcs, startCommand(b, bin, []string{"run", "--config", r.config},
 			[]string{fmt.Sprintf("DMS2ICEBERG_WORKER_ID=w%d", i)}, "", ordLogTail))
 	}
-	// Measure the steady state: every shard leased (by every process, when there are two) first.
+	// Measure the steady state: every shard leased (by every process, when there are several) first.
 	WaitFor(b, 2*time.Minute, 250*time.Millisecond, func() (bool, error) {
 		owners := map[string]bool{}
 		held := 0
@@ -146,6 +148,7 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 	if err != nil {
 		b.Fatal(err)
 	}
+	margins, late := marginsUsed(svcs)
 	for i, svc := range svcs {
 		if out != "" {
 			if data, err := os.ReadFile(svc.LogPath); err == nil {
@@ -161,9 +164,40 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 	if verr != nil {
 		equal = "DIFFERS"
 	}
-	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s heartbeat_interval=%s horizon_interval=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); verify: %s",
-		mode, procs, setting("arrival_margin"), setting("heartbeat_interval"), setting("horizon_interval"), len(lat)+uncovered, float64(len(lat)+uncovered)/genTime.Seconds(), p(0.50).Round(time.Millisecond),
-		p(0.90).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), uncovered, equal)
+	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s arrival_margin_floor=%s heartbeat_interval=%s horizon_interval=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); margin in use at the end %s, late-record log lines %d; verify: %s",
+		mode, procs, setting("arrival_margin"), setting("arrival_margin_floor"), setting("heartbeat_interval"), setting("horizon_interval"), len(lat)+uncovered, float64(len(lat)+uncovered)/genTime.Seconds(), p(0.50).Round(time.Millisecond),
+		p(0.90).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), uncovered, margins, late, equal)
+}
+
+// marginsUsed reads the services' logs: the last arrival margin each logged (consumer/margin.go,
+// "arrival margin" lines; "?" when none), joined by "/", and how many late-record lines they
+// logged in all.
+func marginsUsed(svcs []*Service) (margins string, late int) {
+	var out []string
+	for _, svc := range svcs {
+		last := "?"
+		data, _ := os.ReadFile(svc.LogPath)
+		for line := range strings.Lines(string(data)) {
+			if strings.Contains(line, "late records: arrived") {
+				late++
+			}
+			if !strings.Contains(line, "arrival margin") {
+				continue
+			}
+			// Console lines carry "margin": "250ms", JSON lines "margin":0.25 (seconds).
+			if _, v, ok := strings.Cut(line, `"margin":`); ok {
+				v, _, _ = strings.Cut(strings.TrimSpace(v), ",")
+				v = strings.TrimRight(v, "}\n")
+				if d, err := time.ParseDuration(strings.Trim(v, `"`)); err == nil {
+					last = d.String()
+				} else if sec, err := strconv.ParseFloat(v, 64); err == nil {
+					last = time.Duration(sec * float64(time.Second)).Round(time.Millisecond).String()
+				}
+			}
+		}
+		out = append(out, last)
+	}
+	return strings.Join(out, "/"), late
 }
 
 // visibleAt is one table's commits on one shard: the watermark each snapshot covers and when it
