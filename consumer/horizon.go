@@ -167,6 +167,9 @@ type horizonLoop struct {
 	// it was last logged.
 	margin       time.Duration
 	marginLogged time.Time
+	// peers is the largest arrival margin other workers published on the rows of the last scan
+	// (0: none).
+	peers time.Duration
 	// async: a round uses the cached shard list and refreshes it in the background (listing).
 	// Off in unit tests, which change the fake stream between rounds.
 	async bool
@@ -264,12 +267,14 @@ func (l *horizonLoop) arrivalMargin() time.Duration {
 		return durOr(c.cfg.ArrivalMargin, DefaultArrivalMargin)
 	}
 	now := c.now()
-	margin, n, largest := c.margin.margin(now)
+	r := c.margin.read(now)
+	margin := c.margin.use(r, l.peers)
 	c.metrics.ArrivalMargin(margin)
 	if margin != l.margin && (margin == c.margin.cap || l.margin == c.margin.cap || now.Sub(l.marginLogged) >= heldLogEvery) {
 		l.marginLogged = now
 		c.log.Info("arrival margin", zap.Duration("margin", margin), zap.Duration("was", l.margin),
-			zap.Int("observations", n), zap.Duration("largest_delay", largest))
+			zap.Duration("measured", r.margin), zap.Bool("evidence", r.evidence), zap.Duration("other_workers", l.peers),
+			zap.Int("observations", r.n), zap.Duration("largest_delay", r.largest))
 	}
 	l.margin = margin
 	return margin
@@ -301,8 +306,12 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 		return
 	}
 	rows := make(map[string]checkpoint.LeaseRow, len(list))
+	l.peers = 0
 	for _, r := range list {
 		rows[r.Shard] = r
+		if r.Owner != "" && r.Owner != c.cfg.WorkerID && r.Checkpoint != checkpoint.ShardEnd {
+			l.peers = max(l.peers, r.Margin)
+		}
 	}
 	if listingBehind(shards, rows) {
 		// The list predates a reshard that the rows already show: list now, and keep the
@@ -539,10 +548,12 @@ func (p *processor) publish(ctx context.Context, final bool) {
 	if ok && pending.IsZero() {
 		pending = timeOf(p.hz.lastArrival.Load()) // unknown first arrival: the best lower estimate
 	}
-	h := checkpoint.Horizon{Read: read, PendingFrom: pending, Pending: p.track.PendingTables(), At: p.c.now()}
+	h := checkpoint.Horizon{Read: read, PendingFrom: pending, Pending: p.track.PendingTables(), At: p.c.now(),
+		Margin: p.c.margin.published()}
 	p.hz.since++
 	was := p.hz.published
-	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.EqualFunc(h.Pending, was.Pending, checkpoint.TableGates.Equal)
+	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.EqualFunc(h.Pending, was.Pending, checkpoint.TableGates.Equal) &&
+		h.Margin == was.Margin
 	if h.Read.IsZero() && h.PendingFrom.IsZero() || (unchanged && !final && p.hz.since < heartbeatTicks) {
 		return
 	}

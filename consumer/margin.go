@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
@@ -18,10 +19,15 @@ import (
 // read, also at the tip, did not, that record was not readable when the previous read started,
 // so its delay was at least that start minus its arrival (tipProbe). The largest of these lower
 // bounds over marginWindow, doubled plus marginSlack and kept between
-// consumer.arrival_margin_floor and consumer.arrival_margin (the cap), is the margin; without
-// marginMinEvidence observations in the window it is the cap. A record handed on at or before
-// its shard's horizon (late: the margin was too small) is counted, logged, and puts the margin
-// back to the cap for the window.
+// consumer.arrival_margin_floor and consumer.arrival_margin (the cap), is this process's
+// measured margin; without marginMinEvidence observations in the window it has none. A record
+// handed on at or before its shard's horizon (late: the margin was too small) is counted,
+// logged, and makes the measured margin the cap for the window.
+//
+// Each process publishes its measured margin on its lease rows (checkpoint.AttrArrivalMargin)
+// and uses the largest of its own and the other workers' (marginMeter.use): a worker whose
+// shards are quiet (one carrying only control records) measures nothing and would otherwise
+// hold W at the cap; and a late record seen by one worker raises every worker's margin.
 
 const (
 	// DefaultArrivalMarginFloor is the least margin the measurement may give.
@@ -55,6 +61,19 @@ type marginMeter struct {
 	buckets    [marginBuckets]marginCount
 	lateLogged time.Time // guarded by mu
 	lateQuiet  int       // late records not logged since lateLogged
+	// shared is the measured margin to publish (a time.Duration; 0: no evidence).
+	shared atomic.Int64
+}
+
+// marginReading is the meter's own measurement at one time.
+type marginReading struct {
+	// margin is the measured margin (the cap when late or without evidence); evidence is
+	// false without marginMinEvidence observations in the window and no late record.
+	margin   time.Duration
+	evidence bool
+	// n and largest are the observations in the window and the largest delay among them.
+	n       int
+	largest time.Duration
 }
 
 // newMarginMeter returns a meter whose margin stays within [floor, cap]; floor >= cap fixes it
@@ -85,24 +104,58 @@ func (m *marginMeter) observe(now time.Time, delay time.Duration) {
 	b.max = max(b.max, delay)
 }
 
-// margin returns the margin at now, with the observations and the largest delay it is from.
-func (m *marginMeter) margin(now time.Time) (margin time.Duration, n int, largest time.Duration) {
+// read returns the meter's own measurement at now.
+func (m *marginMeter) read(now time.Time) marginReading {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	minute := now.Unix() / 60
 	late := false
+	var r marginReading
 	for _, b := range m.buckets {
 		if b.minute == 0 || b.minute <= minute-int64(marginBuckets) || b.minute > minute {
 			continue
 		}
-		n += b.n
-		largest = max(largest, b.max)
+		r.n += b.n
+		r.largest = max(r.largest, b.max)
 		late = late || b.late
 	}
-	if late || n < marginMinEvidence {
-		return m.cap, n, largest
+	switch {
+	case late:
+		r.margin, r.evidence = m.cap, true
+	case r.n < marginMinEvidence:
+		r.margin = m.cap
+	default:
+		r.margin, r.evidence = m.clamp(2*r.largest+marginSlack), true
 	}
-	return min(max(2*largest+marginSlack, m.floor), m.cap), n, largest
+	return r
+}
+
+func (m *marginMeter) clamp(d time.Duration) time.Duration { return min(max(d, m.floor), m.cap) }
+
+// use returns the margin to use from this process's reading r and the largest margin other
+// workers published (peers, 0: none), and notes what this process publishes.
+func (m *marginMeter) use(r marginReading, peers time.Duration) time.Duration {
+	shared := time.Duration(0)
+	if r.evidence {
+		shared = r.margin
+	}
+	m.shared.Store(int64(shared))
+	switch {
+	case r.evidence:
+		return m.clamp(max(r.margin, peers))
+	case peers > 0:
+		return m.clamp(peers)
+	default:
+		return m.cap
+	}
+}
+
+// published is the measured margin a publish puts on the lease rows (0: none; nil meter: none).
+func (m *marginMeter) published() time.Duration {
+	if m == nil {
+		return 0
+	}
+	return time.Duration(m.shared.Load())
 }
 
 // checkLate is a delivery's check against its shard's horizon (unix ms, 0: unknown) before its

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
@@ -15,8 +16,8 @@ import (
 
 func wantMargin(t *testing.T, m *marginMeter, now time.Time, want time.Duration, when string) {
 	t.Helper()
-	if got, n, largest := m.margin(now); got != want {
-		t.Fatalf("%s: margin %s (from %d observations, largest %s), want %s", when, got, n, largest, want)
+	if r := m.read(now); r.margin != want {
+		t.Fatalf("%s: margin %s (from %d observations, largest %s), want %s", when, r.margin, r.n, r.largest, want)
 	}
 }
 
@@ -197,5 +198,46 @@ func drain(ch chan string) []string {
 		default:
 			return out
 		}
+	}
+}
+
+// A worker that measures nothing (quiet shards) uses the margin another worker published on
+// its lease row, and publishes its own once it has evidence; the larger of the two wins.
+func TestQuietWorkerUsesTheOtherWorkersMargin(t *testing.T) {
+	t.Parallel()
+	e, a, _, pub := twoWorkers(t)
+	e.c.margin = newMarginMeter(250*time.Millisecond, 2*time.Second)
+	loop := newHorizonLoop(e.c)
+	deliverAt(a, 0, sec(50)) // one empty read at the tip: no evidence
+	pub(checkpoint.Horizon{Read: sec(30), At: sec(100)})
+	loop.tick(e.ctx)
+	loop.tick(e.ctx) // the margin of a round is from the previous round's scan
+	if m := e.metrics.marginNow(); m != 2*time.Second {
+		t.Fatalf("margin %s without evidence anywhere, want the cap", m)
+	}
+	if got, want := timeOf(a.hz.horizon.Load()), sec(48); !got.Equal(want) {
+		t.Fatalf("horizon %v, want read time - cap %v", got, want)
+	}
+	pub(checkpoint.Horizon{Read: sec(30), At: sec(101), Margin: 400 * time.Millisecond})
+	loop.tick(e.ctx)
+	loop.tick(e.ctx)
+	if m := e.metrics.marginNow(); m != 400*time.Millisecond {
+		t.Fatalf("margin %s, want the other worker's 400ms", m)
+	}
+	if got, want := timeOf(a.hz.horizon.Load()), sec(50).Add(-400*time.Millisecond); !got.Equal(want) {
+		t.Fatalf("horizon %v, want read time - 400ms %v", got, want)
+	}
+	if m := e.row("shardId-a").Margin; m != 0 {
+		t.Fatalf("published margin %s without evidence of its own, want none", m)
+	}
+	for range marginMinEvidence {
+		e.c.margin.observe(sec(100), 0)
+	}
+	loop.tick(e.ctx)
+	if m := e.metrics.marginNow(); m != 400*time.Millisecond {
+		t.Fatalf("margin %s with own evidence of 250ms and the other's 400ms, want the larger", m)
+	}
+	if m := e.row("shardId-a").Margin; m != 250*time.Millisecond {
+		t.Fatalf("published margin %s, want the own measurement 250ms", m)
 	}
 }
