@@ -191,16 +191,10 @@ func (c *Consumer) runHorizons(ctx context.Context) {
 	interval := durOr(c.cfg.HorizonInterval, DefaultHorizonInterval)
 	for {
 		start := nextRound(time.Now(), interval)
-		// The shard list is taken just before the round (it waits up to listingWait), so that
-		// the publishes leave at the round's start and land before the others compute.
-		if !sleepUntil(ctx, start.Add(-listingWait)) {
-			return
-		}
-		r := l.listPhase(ctx)
 		if !sleepUntil(ctx, start) {
 			return
 		}
-		l.publishPhase(ctx, &r)
+		r := l.publishPhase(ctx)
 		if !sleepUntil(ctx, start.Add(computeDelay(interval))) {
 			return
 		}
@@ -239,32 +233,22 @@ type round struct {
 }
 
 // tick is one round without the pause between its phases (unit tests).
-func (l *horizonLoop) tick(ctx context.Context) {
-	r := l.listPhase(ctx)
-	l.publishPhase(ctx, &r)
-	l.computePhase(ctx, r)
-}
+func (l *horizonLoop) tick(ctx context.Context) { l.computePhase(ctx, l.publishPhase(ctx)) }
 
-// listPhase takes the round's shard list (listing).
-func (l *horizonLoop) listPhase(loopCtx context.Context) round {
+// publishPhase lists the shards and publishes the own shards' horizons.
+func (l *horizonLoop) publishPhase(loopCtx context.Context) round {
 	ctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
 	defer cancel()
 	r := round{began: time.Now()}
 	r.shards, r.listedAt = l.listing(loopCtx, ctx)
 	r.listed = time.Now()
-	return r
-}
-
-// publishPhase publishes the own shards' horizons.
-func (l *horizonLoop) publishPhase(loopCtx context.Context, r *round) {
-	ctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
-	defer cancel()
 	margin := l.arrivalMargin()
 	for _, p := range l.c.liveProcessors() {
 		p.updateHorizon(r.open(p.shard), margin)
 		p.publish(ctx, false)
 	}
 	r.published = time.Now()
+	return r
 }
 
 // open is when the round's list saw the shard open (zero: not known open).
@@ -305,9 +289,9 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 	var scanned time.Time
 	defer func() {
 		// A slow round is a round without a new W: the tables commit nothing newer meanwhile.
-		if took := time.Since(r.began); took > durOr(c.cfg.HorizonInterval, DefaultHorizonInterval)+listingWait {
+		if took := time.Since(r.began); took > durOr(c.cfg.HorizonInterval, DefaultHorizonInterval) {
 			l.c.log.Info("slow horizon round: W was not recomputed meanwhile", zap.Duration("took", took),
-				zap.Duration("list_shards", sinceOr(r.listed, r.began)), zap.Duration("publish", sinceOr(r.published, r.listed)), // with the wait for the round's start
+				zap.Duration("list_shards", sinceOr(r.listed, r.began)), zap.Duration("publish", sinceOr(r.published, r.listed)),
 				zap.Duration("scan_leases", sinceOr(scanned, r.published)))
 		}
 	}()
