@@ -156,7 +156,7 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 	if out != "" {
 		out = fmt.Sprintf("%s.%s-%d", out, mode, procs) // one per run
 	}
-	lat, uncovered, err := freshness(b.Context(), r.dataDir, s.stream, sent, out)
+	lat, steady, uncovered, err := freshness(b.Context(), r.dataDir, s.stream, sent, out)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -172,13 +172,17 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 	b.ReportMetric(float64(p(0.50).Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(p(0.99).Milliseconds()), "p99-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms")
+	steadyP99 := time.Duration(0)
+	if len(steady) > 0 {
+		steadyP99 = steady[min(len(steady)-1, int(0.99*float64(len(steady))))]
+	}
 	equal := "equal"
 	if verr != nil {
 		equal = "DIFFERS"
 	}
-	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s arrival_margin_floor=%s heartbeat_interval=%s horizon_interval=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); margin in use at the end %s, late-record log lines %d; verify: %s",
+	b.Logf("MEASURED: ordering=%s workers=%d arrival_margin=%s arrival_margin_floor=%s heartbeat_interval=%s horizon_interval=%s: %d records at %.0f records/s: freshness p50 %s, p90 %s, p99 %s, max %s (%d records took no row); p99 after the first %s %s; margin in use at the end %s, late-record log lines %d; verify: %s",
 		mode, procs, setting("arrival_margin"), setting("arrival_margin_floor"), setting("heartbeat_interval"), setting("horizon_interval"), len(lat)+uncovered, float64(len(lat)+uncovered)/genTime.Seconds(), p(0.50).Round(time.Millisecond),
-		p(0.90).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), uncovered, margins, late, equal)
+		p(0.90).Round(time.Millisecond), p(0.99).Round(time.Millisecond), lat[len(lat)-1].Round(time.Millisecond), uncovered, freshnessWarmup, steadyP99.Round(time.Millisecond), margins, late, equal)
 }
 
 // marginsUsed reads the services' logs: the last arrival margin each logged (consumer/margin.go,
@@ -239,14 +243,20 @@ type visibleAt struct {
 	at  []time.Time
 }
 
+// freshnessWarmup is how long after the first record the steady state starts: a service starts
+// with the arrival margin at its cap until its reads have measured it (consumer/margin.go), a few
+// seconds of a run that every restart has once and a long-running service never again.
+const freshnessWarmup = 10 * time.Second
+
 // freshness returns, sorted, every sent record's time from its send to the first snapshot of its
 // table that covers it, and how many records no snapshot covers (records that took no row: dead
-// letters, control records of a table without a later commit on their shard). With out set it
+// letters, control records of a table without a later commit on their shard); steady is the
+// same for the records sent freshnessWarmup after the first. With out set it
 // also writes one line per covered record: send time (unix ms), table, shard, freshness (ms).
-func freshness(ctx context.Context, dataDir, stream, sentLog, out string) (lat []time.Duration, uncovered int, err error) {
+func freshness(ctx context.Context, dataDir, stream, sentLog, out string) (lat, steady []time.Duration, uncovered int, err error) {
 	cat, err := sink.OpenCatalog(ctx, sink.DefaultCatalogConfig(dataDir))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if cl, ok := cat.(interface{ Close() error }); ok {
 		defer func() { _ = cl.Close() }()
@@ -256,64 +266,31 @@ func freshness(ctx context.Context, dataDir, stream, sentLog, out string) (lat [
 		if v, ok := vis[src]; ok {
 			return v, nil
 		}
-		schema, name, _ := strings.Cut(src, ".")
-		tbl, err := cat.LoadTable(ctx, table.Identifier{schema, name})
-		if errors.Is(err, catalog.ErrNoSuchTable) {
-			vis[src] = nil
-			return nil, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("load %s: %w", src, err)
-		}
-		snaps := slices.Clone(tbl.Metadata().Snapshots())
-		slices.SortFunc(snaps, func(a, b table.Snapshot) int { return int(a.SequenceNumber - b.SequenceNumber) })
-		out := map[string]*visibleAt{}
-		prefix := tableprop.Watermark(stream, "")
-		for _, sn := range snaps {
-			if sn.Summary == nil {
-				continue
-			}
-			for k, v := range sn.Summary.Properties {
-				shard, ok := strings.CutPrefix(k, prefix)
-				if !ok {
-					continue
-				}
-				n, ok := new(big.Int).SetString(v, 10)
-				if !ok {
-					return nil, fmt.Errorf("%s snapshot %d: %s=%q", src, sn.SnapshotID, k, v)
-				}
-				va := out[shard]
-				if va == nil {
-					va = &visibleAt{}
-					out[shard] = va
-				}
-				va.seq = append(va.seq, n)
-				va.at = append(va.at, time.UnixMilli(sn.TimestampMs))
-			}
-		}
-		vis[src] = out
-		return out, nil
+		v, err := tableVisibility(ctx, cat, stream, src)
+		vis[src] = v
+		return v, err
 	}
 	f, err := os.Open(sentLog)
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	defer func() { _ = f.Close() }()
 	sc := bufio.NewScanner(f)
 	var lines []byte
+	var sentAt []int64 // beside lat: each record's send time (unix µs)
 	for sc.Scan() {
 		fields := strings.Split(sc.Text(), "\t")
 		if len(fields) != 4 {
-			return nil, 0, fmt.Errorf("sent log line %q", sc.Text())
+			return nil, nil, 0, fmt.Errorf("sent log line %q", sc.Text())
 		}
 		sentUs, err := strconv.ParseInt(fields[3], 10, 64)
 		seq, ok := new(big.Int).SetString(fields[2], 10)
 		if err != nil || !ok {
-			return nil, 0, fmt.Errorf("sent log line %q", sc.Text())
+			return nil, nil, 0, fmt.Errorf("sent log line %q", sc.Text())
 		}
 		byShard, err := load(fields[0])
 		if err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 		va := byShard[fields[1]]
 		if va == nil {
@@ -329,21 +306,77 @@ func freshness(ctx context.Context, dataDir, stream, sentLog, out string) (lat [
 			continue
 		}
 		lat = append(lat, va.at[i].Sub(time.UnixMicro(sentUs)))
+		sentAt = append(sentAt, sentUs)
 		if out != "" {
 			lines = fmt.Appendf(lines, "%d\t%s\t%s\t%d\n", sentUs/1000, fields[0], fields[1], lat[len(lat)-1].Milliseconds())
 		}
 	}
 	if out != "" {
 		if err := os.WriteFile(out, lines, 0o644); err != nil {
-			return nil, 0, err
+			return nil, nil, 0, err
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if len(lat) == 0 {
-		return nil, 0, errors.New("no record was covered by a snapshot")
+		return nil, nil, 0, errors.New("no record was covered by a snapshot")
 	}
+	steady = afterWarmup(lat, sentAt)
 	slices.Sort(lat)
-	return lat, uncovered, nil
+	return lat, steady, uncovered, nil
+}
+
+// afterWarmup returns, sorted, the freshness of the records sent freshnessWarmup or more after
+// the first (lat and sentAt, unix µs, are parallel).
+func afterWarmup(lat []time.Duration, sentAt []int64) []time.Duration {
+	var steady []time.Duration
+	first := slices.Min(sentAt)
+	for i, us := range sentAt {
+		if time.Duration(us-first)*time.Microsecond >= freshnessWarmup {
+			steady = append(steady, lat[i])
+		}
+	}
+	slices.Sort(steady)
+	return steady
+}
+
+// tableVisibility reads a source table's snapshots (nil when the table does not exist): per shard,
+// the watermark each snapshot covers and when it was built, in commit order.
+func tableVisibility(ctx context.Context, cat catalog.Catalog, stream, src string) (map[string]*visibleAt, error) {
+	schema, name, _ := strings.Cut(src, ".")
+	tbl, err := cat.LoadTable(ctx, table.Identifier{schema, name})
+	if errors.Is(err, catalog.ErrNoSuchTable) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", src, err)
+	}
+	snaps := slices.Clone(tbl.Metadata().Snapshots())
+	slices.SortFunc(snaps, func(a, b table.Snapshot) int { return int(a.SequenceNumber - b.SequenceNumber) })
+	out := map[string]*visibleAt{}
+	prefix := tableprop.Watermark(stream, "")
+	for _, sn := range snaps {
+		if sn.Summary == nil {
+			continue
+		}
+		for k, v := range sn.Summary.Properties {
+			shard, ok := strings.CutPrefix(k, prefix)
+			if !ok {
+				continue
+			}
+			n, ok := new(big.Int).SetString(v, 10)
+			if !ok {
+				return nil, fmt.Errorf("%s snapshot %d: %s=%q", src, sn.SnapshotID, k, v)
+			}
+			va := out[shard]
+			if va == nil {
+				va = &visibleAt{}
+				out[shard] = va
+			}
+			va.seq = append(va.seq, n)
+			va.at = append(va.at, time.UnixMilli(sn.TimestampMs))
+		}
+	}
+	return out, nil
 }
