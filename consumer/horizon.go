@@ -242,6 +242,12 @@ func (l *horizonLoop) publishPhase(loopCtx context.Context) round {
 	r := round{began: time.Now()}
 	r.shards, r.listedAt = l.listing(loopCtx, ctx)
 	r.listed = time.Now()
+	if age := r.listed.Sub(r.listedAt); !r.listedAt.IsZero() && age > durOr(l.c.cfg.HorizonInterval, DefaultHorizonInterval) &&
+		r.listed.Sub(l.logged["stale-list"]) >= heldLogEvery {
+		l.logged["stale-list"] = r.listed
+		l.c.log.Info("horizon round uses an older shard list (ListShards slower than the round waits for it): the tip rule trails by its age",
+			zap.Duration("list_age", age), zap.Duration("waited", listingWait))
+	}
 	margin := l.arrivalMargin()
 	for _, p := range l.c.liveProcessors() {
 		p.updateHorizon(r.open(p.shard), margin)
@@ -312,6 +318,11 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 		if r.Owner != "" && r.Owner != c.cfg.WorkerID && r.Checkpoint != checkpoint.ShardEnd {
 			l.peers = max(l.peers, r.Margin)
 		}
+	}
+	if newer, at := c.shards.cachedAt(); newer != nil && at.After(r.listedAt) {
+		// A ListShards call that outlasted the round's wait has answered since: its time caps
+		// the tip rule of the own shards less (the others published with the round's list).
+		shards, r.shards, r.listedAt = newer, newer, at
 	}
 	if listingBehind(shards, rows) {
 		// The list predates a reshard that the rows already show: list now, and keep the

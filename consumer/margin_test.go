@@ -241,3 +241,26 @@ func TestQuietWorkerUsesTheOtherWorkersMargin(t *testing.T) {
 		t.Fatalf("published margin %s, want the own measurement 250ms", m)
 	}
 }
+
+// A shard list that answered after the round's publish (a ListShards call slower than the round
+// waits for it) caps the own shards' tip rule when W is computed.
+func TestComputeUsesAShardListNewerThanThePublish(t *testing.T) {
+	t.Parallel()
+	e := newProcEnv(t)
+	p := e.start("shard-0", "")
+	loop := newHorizonLoop(e.c)
+	deliverAt(p, 0, time.Now().Add(time.Hour)) // a read at the tip after every listing: the list caps it
+	r := loop.publishPhase(e.ctx)
+	if got, want := p.hz.horizon.Load(), r.listedAt.Add(-DefaultArrivalMargin).UnixMilli(); got != want {
+		t.Fatalf("published horizon %d, want the round's list time - margin %d", got, want)
+	}
+	time.Sleep(5 * time.Millisecond)
+	if err := e.c.shards.refresh(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, newer := e.c.shards.cachedAt()
+	loop.computePhase(e.ctx, r)
+	if got, want := p.hz.horizon.Load(), newer.Add(-DefaultArrivalMargin).UnixMilli(); got != want || !newer.After(r.listedAt) {
+		t.Fatalf("horizon at compute %d, want the newer list's time - margin %d (newer list %v, round's %v)", got, want, newer, r.listedAt)
+	}
+}
