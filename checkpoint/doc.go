@@ -18,9 +18,10 @@
 //     (refusals above the share, reservations, purposeful release); dynamoshare.go and
 //     memshare.go are the two stores' writes of it (Reserve, Announce, Withdraw);
 //   - the horizon attributes of a lease row (AttrReadHorizon, AttrPendingFrom,
-//     AttrPendingTables, AttrHorizonAt): how far each shard's owner has handed records on, by
-//     Kinesis arrival time, the oldest record it has not yet committed, and per table and kind
-//     the oldest it has not committed (gates.go: the ordering guard's cross-process gates);
+//     AttrPendingTables, AttrHorizonAt, AttrArrivalMargin): how far each shard's owner has
+//     handed records on, by Kinesis arrival time, the oldest record it has not yet committed,
+//     per table and kind the oldest it has not committed (gates.go: the ordering guard's
+//     cross-process gates), and the arrival margin the owner measured;
 //     every worker reads them all (Rows) to compute the stream-wide watermark and the gates
 //     (package consumer);
 //   - watermark.go: the per-shard watermark properties the sink writes into every Iceberg

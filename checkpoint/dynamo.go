@@ -29,7 +29,7 @@ const (
 
 // removeHorizon is the update clause of an acquisition that forgets the previous owner's horizon
 // and any hand-off reservation.
-const removeHorizon = " REMOVE #rh, #pf, #pt, #ha, #hto, #hun"
+const removeHorizon = " REMOVE #rh, #pf, #pt, #ha, #am, #hto, #hun"
 
 // DynamoDBAPI is the part of the DynamoDB client the checkpointer uses (the KCL's interface).
 type DynamoDBAPI = chk.DynamoDBAPI
@@ -157,6 +157,7 @@ func (l *Leases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	if epoch != cur.Epoch { // an acquisition: the previous owner's horizon is lost with its buffers
 		names["#rh"], names["#pf"], names["#ha"] = AttrReadHorizon, AttrPendingFrom, AttrHorizonAt
 		names["#pt"], names["#hto"], names["#hun"] = AttrPendingTables, AttrHandoffTo, AttrHandoffUntil
+		names["#am"] = AttrArrivalMargin
 		update += removeHorizon
 	}
 	var cond string
@@ -298,6 +299,13 @@ func (l *Leases) PublishHorizon(ctx context.Context, shard string, epoch int64, 
 		}
 		values[a.val] = unixMilli(a.t)
 		set += ", " + a.ref + " = " + a.val
+	}
+	names["#am"] = AttrArrivalMargin
+	if ms := h.Margin.Milliseconds(); ms <= 0 {
+		remove += sep(remove) + "#am"
+	} else {
+		values[":am"] = &types.AttributeValueMemberN{Value: strconv.FormatInt(ms, 10)}
+		set += ", #am = :am"
 	}
 	names["#pt"] = AttrPendingTables
 	if pt := h.Pending.encode(); pt == "" {

@@ -56,6 +56,11 @@ const (
 	// AttrHorizonAt (N, unix milliseconds) is ours: when the owner last published
 	// AttrReadHorizon and AttrPendingFrom (its own clock). It shows whether the owner is alive.
 	AttrHorizonAt = "HorizonAt"
+	// AttrArrivalMargin (N, milliseconds) is ours: the arrival margin the owner measured from
+	// its own reads of the stream (consumer/margin.go), so that a worker whose shards return too
+	// few records to measure it (a quiet shard) uses the others'. Absent: no evidence. Written
+	// with AttrReadHorizon.
+	AttrArrivalMargin = "ArrivalMargin"
 	// AttrStateVersion (N) is ours: the state version (pkg/stateversion) of the dms2iceberg that
 	// last took or renewed the lease. Absent: version 1 (rows from before the stamp). A row with
 	// a newer version is never taken, renewed or rewritten (GetLease refuses it).
@@ -99,6 +104,8 @@ type LeaseRow struct {
 	Pending PendingTables
 	// HorizonAt is AttrHorizonAt (zero when absent or malformed).
 	HorizonAt time.Time
+	// Margin is AttrArrivalMargin (zero when absent or malformed: no evidence).
+	Margin time.Duration
 	// StateVersion is AttrStateVersion as stored ("" when absent: version 1).
 	StateVersion string
 	// HandoffTo and HandoffUntil are AttrHandoffTo and AttrHandoffUntil ("" and zero when
@@ -114,8 +121,8 @@ type LeaseRow struct {
 }
 
 // Horizon is what the owner of a shard publishes on its lease row (PublishHorizon): the
-// attributes AttrReadHorizon, AttrPendingFrom, AttrPendingTables and AttrHorizonAt, at
-// millisecond precision.
+// attributes AttrReadHorizon, AttrPendingFrom, AttrPendingTables, AttrHorizonAt and
+// AttrArrivalMargin, at millisecond precision.
 type Horizon struct {
 	// Read is the read horizon (zero: unknown, the attribute is removed).
 	Read time.Time
@@ -127,6 +134,9 @@ type Horizon struct {
 	Pending PendingTables
 	// At is the time of the publish.
 	At time.Time
+	// Margin is the owner's measured arrival margin (zero: no evidence, the attribute is
+	// removed).
+	Margin time.Duration
 }
 
 // unixMilli is the stored form of a horizon attribute.
@@ -176,6 +186,13 @@ func ParseLeaseRow(item map[string]types.AttributeValue) (LeaseRow, error) {
 	}
 	if v, ok := item[AttrStateVersion].(*types.AttributeValueMemberN); ok {
 		r.StateVersion = v.Value
+	}
+	if v, ok := item[AttrArrivalMargin].(*types.AttributeValueMemberN); ok {
+		if ms, err := strconv.ParseInt(v.Value, 10, 64); err == nil && ms > 0 {
+			r.Margin = time.Duration(ms) * time.Millisecond
+		} else {
+			errs = append(errs, fmt.Errorf("lease of %s: bad %s %q", r.Shard, AttrArrivalMargin, v.Value))
+		}
 	}
 	if v, ok := item[AttrLeaseEpoch].(*types.AttributeValueMemberN); ok {
 		n, err := strconv.ParseInt(v.Value, 10, 64)

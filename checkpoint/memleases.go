@@ -99,7 +99,7 @@ func (m *MemLeases) GetLease(shard *par.ShardStatus, newOwner string) error {
 	timeout := now.Add(m.duration)
 	if epoch != cur.Epoch { // an acquisition forgets the previous owner's horizon
 		cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = time.Time{}, time.Time{}, time.Time{}
-		cur.Pending = nil
+		cur.Pending, cur.Margin = nil, 0
 		cur.HandoffTo, cur.HandoffUntil = "", time.Time{}
 	}
 	cur.Exists, cur.Owner, cur.Epoch, cur.StateVersion = true, newOwner, epoch, stateversion.CurrentText
@@ -160,6 +160,7 @@ func (m *MemLeases) PublishHorizon(_ context.Context, shard string, epoch int64,
 		return publishRefusal(cur, shard, m.worker, epoch)
 	}
 	cur.ReadHorizon, cur.PendingFrom, cur.HorizonAt = toMilli(h.Read), toMilli(h.PendingFrom), toMilli(h.At)
+	cur.Margin = max(h.Margin.Truncate(time.Millisecond), 0)
 	// Stored as DynamoDB stores it: through its encoding.
 	cur.Pending, _ = decodePendingTables(h.Pending.encode())
 	m.t.rows[shard] = cur

@@ -52,10 +52,16 @@ type Config struct {
 	// MaxRecords is the GetRecords batch limit, 1..10000. Default 10000.
 	MaxRecords int `yaml:"max_records"`
 
-	// ArrivalMargin is how far before its read time a caught-up shard's read horizon is put:
-	// Kinesis propagation delay (AWS: typically under 1 s) plus clock skew between Kinesis and
-	// this host (NTP, which the leases already need: tens of ms). Default 2s.
+	// ArrivalMargin is the most a caught-up shard's read horizon trails its read time: it
+	// covers Kinesis propagation delay (AWS: typically under 1 s, no bound) plus clock skew
+	// between Kinesis and this host (NTP, which the leases already need: tens of ms). The margin
+	// used is measured from the stream (margin.go) and kept between ArrivalMarginFloor and
+	// this; it is this until there is evidence, and again for 10 minutes after a late record.
+	// Default 2s.
 	ArrivalMargin time.Duration `yaml:"arrival_margin"`
+	// ArrivalMarginFloor is the least arrival margin the measurement may give; at or above
+	// ArrivalMargin the margin is fixed at ArrivalMargin. Default 250ms.
+	ArrivalMarginFloor time.Duration `yaml:"arrival_margin_floor"`
 	// HeartbeatInterval, when positive, makes the consumer put a small heartbeat record
 	// (partition key HeartbeatPartitionKey) every this often into each shard it owns that is
 	// caught up and has delivered nothing for that long. Reading it back gives the shard a read
@@ -82,16 +88,17 @@ type Config struct {
 // DefaultConfig returns the defaults documented on each field; the required fields are empty.
 func DefaultConfig() Config {
 	return Config{
-		ShutdownTimeout:  30 * time.Second,
-		Decoder:          dms.DefaultConfig(),
-		ShardSync:        100 * time.Millisecond,
-		Failover:         30 * time.Second,
-		IdleBetweenReads: 250 * time.Millisecond,
-		MaxRecords:       MaxRecordsLimit,
-		ArrivalMargin:    DefaultArrivalMargin,
-		MaxReadAhead:     DefaultMaxReadAhead,
-		HorizonInterval:  DefaultHorizonInterval,
-		MaxInflightBytes: membudget.DefaultLimit,
+		ShutdownTimeout:    30 * time.Second,
+		Decoder:            dms.DefaultConfig(),
+		ShardSync:          100 * time.Millisecond,
+		Failover:           30 * time.Second,
+		IdleBetweenReads:   250 * time.Millisecond,
+		MaxRecords:         MaxRecordsLimit,
+		ArrivalMargin:      DefaultArrivalMargin,
+		ArrivalMarginFloor: DefaultArrivalMarginFloor,
+		MaxReadAhead:       DefaultMaxReadAhead,
+		HorizonInterval:    DefaultHorizonInterval,
+		MaxInflightBytes:   membudget.DefaultLimit,
 	}
 }
 
@@ -124,6 +131,9 @@ func (c Config) Validate() error {
 	}
 	if c.ArrivalMargin < 0 {
 		return fmt.Errorf("consumer.arrival_margin: must not be negative, got %s", c.ArrivalMargin)
+	}
+	if c.ArrivalMarginFloor < 0 {
+		return fmt.Errorf("consumer.arrival_margin_floor: must not be negative, got %s", c.ArrivalMarginFloor)
 	}
 	if c.MaxInflightBytes <= 0 {
 		return fmt.Errorf("consumer.max_inflight_bytes: must be positive, got %d", c.MaxInflightBytes)

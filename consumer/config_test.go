@@ -20,7 +20,8 @@ func TestDefaultConfig(t *testing.T) {
 	t.Parallel()
 	c := DefaultConfig()
 	if c.ShardSync != 100*time.Millisecond || c.Failover != 30*time.Second || c.IdleBetweenReads != 250*time.Millisecond ||
-		c.MaxRecords != 10000 || c.ShutdownTimeout != 30*time.Second || c.Decoder != dms.DefaultConfig() {
+		c.MaxRecords != 10000 || c.ShutdownTimeout != 30*time.Second || c.Decoder != dms.DefaultConfig() ||
+		c.ArrivalMargin != 2*time.Second || c.ArrivalMarginFloor != 250*time.Millisecond {
 		t.Fatalf("DefaultConfig() = %+v", c)
 	}
 	if c.Stream != "" || c.Application != "" || c.WorkerID != "" || c.Region != "" || !c.AtTimestamp.IsZero() {
@@ -50,6 +51,7 @@ func TestConfigValidateNamesTheYAMLPath(t *testing.T) {
 		{func(c *Config) { c.Failover = 0 }, "consumer.failover: must be positive, got 0s"},
 		{func(c *Config) { c.IdleBetweenReads = 0 }, "consumer.idle_between_reads: must be positive, got 0s"},
 		{func(c *Config) { c.MaxInflightBytes = 0 }, "consumer.max_inflight_bytes: must be positive, got 0"},
+		{func(c *Config) { c.ArrivalMarginFloor = -time.Millisecond }, "consumer.arrival_margin_floor: must not be negative, got -1ms"},
 		{func(c *Config) { c.MaxRecords = 0 }, "consumer.max_records: must be 1..10000, got 0"},
 		{func(c *Config) { c.MaxRecords = 10001 }, "consumer.max_records: must be 1..10000, got 10001"},
 		{func(c *Config) { c.Decoder.BeforeImageField = "" }, "dms.before_image_field: must not be empty"},

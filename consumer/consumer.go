@@ -73,6 +73,11 @@ type Metrics interface {
 	// LeaseStateRefused counts a lease not taken because its row was written by a newer state
 	// version of dms2iceberg.
 	LeaseStateRefused(shard string)
+	// LateRecords counts n records of a shard handed on although they arrived at or before its
+	// read horizon (by: how far the oldest was before it; margin.go).
+	LateRecords(shard string, n int, by time.Duration)
+	// ArrivalMargin is called every HorizonInterval with the arrival margin in use (margin.go).
+	ArrivalMargin(d time.Duration)
 }
 
 // NopMetrics is the default Metrics: it records nothing. Embed it to implement only some methods.
@@ -89,6 +94,8 @@ func (NopMetrics) HorizonPublishFailed(string)                              {}
 func (NopMetrics) ReadAheadPaused(string, time.Duration)                    {}
 func (NopMetrics) LeaseStateRefused(string)                                 {}
 func (NopMetrics) Heartbeats(string, string, int)                           {}
+func (NopMetrics) LateRecords(string, int, time.Duration)                   {}
+func (NopMetrics) ArrivalMargin(time.Duration)                              {}
 
 // Option configures optional collaborators.
 type Option func(*Consumer)
@@ -145,8 +152,11 @@ type Consumer struct {
 	// wm is the stream watermark and commit bound the horizon loop computes (horizon.go);
 	// clock is the time source (nil: time.Now) and sleeper the read spacing's wait (nil: a
 	// timer), both replaced in tests.
-	wm      watermarkState
-	clock   func() time.Time
+	wm    watermarkState
+	clock func() time.Time
+	// margin measures the arrival margin from the shards' reads (margin.go; nil: the fixed
+	// cfg.ArrivalMargin, unit tests).
+	margin  *marginMeter
 	sleeper func(ctx context.Context, d time.Duration)
 
 	// deadline is the shutdown deadline's source (WithShutdownDeadline); stopBy the deadline of
@@ -173,6 +183,7 @@ func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ..
 	if c.budget == nil {
 		c.budget = membudget.New(cfg.MaxInflightBytes)
 	}
+	c.margin = newMarginMeter(cfg.ArrivalMarginFloor, durOr(cfg.ArrivalMargin, DefaultArrivalMargin))
 	return c, nil
 }
 

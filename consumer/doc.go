@@ -19,6 +19,10 @@
 // from any goroutine; Consumer.BoundsChanged wakes the writers a gate held back. A processor pauses inside ProcessRecords (read-
 // ahead alignment) while it is too far ahead of W, waking on every recomputation.
 //
+// The arrival margin (margin.go): processors feed one marginMeter per Consumer with lower bounds
+// on Kinesis's delay from consecutive reads at the tip, and with the records they hand on at or
+// before their horizon (late); the horizon loop reads the margin once per round.
+//
 // Heartbeats (heartbeat.go, consumer.heartbeat_interval, off by default): a second goroutine
 // of Run, stopped with reading and waited for, puts a heartbeat record into each owned quiet
 // shard; processors skip heartbeat records (whatever the setting) after folding their arrival

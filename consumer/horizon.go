@@ -23,7 +23,8 @@ const (
 	// DefaultMaxReadAhead is how far past W (by arrival time) a shard that is not holding W
 	// back reads before it pauses.
 	DefaultMaxReadAhead = 30 * time.Second
-	// DefaultHorizonInterval is how often the horizons are published and W computed.
+	// DefaultHorizonInterval is how often the horizons are published and W computed, in
+	// rounds aligned to the wall clock (runHorizons).
 	DefaultHorizonInterval = time.Second
 	// maxAlignWait bounds one pause of read-ahead alignment inside one ProcessRecords call:
 	// Kinesis shard iterators expire 5 minutes after they were issued, and an expired one ends
@@ -162,6 +163,13 @@ type horizonLoop struct {
 	shards map[string]shardInfo // the last shard list read
 	// unknownSince is when W was last seen becoming unknown (zero: W is known).
 	unknownSince time.Time
+	// margin is the arrival margin of the last publish phase, marginLogged when a change of
+	// it was last logged.
+	margin       time.Duration
+	marginLogged time.Time
+	// peers is the largest arrival margin other workers published on the rows of the last scan
+	// (0: none).
+	peers time.Duration
 	// async: a round uses the cached shard list and refreshes it in the background (listing).
 	// Off in unit tests, which change the fake stream between rounds.
 	async bool
@@ -180,46 +188,120 @@ func (c *Consumer) runHorizons(ctx context.Context) {
 	l := newHorizonLoop(c)
 	l.async = true
 	defer l.bg.Wait()
-	t := time.NewTicker(durOr(c.cfg.HorizonInterval, DefaultHorizonInterval))
-	defer t.Stop()
+	interval := durOr(c.cfg.HorizonInterval, DefaultHorizonInterval)
 	for {
-		l.tick(ctx)
-		select {
-		case <-ctx.Done():
+		start := nextRound(time.Now(), interval)
+		if !sleepUntil(ctx, start) {
 			return
-		case <-t.C:
 		}
+		r := l.publishPhase(ctx)
+		if !sleepUntil(ctx, start.Add(computeDelay(interval))) {
+			return
+		}
+		l.computePhase(ctx, r)
 	}
 }
 
-// tick is one round: list shards, publish own horizons, scan the lease table, compute W.
-func (l *horizonLoop) tick(loopCtx context.Context) {
+// nextRound is the first wall-clock multiple of interval after now: every worker starts its
+// rounds there (NTP-synced clocks, which the leases need anyway), so the rows another worker
+// publishes at a round's start are in this worker's scan computeDelay later.
+func nextRound(now time.Time, interval time.Duration) time.Time {
+	return now.Truncate(interval).Add(interval)
+}
+
+// computeDelay is how long after a round's start W is computed: time for every worker's
+// publishes to land.
+func computeDelay(interval time.Duration) time.Duration { return min(interval/4, 250*time.Millisecond) }
+
+// sleepUntil waits until t; false when ctx ended first.
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	timer := time.NewTimer(time.Until(t))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// round is what a round's publish phase hands its compute phase.
+type round struct {
+	began, listed, published time.Time
+	shards                   map[string]shardInfo
+	listedAt                 time.Time
+}
+
+// tick is one round without the pause between its phases (unit tests).
+func (l *horizonLoop) tick(ctx context.Context) { l.computePhase(ctx, l.publishPhase(ctx)) }
+
+// publishPhase lists the shards and publishes the own shards' horizons.
+func (l *horizonLoop) publishPhase(loopCtx context.Context) round {
+	ctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
+	defer cancel()
+	r := round{began: time.Now()}
+	r.shards, r.listedAt = l.listing(loopCtx, ctx)
+	r.listed = time.Now()
+	if age := r.listed.Sub(r.listedAt); !r.listedAt.IsZero() && age > durOr(l.c.cfg.HorizonInterval, DefaultHorizonInterval) &&
+		r.listed.Sub(l.logged["stale-list"]) >= heldLogEvery {
+		l.logged["stale-list"] = r.listed
+		l.c.log.Info("horizon round uses an older shard list (ListShards slower than the round waits for it): the tip rule trails by its age",
+			zap.Duration("list_age", age), zap.Duration("waited", listingWait))
+	}
+	margin := l.arrivalMargin()
+	for _, p := range l.c.liveProcessors() {
+		p.updateHorizon(r.open(p.shard), margin)
+		p.publish(ctx, false)
+	}
+	r.published = time.Now()
+	return r
+}
+
+// open is when the round's list saw the shard open (zero: not known open).
+func (r round) open(shard string) time.Time {
+	if info, ok := r.shards[shard]; ok && !info.closed {
+		return r.listedAt
+	}
+	return time.Time{}
+}
+
+// arrivalMargin is the margin for a round (the measured one, or the configured one without a
+// meter), reported to the metrics and logged when it changes.
+func (l *horizonLoop) arrivalMargin() time.Duration {
+	c := l.c
+	if c.margin == nil {
+		return durOr(c.cfg.ArrivalMargin, DefaultArrivalMargin)
+	}
+	now := c.now()
+	r := c.margin.read(now)
+	margin := c.margin.use(r, l.peers)
+	c.metrics.ArrivalMargin(margin)
+	if margin != l.margin && (margin == c.margin.cap || l.margin == c.margin.cap || now.Sub(l.marginLogged) >= heldLogEvery) {
+		l.marginLogged = now
+		c.log.Info("arrival margin", zap.Duration("margin", margin), zap.Duration("was", l.margin),
+			zap.Duration("measured", r.margin), zap.Bool("evidence", r.evidence), zap.Duration("other_workers", l.peers),
+			zap.Int("observations", r.n), zap.Duration("largest_delay", r.largest))
+	}
+	l.margin = margin
+	return margin
+}
+
+// computePhase scans the lease table and computes W, with the own shards' horizons as they
+// are now.
+func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 	c := l.c
 	ctx, cancel := context.WithTimeout(loopCtx, 30*time.Second)
 	defer cancel()
-	began := time.Now()
-	var listed, published, scanned time.Time
+	var scanned time.Time
 	defer func() {
 		// A slow round is a round without a new W: the tables commit nothing newer meanwhile.
-		if took := time.Since(began); took > durOr(c.cfg.HorizonInterval, DefaultHorizonInterval) {
+		if took := time.Since(r.began); took > durOr(c.cfg.HorizonInterval, DefaultHorizonInterval) {
 			l.c.log.Info("slow horizon round: W was not recomputed meanwhile", zap.Duration("took", took),
-				zap.Duration("list_shards", sinceOr(listed, began)), zap.Duration("publish", sinceOr(published, listed)),
-				zap.Duration("scan_leases", sinceOr(scanned, published)))
+				zap.Duration("list_shards", sinceOr(r.listed, r.began)), zap.Duration("publish", sinceOr(r.published, r.listed)),
+				zap.Duration("scan_leases", sinceOr(scanned, r.published)))
 		}
 	}()
-	shards, listedAt := l.listing(loopCtx, ctx)
-	listed = time.Now()
-	procs := c.liveProcessors()
-	for _, p := range procs {
-		info, ok := shards[p.shard]
-		open := time.Time{}
-		if ok && !info.closed {
-			open = listedAt
-		}
-		p.updateHorizon(open)
-		p.publish(ctx, false)
-	}
-	published = time.Now()
+	shards := r.shards
 	if shards == nil {
 		return
 	}
@@ -230,8 +312,17 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 		return
 	}
 	rows := make(map[string]checkpoint.LeaseRow, len(list))
+	l.peers = 0
 	for _, r := range list {
 		rows[r.Shard] = r
+		if r.Owner != "" && r.Owner != c.cfg.WorkerID && r.Checkpoint != checkpoint.ShardEnd {
+			l.peers = max(l.peers, r.Margin)
+		}
+	}
+	if newer, at := c.shards.cachedAt(); newer != nil && at.After(r.listedAt) {
+		// A ListShards call that outlasted the round's wait has answered since: its time caps
+		// the tip rule of the own shards less (the others published with the round's list).
+		shards, r.shards, r.listedAt = newer, newer, at
 	}
 	if listingBehind(shards, rows) {
 		// The list predates a reshard that the rows already show: list now, and keep the
@@ -248,15 +339,26 @@ func (l *horizonLoop) tick(loopCtx context.Context) {
 	if b := c.share.Load(); b != nil {
 		b.observe(ctx, shards, list)
 	}
-	own := make(map[string]ownShard, len(procs))
-	for _, p := range procs {
-		if r := rows[p.shard]; r.Owner == c.cfg.WorkerID && r.Epoch == p.epoch && p.epoch != 0 {
-			horizon := timeOf(p.hz.horizon.Load()) // before the pending: what it covers is registered
+	margin := l.margin
+	if c.margin == nil {
+		margin = durOr(c.cfg.ArrivalMargin, DefaultArrivalMargin)
+	}
+	own := make(map[string]ownShard)
+	for _, p := range c.liveProcessors() {
+		if row := rows[p.shard]; row.Owner == c.cfg.WorkerID && row.Epoch == p.epoch && p.epoch != 0 {
+			p.updateHorizon(r.open(p.shard), margin) // the reads since the publish count too
+			horizon := timeOf(p.hz.horizon.Load())   // before the pending: what it covers is registered
 			pending, _ := p.track.Oldest()
 			own[p.shard] = ownShard{horizon: horizon, pending: pending}
 		}
 	}
-	res := wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: l.memo})
+	l.report(rows, wmCompute(wmInput{shards: shards, rows: rows, own: own, memo: l.memo}))
+}
+
+// report publishes a computed W to the readers and the metrics, and logs a shard holding it
+// back for long.
+func (l *horizonLoop) report(rows map[string]checkpoint.LeaseRow, res wmResult) {
+	c := l.c
 	c.wm.set(res)
 	now := c.now()
 	var age time.Duration
@@ -411,12 +513,12 @@ type horizonState struct {
 	since     int // ticks since the last publish
 }
 
-// updateHorizon recomputes the horizon; listedOpen is when a ListShards saw the shard open.
-func (p *processor) updateHorizon(listedOpen time.Time) {
+// updateHorizon recomputes the horizon; listedOpen is when a ListShards saw the shard open,
+// margin the arrival margin in use.
+func (p *processor) updateHorizon(listedOpen time.Time, margin time.Duration) {
 	for {
 		prev := p.hz.horizon.Load()
-		h := msOf(ownHorizon(timeOf(prev), timeOf(p.hz.lastArrival.Load()), timeOf(p.hz.tipAt.Load()), listedOpen,
-			durOr(p.c.cfg.ArrivalMargin, DefaultArrivalMargin)))
+		h := msOf(ownHorizon(timeOf(prev), timeOf(p.hz.lastArrival.Load()), timeOf(p.hz.tipAt.Load()), listedOpen, margin))
 		if h <= prev || p.hz.horizon.CompareAndSwap(prev, h) {
 			return
 		}
@@ -457,10 +559,12 @@ func (p *processor) publish(ctx context.Context, final bool) {
 	if ok && pending.IsZero() {
 		pending = timeOf(p.hz.lastArrival.Load()) // unknown first arrival: the best lower estimate
 	}
-	h := checkpoint.Horizon{Read: read, PendingFrom: pending, Pending: p.track.PendingTables(), At: p.c.now()}
+	h := checkpoint.Horizon{Read: read, PendingFrom: pending, Pending: p.track.PendingTables(), At: p.c.now(),
+		Margin: p.c.margin.published()}
 	p.hz.since++
 	was := p.hz.published
-	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.EqualFunc(h.Pending, was.Pending, checkpoint.TableGates.Equal)
+	unchanged := h.Read.Equal(was.Read) && h.PendingFrom.Equal(was.PendingFrom) && maps.EqualFunc(h.Pending, was.Pending, checkpoint.TableGates.Equal) &&
+		h.Margin == was.Margin
 	if h.Read.IsZero() && h.PendingFrom.IsZero() || (unchanged && !final && p.hz.since < heartbeatTicks) {
 		return
 	}

@@ -52,6 +52,8 @@ type processor struct {
 	handedOff         bool
 	// hz is the shard's read horizon (horizon.go).
 	hz horizonState
+	// probe remembers the previous read for the arrival margin's evidence (margin.go).
+	probe tipProbe
 	// alignBy and alignOff bound read-ahead alignment within one ProcessRecords call.
 	alignBy  time.Time
 	alignOff bool
@@ -122,6 +124,10 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		readTime = *in.CacheEntryTime // just before the read: the earlier, the safer
 		defer p.pace(*in.CacheEntryTime, len(in.Records) == 0 && in.MillisBehindLatest < p.c.cfg.IdleBetweenReads.Milliseconds())
 	}
+	complete := in.MillisBehindLatest == 0 && (p.c.cfg.MaxRecords <= 0 || len(in.Records) < p.c.cfg.MaxRecords)
+	if delay, ok := p.probe.next(readTime, complete, oldestArrival(in.Records)); ok {
+		p.c.margin.observe(p.c.now(), delay)
+	}
 	if len(in.Records) == 0 {
 		if in.MillisBehindLatest == 0 {
 			p.atTip(readTime)
@@ -138,6 +144,7 @@ func (p *processor) ProcessRecords(in *kcl.ProcessRecordsInput) {
 		return
 	}
 	fault.Hit(fault.AfterDecode)
+	p.c.margin.checkLate(p.log, p.c.metrics, p.shard, p.hz.horizon.Load(), events, p.c.now())
 	if heartbeats > 0 {
 		p.c.metrics.Heartbeats(p.shard, "read", heartbeats)
 	}

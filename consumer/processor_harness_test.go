@@ -248,6 +248,28 @@ type fakeMetrics struct {
 	holder                string
 	heartbeats            map[string]int // "shard event" -> count
 	records               int            // Records' counts, summed
+	late                  int            // LateRecords' counts, summed
+	margin                time.Duration  // the last ArrivalMargin
+}
+
+func (m *fakeMetrics) LateRecords(_ string, n int, _ time.Duration) {
+	m.mu.Lock()
+	m.late += n
+	m.mu.Unlock()
+}
+
+func (m *fakeMetrics) ArrivalMargin(d time.Duration) { m.mu.Lock(); m.margin = d; m.mu.Unlock() }
+
+func (m *fakeMetrics) marginNow() time.Duration {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.margin
+}
+
+func (m *fakeMetrics) lateCount() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.late
 }
 
 func (m *fakeMetrics) Heartbeats(shard, event string, n int) {

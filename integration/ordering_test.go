@@ -120,12 +120,13 @@ var orderingCases = []orderingCase{
 	{name: "dms-default-late-reader", layout: "dms-default", lagShard: -1, lateShard: 0, modes: []string{"arrival", "shard"}},
 	{name: "primary-key", layout: "primary-key", lagShard: -1, lateShard: -1, modes: []string{"arrival", "shard"}},
 	{name: "primary-key-late-reader", layout: "primary-key", lagShard: -1, lateShard: 0, modes: []string{"arrival", "shard"}},
-	// Heartbeats (consumer.heartbeat_interval) with an hour's arrival margin: once caught up,
+	// Heartbeats (consumer.heartbeat_interval) with an hour's arrival margin (fixed: the floor
+	// too, so that the measured margin does not replace it): once caught up,
 	// the shards whose records end first would hold W below the others' last records for an
 	// hour by the tip rule, so the run completes within ordConsumeTimeout only if the
 	// heartbeats read back move those shards' horizons, and verify shows they order correctly.
 	{name: "dms-default-heartbeats", layout: "dms-default", lagShard: -1, lateShard: -1, modes: []string{"arrival"},
-		consumer: map[string]any{"heartbeat_interval": "250ms", "arrival_margin": "1h"}},
+		consumer: map[string]any{"heartbeat_interval": "250ms", "arrival_margin": "1h", "arrival_margin_floor": "1h"}},
 	// The layout of hot tables: primary-key partitioning (DMS ParallelApply) with MySQL's full
 	// before-images, read by three processes. An update that keeps its key is no key change
 	// whatever its before-image holds, so it waits for no other process; only the real key

@@ -348,7 +348,7 @@ var (
 		Pending: checkpoint.PendingTables{"shop.a": withMoves(checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindLoad: {At: time.UnixMilli(1_764_000_000_060).UTC()},
 			checkpoint.KindKeyChange: {At: time.UnixMilli(1_764_000_000_090).UTC(), Pos: change.SourcePos{CommitTS: "2025-06-01T00:00:01.000000Z", TxID: "7", TxRecord: "2"}}})),
 			"shop.b": checkpoint.GatesOf(map[checkpoint.Kind]checkpoint.Gate{checkpoint.KindControl: {At: time.UnixMilli(1_764_000_000_070).UTC()}})},
-		At: time.UnixMilli(1_764_000_001_000).UTC()}
+		At: time.UnixMilli(1_764_000_001_000).UTC(), Margin: 300 * time.Millisecond}
 	h2 = checkpoint.Horizon{Read: time.UnixMilli(1_764_000_000_900).UTC(), At: time.UnixMilli(1_764_000_002_000).UTC()}
 )
 
@@ -377,9 +377,9 @@ func publishRefused(t *testing.T, s Store, shard string, epoch int64, want error
 func wantHorizon(t *testing.T, r checkpoint.LeaseRow, want checkpoint.Horizon, when string) {
 	t.Helper()
 	if !r.ReadHorizon.Equal(want.Read) || !r.PendingFrom.Equal(want.PendingFrom) || !r.HorizonAt.Equal(want.At) ||
-		!reflect.DeepEqual(r.Pending, want.Pending) {
-		t.Fatalf("%s: row horizon (read %v, pending %v, tables %v, at %v), want %+v", when,
-			r.ReadHorizon, r.PendingFrom, r.Pending, r.HorizonAt, want)
+		!reflect.DeepEqual(r.Pending, want.Pending) || r.Margin != want.Margin {
+		t.Fatalf("%s: row horizon (read %v, pending %v, tables %v, at %v, margin %s), want %+v", when,
+			r.ReadHorizon, r.PendingFrom, r.Pending, r.HorizonAt, r.Margin, want)
 	}
 }
 

@@ -37,6 +37,8 @@ type promConsumerMetrics struct {
 	publishFailed  *prometheus.CounterVec
 	readAheadPause *prometheus.CounterVec
 	heartbeats     *prometheus.CounterVec
+	lateRecords    *prometheus.CounterVec
+	arrivalMargin  *prometheus.GaugeVec
 }
 
 var _ consumer.Metrics = (*promConsumerMetrics)(nil)
@@ -61,6 +63,8 @@ func newPromConsumerMetrics(r *promRegistry, now func() time.Time) *promConsumer
 	m.publishFailed = r.counter("shard", "horizon_publish_failures_total", "Failed publishes of the shard's read horizon on its lease row (fenced or an error).", shard)
 	m.readAheadPause = r.counter("shard", "read_ahead_paused_seconds_total", "Seconds the shard's processor paused because it was too far ahead of W (read-ahead alignment).", shard)
 	m.heartbeats = r.counter("shard", "heartbeats_total", "Heartbeat records of the shard (consumer.heartbeat_interval), by event: put, put_failed, read.", shard, "event")
+	m.lateRecords = r.counter("", "late_records_total", "Records handed on although they arrived at or before their shard's read horizon: Kinesis delayed them longer than the arrival margin (each one puts the margin back at consumer.arrival_margin for 10 minutes).", shard)
+	m.arrivalMargin = r.gauge("", "arrival_margin_seconds", "The arrival margin in use: how far a caught-up shard's read horizon trails its read time (measured from the stream, between consumer.arrival_margin_floor and consumer.arrival_margin).")
 	return m
 }
 
@@ -125,6 +129,16 @@ func (m *promConsumerMetrics) LeaseStateRefused(shard string) {
 
 func (m *promConsumerMetrics) ReadAheadPaused(shard string, d time.Duration) {
 	m.readAheadPause.WithLabelValues(shard).Add(d.Seconds())
+}
+
+// LateRecords counts late records of shard (not per-shard in release: a late record is kept
+// counted after its shard's lease ended).
+func (m *promConsumerMetrics) LateRecords(shard string, n int, _ time.Duration) {
+	m.lateRecords.WithLabelValues(shard).Add(float64(n))
+}
+
+func (m *promConsumerMetrics) ArrivalMargin(d time.Duration) {
+	m.arrivalMargin.WithLabelValues().Set(d.Seconds())
 }
 
 func (m *promConsumerMetrics) Heartbeats(shard, event string, n int) {
