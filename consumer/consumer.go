@@ -210,7 +210,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		WithTableName(c.cfg.Application).
 		WithShardSyncIntervalMillis(int(c.cfg.ShardSync.Milliseconds())).
 		WithFailoverTimeMillis(int(c.cfg.Failover.Milliseconds())).
-		WithLeaseRefreshWaitTime(int(c.cfg.Failover.Milliseconds() / 4)).
+		WithLeaseRefreshWaitTime(int(leaseRenewEvery(c.cfg.Failover).Milliseconds())).
 		WithIdleTimeBetweenReadsInMillis(int(c.cfg.IdleBetweenReads.Milliseconds())).
 		WithMaxRecords(c.cfg.MaxRecords).
 		WithCallProcessRecordsEvenForEmptyRecordList(true).
@@ -244,6 +244,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
+	share.settle(runCtx, c.shards, leases)  // a first share before the KCL's first round
 	lists := newListCache(kclListingMaxAge) // the KCL's ListShards, answered from c.shards's listings too
 	c.shards.onList = func(shards []ktypes.Shard, started time.Time) { lists.store(c.cfg.Stream, shards, started) }
 	// The horizon loop outlives runCtx: while processors drain at shutdown, the sink commits

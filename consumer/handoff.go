@@ -76,7 +76,40 @@ func (b *balancer) presenceFor() time.Duration   { return b.c.cfg.Failover }
 // handoffDeadline bounds a hand-off: the drain (ShutdownTimeout, as at a shutdown) and one
 // renewal interval for the KCL to notice the refused renewal.
 func (b *balancer) handoffDeadline() time.Duration {
-	return b.c.cfg.ShutdownTimeout + b.c.cfg.Failover/4
+	return b.c.cfg.ShutdownTimeout + leaseRenewEvery(b.c.cfg.Failover)
+}
+
+// leaseRenewEvery is how often the KCL renews each lease it holds: failover/4, at most 2 s. A
+// hand-off releases its lease at the first renewal after the drain (the KCL has no other way to
+// let go of a lease), so this bounds how long a drained lease waits for its taker; each renewal
+// is one conditional write per shard.
+func leaseRenewEvery(failover time.Duration) time.Duration { return min(failover/4, 2*time.Second) }
+
+// shareSettle is how long a starting worker waits after announcing itself before it takes its
+// first look at the share: workers started together then count each other, instead of the first
+// one taking every lease and handing them over one by one.
+const shareSettle = 500 * time.Millisecond
+
+// settle takes the first look at the share (observe) before the KCL's first round, shareSettle
+// after this worker announced itself. Without it, the first round ran without a share and took
+// every free lease.
+func (b *balancer) settle(ctx context.Context, shards *shardMap, store checkpoint.LeaseStore) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(shareSettle):
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	listed, _, err := shards.snapshot(sctx)
+	if err != nil {
+		return // the horizon loop's first round observes it
+	}
+	rows, err := store.Rows(sctx)
+	if err != nil {
+		return
+	}
+	b.observe(sctx, listed, rows)
 }
 
 // announce writes the presence row (at start, and before it expires).

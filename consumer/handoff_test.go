@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 	chk "github.com/vmware/vmware-go-kcl-v2/clientlibrary/checkpoint"
 	par "github.com/vmware/vmware-go-kcl-v2/clientlibrary/partition"
 
@@ -149,5 +151,21 @@ func TestNoHandOffWithinTheShare(t *testing.T) {
 	}
 	if err := e.leases.GetLease(status(shard2), me); !errors.As(err, &chk.ErrLeaseNotAcquired{}) || bal.Refusals() != 1 {
 		t.Fatalf("acquisition above the share: %v (%d refusals)", err, bal.Refusals())
+	}
+}
+
+// A starting worker looks at the share before the KCL's first round (settle): beside another
+// live worker it takes only its half of the free leases. Without that look it would take them
+// all, and hand them over one at a time.
+func TestStartingWorkerTakesOnlyItsShare(t *testing.T) {
+	t.Parallel()
+	e, _ := balancedEnv(t)
+	f := &fakeKinesis{shards: []ktypes.Shard{{ShardId: aws.String(shard)}, {ShardId: aws.String(shard2)}}}
+	e.c.share.Load().settle(e.t.Context(), newShardMap(f, "stream"), e.leases)
+	if err := e.leases.GetLease(status(shard), me); err != nil {
+		t.Fatalf("the first lease: %v", err)
+	}
+	if err := e.leases.GetLease(status(shard2), me); !errors.As(err, &chk.ErrLeaseNotAcquired{}) {
+		t.Fatalf("a second lease above the share of 1: %v, want refused", err)
 	}
 }
