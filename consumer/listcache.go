@@ -12,7 +12,7 @@ import (
 )
 
 // kclListingMaxAge is how long the KCL's own ListShards answers are reused (listCache).
-const kclListingMaxAge = 3 * time.Second
+const kclListingMaxAge = 10 * time.Second
 
 // listCache answers the KCL's ListShards calls from the last answer to the same request while
 // it is younger than maxAge. The KCL (vmware-go-kcl-v2 v1.0.0) lists every shard of the stream
