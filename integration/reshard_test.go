@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/kinesis"
+	ktypes "github.com/aws/aws-sdk-go-v2/service/kinesis/types"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/dms"
@@ -47,6 +48,19 @@ func waitStreamActive(t *testing.T, stream string) {
 	if err := w.Wait(t.Context(), &kinesis.DescribeStreamInput{StreamName: aws.String(stream)}, time.Minute); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// splitInHalf splits sh at the middle of its hash-key range and returns its id.
+func splitInHalf(t *testing.T, stream string, sh ktypes.Shard) string {
+	t.Helper()
+	lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
+	hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
+	mid := new(big.Int).Div(new(big.Int).Add(lo, hi), big.NewInt(2))
+	if _, err := Kinesis(t).SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
+		t.Fatal(err)
+	}
+	return aws.ToString(sh.ShardId)
 }
 
 // holdLease makes a dead worker hold a shard's lease until `until`, as after a crash.
@@ -121,15 +135,7 @@ func reshardCase(t *testing.T, merge bool) {
 		}
 		parents = []string{aws.ToString(a.ShardId), aws.ToString(b.ShardId)}
 	} else {
-		sh := list.Shards[0]
-		lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
-		hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
-		mid := new(big.Int).Div(new(big.Int).Add(lo, hi), big.NewInt(2))
-		if _, err := kc.SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(stream),
-			ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
-			t.Fatal(err)
-		}
-		parents = []string{aws.ToString(sh.ShardId)}
+		parents = []string{splitInHalf(t, stream, list.Shards[0])}
 	}
 	waitStreamActive(t, stream)
 	putKV(t, stream, 31, 60) // on a child
@@ -238,16 +244,8 @@ func TestStopWhileAChildShardWaitsForItsParent(t *testing.T) {
 		t.Fatal(err)
 	}
 	putKV(t, stream, 1, 5)
-	sh := list.Shards[0]
-	lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
-	hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
-	mid := new(big.Int).Div(new(big.Int).Add(lo, hi), big.NewInt(2))
-	if _, err := kc.SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(stream),
-		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
-		t.Fatal(err)
-	}
+	parent := splitInHalf(t, stream, list.Shards[0])
 	waitStreamActive(t, stream)
-	parent := aws.ToString(sh.ShardId)
 	// A live worker reads the parent (a checkpoint, not SHARD_END) and never finishes it here: the
 	// KCL's consumer of each child polls the parent's row until the stop. (A parent row without a
 	// checkpoint ends the child's consumer at once with ErrSequenceIDNotFound instead.)
