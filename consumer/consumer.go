@@ -191,21 +191,8 @@ func New(cfg Config, awsCfg aws.Config, s Sink, dlq change.DeadLetterer, opts ..
 // it waits for the parent to finish.
 const parentPollMillis = 1000
 
-// Run consumes until ctx is cancelled, then shuts the worker down gracefully: every processor
-// flushes, waits for its commits and writes its final checkpoint, within ShutdownTimeout. It
-// returns the first fatal error (a sink or dead-letter failure), or nil after a clean shutdown.
-func (c *Consumer) Run(ctx context.Context) error {
-	runCtx, fail := context.WithCancelCause(ctx)
-	defer fail(nil)
-	c.mu.Lock()
-	c.fail = fail
-	c.mu.Unlock()
-
-	ddb := dynamodb.NewFromConfig(c.aws)
-	if err := ensureLeaseTable(runCtx, ddb, c.cfg.Application); err != nil {
-		return err
-	}
-	kc := kinesis.NewFromConfig(c.aws)
+// kclConfig is the KCL worker's configuration from the consumer's.
+func (c *Consumer) kclConfig() *kclcfg.KinesisClientLibConfiguration {
 	kcfg := kclcfg.NewKinesisClientLibConfig(c.cfg.Application, c.cfg.Stream, c.cfg.Region, c.cfg.WorkerID).
 		WithTableName(c.cfg.Application).
 		WithShardSyncIntervalMillis(int(c.cfg.ShardSync.Milliseconds())).
@@ -226,6 +213,25 @@ func (c *Consumer) Run(ctx context.Context) error {
 		ts := c.cfg.AtTimestamp
 		kcfg = kcfg.WithTimestampAtInitialPositionInStream(&ts)
 	}
+	return kcfg
+}
+
+// Run consumes until ctx is cancelled, then shuts the worker down gracefully: every processor
+// flushes, waits for its commits and writes its final checkpoint, within ShutdownTimeout. It
+// returns the first fatal error (a sink or dead-letter failure), or nil after a clean shutdown.
+func (c *Consumer) Run(ctx context.Context) error {
+	runCtx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+	c.mu.Lock()
+	c.fail = fail
+	c.mu.Unlock()
+
+	ddb := dynamodb.NewFromConfig(c.aws)
+	if err := ensureLeaseTable(runCtx, ddb, c.cfg.Application); err != nil {
+		return err
+	}
+	kc := kinesis.NewFromConfig(c.aws)
+	kcfg := c.kclConfig()
 	// The KCL never sees LATEST: it would skip what DMS wrote to child shards before their lease.
 	if kcfg.InitialPositionInStream == kclcfg.LATEST {
 		return errors.New("consumer: refusing to start at LATEST")
