@@ -428,8 +428,6 @@ func twoWorkers(t *testing.T) (e *procEnv, a *processor, other *checkpoint.MemLe
 	return e, a, other, pub
 }
 
-// clockedShard is a consumer whose clock reads *now (sec(100) at first), a processor of shard
-// and a synchronous horizon loop.
 // With the table's key columns known to the sink, an update with a full before-image (MySQL's
 // ColumnFilter all) is published as a possible key change only when its key columns differ.
 func TestFullBeforeImagesArePublishedByTheirKey(t *testing.T) {
@@ -456,8 +454,42 @@ func TestFullBeforeImagesArePublishedByTheirKey(t *testing.T) {
 	if !g.Moves.Keys[old].At.Equal(sec(11)) || len(g.Moves.Keys) != 1 || !g.Moves.Unknown.At.IsZero() {
 		t.Fatalf("published moves %+v; want the old key 2 at %v", g.Moves, sec(11))
 	}
+	// A keyless table (known as such: an empty key) has no key changes: its updates are CDC
+	// changes, and no copy of their images is kept for later.
+	e.sink.mu.Lock()
+	e.sink.keys["public.k"] = []string{}
+	e.sink.mu.Unlock()
+	const kmeta = `"partition-key-type":"schema-table","schema-name":"public","table-name":"k"`
+	keyless := `{"data":{"a":1,"b":"y"},"before-image":{"a":1,"b":"x"},"metadata":{"record-type":"data","operation":"update",` + kmeta + `}}`
+	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 5000, CacheEntryTime: now, Records: []ktypes.Record{rec("103", sec(12), keyless)}})
+	if len(p.tracked) != 1 || p.tracked[0].Kind != checkpoint.KindChange || p.tracked[0].Images != nil {
+		t.Fatalf("tracked %+v; want a CDC change without images", p.tracked)
+	}
+	loop.tick(e.ctx)
+	if k := e.row(shard).Pending["public.k"]; !k.Kinds[checkpoint.KindChange].At.Equal(sec(12)) || !k.Moves.Unknown.At.IsZero() {
+		t.Fatalf("keyless update published as %+v, moves %+v; want a CDC change at %v", k.Kinds, k.Moves, sec(12))
+	}
+	// A key change read before its table's key is known is a move of an unknown key until the
+	// sink knows the key; the next publish then names its old key.
+	const umeta = `"partition-key-type":"primary-key","schema-name":"public","table-name":"u"`
+	unknown := `{"data":{"id":7,"name":"b"},"before-image":{"id":6,"name":"b"},"metadata":{"record-type":"data","operation":"update",` + umeta + `}}`
+	p.ProcessRecords(&kcl.ProcessRecordsInput{MillisBehindLatest: 5000, CacheEntryTime: now, Records: []ktypes.Record{rec("104", sec(13), unknown)}})
+	loop.tick(e.ctx)
+	if u := e.row(shard).Pending["public.u"]; !u.Moves.Unknown.At.Equal(sec(13)) || len(u.Moves.Keys) != 0 {
+		t.Fatalf("before the key is known: moves %+v; want an unknown move at %v", u.Moves, sec(13))
+	}
+	e.sink.mu.Lock()
+	e.sink.keys["public.u"] = []string{"id"}
+	e.sink.mu.Unlock()
+	loop.tick(e.ctx)
+	six, _ := change.KeyHash([]change.Column{{Name: "id", Value: change.Value{Kind: change.KindNumber, Text: "6"}}}, []string{"id"})
+	if u := e.row(shard).Pending["public.u"]; !u.Moves.Keys[six].At.Equal(sec(13)) || !u.Moves.Unknown.At.IsZero() {
+		t.Fatalf("once the key is known: moves %+v; want the old key 6 at %v", u.Moves, sec(13))
+	}
 }
 
+// clockedShard is a consumer whose clock reads *now (sec(100) at first), a processor of shard
+// and a synchronous horizon loop.
 func clockedShard(t *testing.T) (*procEnv, *time.Time, *processor, *horizonLoop) {
 	t.Helper()
 	e := newProcEnv(t)

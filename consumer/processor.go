@@ -54,6 +54,8 @@ type processor struct {
 	hz horizonState
 	// probe remembers the previous read for the arrival margin's evidence (margin.go).
 	probe tipProbe
+	// keys is the sink when it knows tables' key columns (nil: it does not), asked per update.
+	keys KeyColumner
 	// alignBy and alignOff bound read-ahead alignment within one ProcessRecords call.
 	alignBy  time.Time
 	alignOff bool
@@ -76,6 +78,7 @@ func (p *processor) Initialize(in *kcl.InitializationInput) {
 	p.saved = start
 	p.track = checkpoint.NewShard(p.shard, start)
 	if kc, ok := p.c.sink.(KeyColumner); ok {
+		p.keys = kc
 		p.track.WithKeyColumns(kc.KeyColumns)
 	}
 	p.epoch = p.c.leases.Epoch(p.shard)
@@ -234,9 +237,9 @@ func (p *processor) begin(records []ktypes.Record, events []change.Event, first 
 	p.tracked = p.tracked[:0]
 	for i := range events {
 		ev := &events[i]
-		kind, move := p.kindOf(ev)
+		kind, move, later := p.kindOf(ev)
 		t := checkpoint.Tracked{Schema: ev.Schema, Table: ev.Table, Kind: kind, At: ev.Arrival, Pos: change.SourcePosOf(ev), Move: move}
-		if kind == checkpoint.KindKeyChange && move == 0 { // key columns not known yet: classified later
+		if later { // key columns not known yet: the tracker classifies it once they are
 			t.Images = &change.Event{Op: ev.Op, Before: slices.Clone(ev.Before), Columns: slices.Clone(ev.Columns)}
 		}
 		p.tracked = append(p.tracked, t)
@@ -338,27 +341,31 @@ func gateBelow(gates checkpoint.PendingTables, lastMs int64) (time.Time, string)
 // kindOf is the kind the tracker counts ev under for the cross-process gates (design.md §4): an
 // update is a possible key change when its images differ in the table's key columns, as the
 // sink knows them (KeyColumner), else anywhere (change.MayChangeKey). For a key change whose key
-// is known, move is the hash of the old key (change.KeyHash; 0: unknown).
-func (p *processor) kindOf(ev *change.Event) (kind checkpoint.Kind, move uint64) {
+// is known, move is the hash of the old key (change.KeyHash; 0: unknown). later reports a
+// possible key change whose table's key columns the sink does not know yet: the tracker
+// classifies it from its images once it does (checkpoint.Tracked.Images).
+func (p *processor) kindOf(ev *change.Event) (kind checkpoint.Kind, move uint64, later bool) {
 	switch {
 	case ev.Op == change.OpLoad && change.RoutedByKey(ev):
-		return checkpoint.KindLoad, 0
+		return checkpoint.KindLoad, 0, false
 	case ev.Op == change.OpLoad:
-		return checkpoint.KindLoadNotByKey, 0
+		return checkpoint.KindLoadNotByKey, 0, false
 	case ev.Op == change.OpControl:
-		return checkpoint.KindControl, 0
+		return checkpoint.KindControl, 0, false
 	case !change.MayChangeKey(ev):
-		return checkpoint.KindChange, 0
+		return checkpoint.KindChange, 0, false
+	case p.keys == nil:
+		return checkpoint.KindKeyChange, 0, false
 	}
-	if kc, ok := p.c.sink.(KeyColumner); ok {
-		if key := kc.KeyColumns(ev.Schema, ev.Table); key != nil {
-			if !change.ChangesKey(ev, key) {
-				return checkpoint.KindChange, 0
-			}
-			move, _ = change.KeyHash(ev.Before, key)
-		}
+	key := p.keys.KeyColumns(ev.Schema, ev.Table)
+	switch {
+	case key == nil:
+		return checkpoint.KindKeyChange, 0, true
+	case !change.ChangesKey(ev, key):
+		return checkpoint.KindChange, 0, false
 	}
-	return checkpoint.KindKeyChange, move
+	move, _ = change.KeyHash(ev.Before, key)
+	return checkpoint.KindKeyChange, move, false
 }
 
 // arrival is the record's ApproximateArrivalTimestamp; a record without one (never from

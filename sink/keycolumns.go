@@ -20,8 +20,10 @@ type keyEntry struct {
 	loaded bool // from a loaded table: a table-def's key does not replace it
 }
 
-// set notes key (nil: keyless) for source table src ("schema.table"; a schema whose name holds
-// a dot is not found by get, and its updates are then classified by the writer instead).
+// set notes key for source table src ("schema.table"; a schema whose name holds a dot is not
+// found by get, and its updates are then classified by the writer instead). A nil key of a loaded
+// table is a keyless table, known to have no key (get returns an empty key: no update of it is a
+// key change); a nil key of a table-def says nothing.
 func (k *keyColumns) set(src string, key []string, loaded bool) {
 	schema, table, ok := strings.Cut(src, ".")
 	if !ok {
@@ -42,15 +44,18 @@ func (k *keyColumns) set(src string, key []string, loaded bool) {
 			next[key] = e
 		}
 	}
-	if key == nil {
+	switch {
+	case key == nil && !loaded:
 		delete(next, sk)
-	} else {
+	case key == nil:
+		next[sk] = keyEntry{cols: []string{}, loaded: true}
+	default:
 		next[sk] = keyEntry{cols: key, loaded: loaded}
 	}
 	k.m.Store(&next)
 }
 
-// get returns the key columns of schema.table, nil when none is known.
+// get returns the key columns of schema.table: empty for a keyless table, nil when not known.
 func (k *keyColumns) get(schema, table string) []string {
 	m := k.m.Load()
 	if m == nil {

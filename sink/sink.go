@@ -226,7 +226,8 @@ func (s *Iceberg) Run(ctx context.Context) error {
 }
 
 // KeyColumns returns the key columns of source table schema.table as the sink's writers know
-// them (its loaded table's, else its table-def's); nil when none is known. The consumer uses it
+// them (its loaded table's, else its table-def's); empty for a loaded keyless table, nil when not
+// known. The consumer uses it
 // to tell, before it publishes a record as pending, whether an update changes its key; it takes
 // no lock and allocates nothing.
 func (s *Iceberg) KeyColumns(schema, table string) []string { return s.defs.keys.get(schema, table) }
