@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -67,8 +66,6 @@ type Leases struct {
 	onLost    func(shard string)
 	// balance is the fair share (share.go); nil: none.
 	balance *Balance
-	// stopping is set by Stop.
-	stopping atomic.Bool
 }
 
 // WithBalance makes GetLease and FetchCheckpoint consult b (share.go). Set it before the KCL

@@ -24,12 +24,7 @@ import (
 // it fills the shard's status from the last scan instead of reading DynamoDB, as the KCL's own
 // read would: a short shard-sync interval then costs no read per shard and round. A shard
 // whose status names this worker (a consumer starting) is always read.
-//
-// Once Stop was called it fails for a shard this worker does not hold (ErrStopping).
 func (l *Leases) FetchCheckpoint(shard *par.ShardStatus) error {
-	if shard.GetLeaseOwner() != l.worker && l.stopping.Load() {
-		return ErrStopping
-	}
 	if shard.GetLeaseOwner() != l.worker {
 		if r, ok := l.balance.cached(shard.ID, l.held(), l.now()); ok {
 			return fillStatus(shard, r)
@@ -37,15 +32,6 @@ func (l *Leases) FetchCheckpoint(shard *par.ShardStatus) error {
 	}
 	return l.DynamoCheckpoint.FetchCheckpoint(shard)
 }
-
-// ErrStopping is FetchCheckpoint's answer, after Stop, for a shard this worker does not hold.
-var ErrStopping = errors.New("checkpoint: the worker is stopping")
-
-// Stop tells the lease store that the worker is stopping. From then on FetchCheckpoint fails for
-// a shard this worker does not hold: that ends a KCL consumer waiting for its parent shard
-// (vmware-go-kcl-v2 v1.0.0's waitOnParentShard polls the parent's row and looks at no stop
-// channel), so that the KCL's Worker.Shutdown returns instead of waiting for the parent.
-func (l *Leases) Stop() { l.stopping.Store(true) }
 
 // fillStatus sets shard from r as the KCL's FetchCheckpoint sets it from the item it reads.
 func fillStatus(shard *par.ShardStatus, r LeaseRow) error {

@@ -207,7 +207,7 @@ func (c *Consumer) kclConfig() *kclcfg.KinesisClientLibConfiguration {
 		WithLogger(kclLogger{kclzap.NewZapLogger(c.log.Named("kcl").Sugar())}).
 		WithMonitoringService(c.kclMon) // nil: the KCL's no-op
 	// A child shard's consumer polls its parent's row this often (the KCL's default is 10 s) and
-	// cannot be stopped between polls (Leases.Stop).
+	// cannot be stopped between polls (kclCheckpointer).
 	kcfg.ParentShardPollIntervalMillis = parentPollMillis
 	if c.cfg.AtTimestamp.IsZero() {
 		kcfg = kcfg.WithInitialPositionInStream(kclcfg.TRIM_HORIZON)
@@ -279,7 +279,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// The KCL gets its own client, whose ListShards calls are answered from recent listings (listCache).
 	kclKinesis := kinesis.NewFromConfig(c.aws, lists.option)
 	w := kclworker.NewWorker(&factory{c: c, ctx: runCtx}, kcfg).WithKinesis(kclKinesis).
-		WithCheckpointer(kclCheckpointer{Checkpointer: leases, worker: c.cfg.WorkerID, shards: c.shards})
+		WithCheckpointer(kclCheckpointer{Checkpointer: leases, worker: c.cfg.WorkerID, shards: c.shards, stopping: c.stopping})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("start KCL worker: %w", err)
 	}
@@ -291,7 +291,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	wctx, cancelW := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	share.withdraw(wctx) // the others' share grows now, not once the presence row expires
 	cancelW()
-	leases.Stop() // a consumer still waiting for its parent shard ends (the KCL's wait cannot be stopped)
 	done := make(chan struct{})
 	go func() { // the KCL's Shutdown can hang (blocked parent waits); it is bounded below
 		defer close(done)

@@ -29,13 +29,14 @@ func (r rowsCheckpointer) FetchCheckpoint(shard *par.ShardStatus) error {
 
 // A shard gone from the stream without a row is finished (a child's consumer waiting for it
 // goes on); a listed shard without a checkpoint and a shard this worker holds keep the lease
-// store's answer.
+// store's answer; once the worker stops, shards it does not hold fail.
 func TestKCLCheckpointerFinishesParentsGoneFromTheStream(t *testing.T) {
 	t.Parallel()
 	f := &fakeKinesis{shards: []ktypes.Shard{{ShardId: aws.String("parent-read")}, {ShardId: aws.String("child"),
 		ParentShardId: aws.String("parent-gone")}}}
+	stopping := false
 	k := kclCheckpointer{Checkpointer: rowsCheckpointer{rows: map[string]string{"child": "5"}}, worker: "w1",
-		shards: newShardMap(f, "stream")}
+		shards: newShardMap(f, "stream"), stopping: func() bool { return stopping }}
 	fetch := func(id, owner string) (*par.ShardStatus, error) {
 		s := &par.ShardStatus{ID: id, Mux: &sync.RWMutex{}, AssignedTo: owner}
 		return s, k.FetchCheckpoint(s)
@@ -51,5 +52,14 @@ func TestKCLCheckpointerFinishesParentsGoneFromTheStream(t *testing.T) {
 	}
 	if s, err := fetch("child", ""); err != nil || s.GetCheckpoint() != "5" {
 		t.Fatalf("a shard with a checkpoint: %v, %q", err, s.GetCheckpoint())
+	}
+	// Once the worker stops, a shard it does not hold fails (a child's wait for it ends); its own
+	// shards are read as before.
+	stopping = true
+	if _, err := fetch("child", ""); !errors.Is(err, errStopping) {
+		t.Fatalf("a shard this worker does not hold, while stopping: %v, want errStopping", err)
+	}
+	if s, err := fetch("child", "w1"); err != nil || s.GetCheckpoint() != "5" {
+		t.Fatalf("a shard this worker holds, while stopping: %v, %q", err, s.GetCheckpoint())
 	}
 }

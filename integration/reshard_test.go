@@ -229,7 +229,7 @@ func hasRecords(t *testing.T, stream, shard string) bool {
 
 // A graceful stop while the KCL's consumer of a child shard waits for its parent (held by a
 // dead worker) finishes within the shutdown timeout: the KCL's wait for the parent looks at no
-// stop channel, so the lease store ends it (checkpoint.Leases.Stop). Before, Worker.Shutdown
+// stop channel, so the KCL's checkpointer ends it once the stop begins. Before, Worker.Shutdown
 // waited on that consumer until shutdown_timeout and the child's lease was held until it expired.
 func TestStopWhileAChildShardWaitsForItsParent(t *testing.T) {
 	RequireEmulators(t)
