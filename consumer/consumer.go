@@ -252,9 +252,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	c.leases = leases
 	c.kc = kc
 	c.shards = newShardMap(kc, c.cfg.Stream)
-	share.settle(runCtx, c.shards, leases)  // a first share before the KCL's first round
 	lists := newListCache(kclListingMaxAge) // the KCL's ListShards, answered from c.shards's listings too
 	c.shards.onList = func(shards []ktypes.Shard, started time.Time) { lists.store(c.cfg.Stream, shards, started) }
+	share.settle(runCtx, c.shards, leases) // a first share before the KCL's first round, which reuses its listing
 	// The horizon loop outlives runCtx: while processors drain at shutdown, the sink commits
 	// up to the bound it keeps computing. It stops once the worker has stopped.
 	hzCtx, stopHorizons := context.WithCancel(context.WithoutCancel(ctx))
