@@ -8,8 +8,8 @@ import (
 )
 
 // MaxMoves bounds the keys one table's Moves name; the key changes beyond it count as Unknown.
-// A backlog read ahead holds many pending key changes, and every one counted as Unknown holds
-// every later write of its table on the other workers, so the bound is generous: a key takes 16
+// A backlog read ahead holds many pending key changes, and one counted as Unknown holds every
+// later write of its table on the other workers, so the bound is generous: a key takes 16
 // bytes on the lease row (22 in base64), and maxRowMoves bounds a row's keys over its tables.
 const MaxMoves = 1024
 
@@ -21,8 +21,9 @@ const maxRowMoves = 4096
 // per old key (a hash of its encoding, told by the table writer through change.KeyChangeNoter)
 // the oldest pending change that moves it away, and Unknown, the oldest possible key change
 // whose old key is not known (the writer has not told it yet, or the table's keys are more than
-// MaxMoves). A change that writes key h must not commit before an older move of h on another
-// process (Holds): that move's delete of h would remove it.
+// MaxMoves). A change that writes key h after a move of h on another process commits with h
+// listed as re-created, so that the move's delete, committed later, keeps it (Precedes); only a
+// move of an unknown key holds the table's later changes (Holds).
 type Moves struct {
 	Keys    map[uint64]Gate
 	Unknown Gate
@@ -62,33 +63,47 @@ func (m *Moves) Merge(o Moves) {
 	}
 	m.Keys = keys
 	for h, g := range o.Keys {
-		m.Add(h, g)
+		m.Put(h, g)
 	}
 }
 
-// Holds reports whether a change writing key h (hash of its encoding; 0: none) that arrived at
-// at (unix ms) must wait: a move of h, or a move of an unknown key, arrived strictly before it.
-// Strictly: a wait is always for a record of an earlier millisecond, and arrivals never go back
-// along a shard, so waits never form a cycle. A move in the same millisecond (SameMs) does not
-// hold it: the change's commit records the key as re-created instead (sink/moved.go).
-func (m *Moves) Holds(h uint64, at int64) bool {
-	if !m.Unknown.At.IsZero() && m.Unknown.At.UnixMilli() < at {
-		return true
+// Put notes a move g of key h, the oldest per key, without MaxMoves, which bounds what a lease
+// row publishes, not the moves merged in memory. m's key map must be its own.
+func (m *Moves) Put(h uint64, g Gate) {
+	if m.Keys == nil {
+		m.Keys = make(map[uint64]Gate)
 	}
-	if h == 0 || len(m.Keys) == 0 {
-		return false
+	if cur, ok := m.Keys[h]; ok {
+		cur.Min(g)
+		g = cur
 	}
-	g, ok := m.Keys[h]
-	return ok && g.At.UnixMilli() < at
+	m.Keys[h] = g
 }
 
-// SameMs reports whether a move of h, or of an unknown key, arrived in millisecond at.
-func (m *Moves) SameMs(h uint64, at int64) bool {
+// Holds reports whether a change that arrived at at (unix ms) must wait: a move of an unknown
+// key arrived strictly before it, whose delete could remove any key of the table. Strictly: a
+// wait is always for a record of an earlier millisecond, and arrivals never go back along a
+// shard, so waits never form a cycle. A move of a known key holds nothing: a change that writes
+// it after the move (Precedes) is committed and listed as re-created, and the move's commit,
+// which reads the list, keeps the key (sink/moved.go).
+func (m *Moves) Holds(at int64) bool {
+	return !m.Unknown.At.IsZero() && m.Unknown.At.UnixMilli() < at
+}
+
+// Precedes reports whether a move of key h (hash of its encoding; 0: none) arrived strictly
+// before at (unix ms), and whether a move of h or of an unknown key arrived in at's millisecond.
+func (m *Moves) Precedes(h uint64, at int64) (earlier, same bool) {
 	if !m.Unknown.At.IsZero() && m.Unknown.At.UnixMilli() == at {
-		return true
+		same = true
 	}
-	g, ok := m.Keys[h]
-	return ok && h != 0 && g.At.UnixMilli() == at
+	if h == 0 {
+		return false, same
+	}
+	if g, ok := m.Keys[h]; ok {
+		ms := g.At.UnixMilli()
+		earlier, same = ms < at, same || ms == at
+	}
+	return earlier, same
 }
 
 // unkeyed returns t with its moves counted as Unknown (for AnyTable, which merges tables whose

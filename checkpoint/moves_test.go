@@ -40,30 +40,36 @@ func TestPendingMovesFollowWhatTheWriterTold(t *testing.T) {
 	}
 }
 
-func TestMovesHoldOnlyNewerWritesOfTheirKey(t *testing.T) {
+// A move of a known key holds nothing: it tells which later writes of its key are re-creations
+// (Precedes). A move of an unknown key holds every write of the table after it.
+func TestMovesHoldOnlyForUnknownKeys(t *testing.T) {
 	t.Parallel()
 	var m Moves
 	m.Add(7, Gate{At: time.UnixMilli(100), Pos: change.SourcePos{TxID: "50"}})
 	for _, c := range []struct {
-		h          uint64
-		at         int64
-		hold, same bool
+		h             uint64
+		at            int64
+		earlier, same bool
 	}{{7, 101, true, false}, {7, 100, false, true}, {7, 99, false, false}, {8, 101, false, false}, {8, 100, false, false}, {0, 500, false, false}} {
-		if got := m.Holds(c.h, c.at); got != c.hold {
-			t.Errorf("Holds(%d, %d) = %v, want %v", c.h, c.at, got, c.hold)
+		if m.Holds(c.at) {
+			t.Errorf("Holds(%d): a move of a known key holds", c.at)
 		}
-		if got := m.SameMs(c.h, c.at); got != c.same {
-			t.Errorf("SameMs(%d, %d) = %v, want %v", c.h, c.at, got, c.same)
+		if earlier, same := m.Precedes(c.h, c.at); earlier != c.earlier || same != c.same {
+			t.Errorf("Precedes(%d, %d) = %v, %v, want %v, %v", c.h, c.at, earlier, same, c.earlier, c.same)
 		}
 	}
 	m.AddUnknown(Gate{At: time.UnixMilli(200)})
-	if !m.Holds(8, 201) || m.Holds(8, 200) || !m.SameMs(8, 200) {
+	if !m.Holds(201) || m.Holds(200) {
 		t.Error("a move of an unknown key holds every write after it, only after it")
+	}
+	if _, same := m.Precedes(8, 200); !same {
+		t.Error("a write in the millisecond of a move of an unknown key is not told")
 	}
 }
 
-// Past MaxMoves keys a table's moves count as a move of an unknown key; merging never changes
-// the merged-in moves; the stored form round-trips.
+// Past MaxMoves keys a table's moves count as a move of an unknown key, but moves merged from
+// several rows keep every key; merging never changes the merged-in moves; the stored form
+// round-trips.
 func TestMovesCapMergeAndEncoding(t *testing.T) {
 	t.Parallel()
 	var m Moves
@@ -79,6 +85,14 @@ func TestMovesCapMergeAndEncoding(t *testing.T) {
 	other.Merge(m)
 	if len(m.Keys) != MaxMoves || before != 1 || !other.Keys[1].At.Equal(time.UnixMilli(5).UTC()) {
 		t.Fatal("merge changed its source or lost the older move")
+	}
+	var disjoint Moves
+	for i := range MaxMoves {
+		disjoint.Add(uint64(MaxMoves+100+i), Gate{At: time.UnixMilli(int64(3000 + i)).UTC()})
+	}
+	other.Merge(disjoint) // the bound is a lease row's, not the merged moves'
+	if len(other.Keys) != 2*MaxMoves || !other.Unknown.At.Equal(m.Unknown.At) {
+		t.Fatalf("merged %d keys, unknown %v: want %d keys and the merged-in unknown", len(other.Keys), other.Unknown, 2*MaxMoves)
 	}
 	p := PendingTables{"s.a": {Moves: m}}
 	got, err := decodePendingTables(p.encode())

@@ -278,10 +278,10 @@ type batch struct {
 	// moved their key away (limit.moved).
 	moves     []move
 	overtaken int
-	// recreated are the keys the batch writes in the millisecond of another process's pending
-	// move of them (checkpoint.Moves.SameMs, which does not hold them): that move's commit reads
-	// them and keeps the key (moved.go); kept counts the keys of the batch's own moves it does
-	// not delete because a newer change already re-created them.
+	// recreated are the keys the batch writes after a pending move of them (limit.recreates,
+	// which does not hold them): that move's commit reads them and keeps the key (moved.go);
+	// kept counts the keys of the batch's own moves it does not delete because a newer change
+	// already re-created them.
 	recreated []move
 	kept      int
 	// provisional counts the changes built before the create-table of a reload in progress that
@@ -475,9 +475,8 @@ func (b *buffer) planKeyed(out *batch, l *layout, lim *limit, sel []int) {
 
 // takeStates adds the keys' final states to the batch: a delete of every key, but not of a key
 // a key change moved away that a newer change already re-created (moved.go); an upsert of every
-// surviving image that no committed key change overtook, noting those written in the
-// millisecond of another process's move of their key (movegate.go); and what completes a
-// partial image.
+// surviving image that no committed key change overtook, noting those written after a pending
+// move of their key (movegate.go); and what completes a partial image.
 func (b *batch) takeStates(rows *rowList, states []keyState, l *layout, lim *limit) {
 	var kb []byte
 	for _, st := range states {
@@ -499,7 +498,7 @@ func (b *batch) takeStates(rows *rowList, states []keyState, l *layout, lim *lim
 				continue
 			}
 		}
-		if by.kh != 0 && by.creates() && lim.moves.SameMs(by.kh, by.at) {
+		if lim.recreates(by) {
 			b.recreated = append(b.recreated, move{key: string(encodeKey(l, nil, st.key)), at: by.at, pos: by.src.SourcePos})
 		}
 		b.upserts = append(b.upserts, st.row)

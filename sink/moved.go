@@ -58,7 +58,7 @@ type movedKeys struct {
 	// scanned is the newest snapshot of main already read (0: none yet).
 	scanned int64
 	marks   map[string]moveMark
-	// recreated are the keys other commits wrote in the millisecond of a pending move of them.
+	// recreated are the keys other commits wrote after a pending move of them.
 	recreated map[string]moveMark
 	// own are the files this writer wrote, with their content: read from memory, not storage.
 	own map[string]movedContent
@@ -77,8 +77,8 @@ func newMovedKeys() *movedKeys {
 func (m *movedKeys) empty() bool { return m == nil || len(m.marks) == 0 && len(m.recreated) == 0 }
 
 // recreatedAfter reports whether key, which the key change r moves away, was re-created by a
-// newer change another commit wrote (in the millisecond of r's arrival, so that it did not
-// wait for r): r's commit must not delete it. Where the positions cannot tell, the key is kept.
+// newer change another commit wrote while r was pending (it did not wait for r): r's commit
+// must not delete it. Where the positions cannot tell, the key is kept.
 func (m *movedKeys) recreatedAfter(key []byte, r *row) bool {
 	mk, ok := m.recreated[string(key)]
 	if !ok {

@@ -7,10 +7,11 @@ import (
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
 )
 
-// The move gate (design.md §4): a change that writes a key waits for an older key change on
-// another process that moves that key away, so that the key change's delete of it, committed
-// later, does not remove the newer row. The reverse case, an older change of the key committed
-// after the key change, is moved.go's.
+// The move gate (design.md §4): a change that writes a key after an older key change on another
+// process that moves that key away does not wait for it; its commit lists the key as re-created
+// (batch.recreated), and the key change's commit, which reads the list (moved.go), does not
+// delete the newer row. Only a pending move of an unknown key holds the table's later changes.
+// The reverse case, an older change of the key committed after the key change, is moved.go's.
 //
 // Each process publishes its pending key changes by the hash of the old key (change.KeyHash,
 // checkpoint.Moves): the consumer computes it with the key columns the sink knows, else the
@@ -49,45 +50,42 @@ func (l *limit) admitsRow(r *row) bool {
 	if !l.admits(r.at, r.kind) {
 		return false
 	}
-	return r.kh == 0 || !l.moves.Holds(r.kh, r.at)
+	return r.kh == 0 || !l.moves.Holds(r.at)
+}
+
+// recreates reports whether the surviving image r writes its key after a pending move of that
+// key (another process's, or one of this writer's rows a plan leaves out): in a later
+// millisecond, or in the move's own for a change that creates the key (an update there is the
+// older one, as movedKeys.overtakes decides), so the batch lists the key as re-created.
+func (l *limit) recreates(r *row) bool {
+	if r.kh == 0 {
+		return false
+	}
+	earlier, same := l.moves.Precedes(r.kh, r.at)
+	return earlier || same && r.creates()
 }
 
 // withHeldMoves returns lim with the moves of the buffered rows it does not select added to its
-// moves, and the rows selected then, to a fixpoint: within one writer, a key change held back on
-// its shard (by the move gate, the bound or a cut) holds back a later write of the key it moves
-// away on another shard, as another process's pending key change does. Each round selects
-// fewer rows, so it ends.
+// moves, and the rows it selects: within one writer, a key change left out of a plan (by the
+// bound, a cut or a gate) is pending as another process's is, so a selected later write of the
+// key it moves away is listed as re-created (recreates). Known moves hold nothing, so adding them
+// selects the same rows.
 func (b *buffer) withHeldMoves(lim limit) (limit, []int) {
 	sel := b.selectRows(lim)
 	if len(sel) == b.rows.len() {
 		return lim, sel // every row selected: no move is held back
 	}
-	own := false
 	picked := make([]bool, b.rows.len())
-	for {
-		clear(picked)
-		for _, i := range sel {
-			picked[i] = true
-		}
-		added := false
-		for i := range b.rows.len() {
-			if r := b.rows.at(i); r.okh != 0 && !picked[i] {
-				if !own { // the limit's moves may be the bound's: add to a copy
-					var m checkpoint.Moves
-					m.Merge(lim.moves)
-					lim.moves, own = m, true
-				}
-				lim.moves.Add(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
-				added = true
-			}
-		}
-		if !added {
-			return lim, sel
-		}
-		next := b.selectRows(lim)
-		if len(next) == len(sel) {
-			return lim, next
-		}
-		sel = next
+	for _, i := range sel {
+		picked[i] = true
 	}
+	var m checkpoint.Moves // the limit's moves may be the bound's: add to a copy
+	m.Merge(lim.moves)
+	for i := range b.rows.len() {
+		if r := b.rows.at(i); r.okh != 0 && !picked[i] {
+			m.Put(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
+		}
+	}
+	lim.moves = m
+	return lim, sel
 }

@@ -3,12 +3,14 @@ package sink
 import (
 	"context"
 	"fmt"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dms2iceberg/dms2iceberg/checkpoint"
 	"github.com/dms2iceberg/dms2iceberg/pkg/change"
+	"github.com/dms2iceberg/dms2iceberg/sink/tableprop"
 )
 
 // moveAck records what the writer tells an event's tracker (change.KeyChangeNoter).
@@ -36,8 +38,9 @@ func update(shard, seq string, ms int64, cols, before []change.Column) *change.E
 
 // The writer tells the tracker of an update that may change its key what it moves: the old
 // key's hash for a key change, nothing for an update that keeps its key (full before-images).
-// A change that writes a key another process's older pending key change moves away waits for
-// it (the key change's delete would remove it); changes of other keys do not.
+// A change that writes a key another process's older pending key change moves away does not
+// wait for it: its commit lists the key as re-created. A pending key change whose old key is not
+// known holds every later write of the table.
 func TestMoveGate(t *testing.T) {
 	t.Parallel()
 	h, gb := itemsWithGates(t)
@@ -54,7 +57,8 @@ func TestMoveGate(t *testing.T) {
 	}
 	rows, _ := scanRows(t, h.cat, "items")
 	eq(t, rows, "id=3,name=y2")
-	// Another process holds a key change that moves key 2 away, arrived at 1300.
+	// Another process holds a key change that moves key 2 away, arrived at 1300: the writes of
+	// key 2 before and after it commit, the later one listed as re-created.
 	var g checkpoint.TableGates
 	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300)})
 	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
@@ -63,7 +67,10 @@ func TestMoveGate(t *testing.T) {
 	h.arrive("d", 1, 1410, "items", change.OpInsert, []change.Column{col("id", "5"), col("name", "z")}, nil)
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
-	eq(t, rows, "id=2,name=older", "id=3,name=y2", "id=5,name=z")
+	eq(t, rows, "id=2,name=newer", "id=3,name=y2", "id=5,name=z")
+	if got := h.recreatedKeys("items"); got != 1 {
+		t.Fatalf("the commit lists %d re-created keys, want key 2", got)
+	}
 	// A pending key change whose old key is not known holds every later write of the table.
 	var u checkpoint.TableGates
 	u.Moves.AddUnknown(checkpoint.Gate{At: time.UnixMilli(1300)})
@@ -71,83 +78,105 @@ func TestMoveGate(t *testing.T) {
 	h.arrive("d", 2, 1600, "items", change.OpInsert, []change.Column{col("id", "6"), col("name", "w")}, nil)
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
-	eq(t, rows, "id=2,name=older", "id=3,name=y2", "id=5,name=z")
-	// Both committed: what waited commits.
+	eq(t, rows, "id=2,name=newer", "id=3,name=y2", "id=5,name=z")
+	// Committed: what waited commits.
 	gb.set(Bound{At: time.UnixMilli(5000)})
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=2,name=newer", "id=3,name=y2", "id=5,name=z", "id=6,name=w")
 }
 
-// Within one arrival millisecond (one PutRecords call of DMS) a change that re-creates a key
-// another process's pending key change moves away does not wait (so waits never cycle): its
-// commit records the key as re-created, and the key change's commit, which reads it, does not
-// delete the newer row.
-func TestRecreatedInTheMoveMillisecondIsKept(t *testing.T) {
+// A change that writes a key another process's pending key change moves away does not wait for
+// it (so waits never cycle, and a backlog does not go one publish round per move): its commit
+// records the key as re-created, and the key change's commit, which reads it, does not delete
+// the newer row. In the move's own millisecond (one PutRecords call of DMS) only a change that
+// creates the key counts as newer: an update there is the older one (movedKeys.overtakes), and
+// the key change's delete removes it, as it would have overtaken it committed the other way.
+func TestRecreatedAfterAPendingMoveIsKept(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	a := worker(t, dir)
-	a.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
-	a.arrive("h", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
-	a.flush()
-	gb := &gateBound{}
-	gb.set(Bound{At: time.UnixMilli(5000)})
-	b := newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
-		withOptions(WithCommitBounds(gb.get)))
-	// Worker A takes in the key change 2 -> 3 (transaction 500) and has not committed it.
-	kc := &moveAck{}
-	x := update("n", "1", 1300, []change.Column{col("id", "3"), col("name", "y")}, []change.Column{col("id", "2"), col("name", "y")})
-	x.Meta.TransactionID = "500"
-	a.submitWith(x, kc)
-	deadline := time.Now().Add(10 * time.Second)
-	for kc.moved.Load() == 0 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
+	for _, c := range []struct {
+		name string
+		at   int64
+		op   change.Op
+		tx   string
+		want []string
+	}{
+		{"insert in the move's millisecond", 1300, change.OpInsert, "501", []string{"id=2,name=again", "id=3,name=y"}},
+		{"insert after the move", 1400, change.OpInsert, "501", []string{"id=2,name=again", "id=3,name=y"}},
+		{"update after the move", 1400, change.OpUpdate, "", []string{"id=2,name=again", "id=3,name=y"}},
+		{"update in the move's millisecond", 1300, change.OpUpdate, "", []string{"id=3,name=y"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			a := worker(t, dir)
+			a.arriveCtl("c", 1, 1000, "items", "create-table", "id*:INT4 name:STRING")
+			a.arrive("h", 1, 1050, "items", change.OpInsert, []change.Column{col("id", "2"), col("name", "y")}, nil)
+			a.flush()
+			gb := &gateBound{}
+			gb.set(Bound{At: time.UnixMilli(5000)})
+			b := newHarness(t, dir, withMaintenance(nil), withConfig(func(c *Config) { c.Ordering = OrderingArrival }),
+				withOptions(WithCommitBounds(gb.get)))
+			// Worker A takes in the key change 2 -> 3 and has not committed it.
+			kc := &moveAck{}
+			x := update("n", "1", 1300, []change.Column{col("id", "3"), col("name", "y")}, []change.Column{col("id", "2"), col("name", "y")})
+			if c.tx != "" {
+				x.Meta.TransactionID = "500"
+			}
+			a.submitWith(x, kc)
+			deadline := time.Now().Add(10 * time.Second)
+			for kc.moved.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			// Worker B sees it pending and writes key 2 again.
+			var g checkpoint.TableGates
+			g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300)})
+			gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+			z := &change.Event{Table: "items", Op: c.op, Columns: []change.Column{col("id", "2"), col("name", "again")},
+				Arrival: time.UnixMilli(c.at), Meta: change.Metadata{RecordType: "data", Operation: c.op.String(), TransactionID: c.tx},
+				Pos: change.Position{Shard: "h", Seq: "2"}}
+			if c.op == change.OpUpdate {
+				z.Before = []change.Column{col("id", "2"), col("name", "y")}
+			}
+			b.submitWith(z, &moveAck{})
+			b.flush()
+			rows, _ := scanRows(t, b.cat, "items")
+			eq(t, rows, "id=2,name=again")
+			a.flush()
+			rows, _ = scanRows(t, a.cat, "items")
+			eq(t, rows, c.want...)
+		})
 	}
-	// Worker B sees it pending and re-creates key 2 in the same millisecond (transaction 501).
-	var g checkpoint.TableGates
-	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1300)})
-	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
-	z := &change.Event{Table: "items", Op: change.OpInsert, Columns: []change.Column{col("id", "2"), col("name", "again")},
-		Arrival: time.UnixMilli(1300), Meta: change.Metadata{RecordType: "data", Operation: "insert", TransactionID: "501"},
-		Pos: change.Position{Shard: "h", Seq: "2"}}
-	b.submitWith(z, &moveAck{})
-	b.flush()
-	rows, _ := scanRows(t, b.cat, "items")
-	eq(t, rows, "id=2,name=again")
-	a.flush()
-	rows, _ = scanRows(t, a.cat, "items")
-	eq(t, rows, "id=2,name=again", "id=3,name=y")
 }
 
-// Within one writer, a key change held back on its shard holds back a later write of the key
-// it moves away on another shard: otherwise that write would commit first and the key change's
-// delete, committed later, would remove it.
-func TestHeldKeyChangeHoldsLaterWritesOfItsOldKey(t *testing.T) {
+// Within one writer, a key change held back on its shard is pending as another process's is: a
+// later write of the key it moves away on another shard commits listed as re-created, and the
+// key change, committed later, keeps it.
+func TestHeldKeyChangeKeepsLaterWritesOfItsOldKey(t *testing.T) {
 	t.Parallel()
 	h, gb := itemsWithGates(t)
-	// Learn the hash of key 5 from a key change 5 -> 9.
 	h.arrive("a", 1, 1010, "items", change.OpInsert, []change.Column{col("id", "5"), col("name", "v")}, nil)
-	kc := &moveAck{}
-	h.submitWith(update("a", "2", 1020, []change.Column{col("id", "9"), col("name", "v")}, []change.Column{col("id", "5"), col("name", "v")}), kc)
-	h.arrive("a", 3, 1030, "items", change.OpInsert, []change.Column{col("id", "7"), col("name", "w")}, nil)
+	h.arrive("a", 2, 1020, "items", change.OpInsert, []change.Column{col("id", "7"), col("name", "w")}, nil)
+	h.flush()
+	// Another process holds a load row routed by its key at 1250: shard b's key change 7 -> 8 at
+	// 1300, routed by table, waits for it; shard c's re-creation of 7 at 1400, routed by its key,
+	// does not.
+	var g checkpoint.TableGates
+	g.Kinds[checkpoint.KindLoad] = checkpoint.Gate{At: time.UnixMilli(1250)}
+	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
+	h.event(&change.Event{Table: "items", Op: change.OpUpdate, Columns: []change.Column{col("id", "8"), col("name", "w")},
+		Before: []change.Column{col("id", "7"), col("name", "w")}, Arrival: time.UnixMilli(1300), Pos: change.Position{Shard: "b", Seq: "1"},
+		Meta: change.Metadata{RecordType: "data", Operation: "update"}})
+	h.event(&change.Event{Table: "items", Op: change.OpInsert, Columns: []change.Column{col("id", "7"), col("name", "new")},
+		Arrival: time.UnixMilli(1400), Pos: change.Position{Shard: "c", Seq: "1"},
+		Meta: change.Metadata{RecordType: "data", Operation: "insert", PartitionKeyType: change.PartitionPrimaryKey}})
 	h.flush()
 	rows, _ := scanRows(t, h.cat, "items")
-	eq(t, rows, "id=7,name=w", "id=9,name=v")
-	// Another process moves key 5 away at 1100: shard b's re-creation of 5 waits, and the key
-	// change 7 -> 8 behind it on shard b waits with it; shard c's re-creation of 7 must wait too.
-	var g checkpoint.TableGates
-	g.Moves.Add(kc.moved.Load(), checkpoint.Gate{At: time.UnixMilli(1100)})
-	gb.set(Bound{At: time.UnixMilli(5000), Gates: checkpoint.PendingTables{"shop.items": g}})
-	h.arrive("b", 1, 1200, "items", change.OpInsert, []change.Column{col("id", "5"), col("name", "again")}, nil)
-	h.arrive("b", 2, 1300, "items", change.OpUpdate, []change.Column{col("id", "8"), col("name", "w")}, []change.Column{col("id", "7"), col("name", "w")})
-	h.arrive("c", 1, 1400, "items", change.OpInsert, []change.Column{col("id", "7"), col("name", "new")}, nil)
-	h.flush()
-	rows, _ = scanRows(t, h.cat, "items")
-	eq(t, rows, "id=7,name=w", "id=9,name=v")
+	eq(t, rows, "id=5,name=v", "id=7,name=new")
 	gb.set(Bound{At: time.UnixMilli(5000)})
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
-	eq(t, rows, "id=5,name=again", "id=7,name=new", "id=8,name=w", "id=9,name=v")
+	eq(t, rows, "id=5,name=v", "id=7,name=new", "id=8,name=w")
 }
 
 // A CDC change routed by its key (DMS ParallelApply: partition-key-type primary-key) shares its
@@ -184,4 +213,32 @@ func TestKeyRoutedChangesWaitOnlyForStrayLoadRows(t *testing.T) {
 	h.flush()
 	rows, _ = scanRows(t, h.cat, "items")
 	eq(t, rows, "id=1,name=by-key", "id=2,name=by-table", "id=3,name=by-key")
+}
+
+// recreatedKeys returns how many keys the newest snapshot of main lists as re-created.
+func (h *harness) recreatedKeys(name string) int {
+	h.t.Helper()
+	_, tbl := scanRows(h.t, h.cat, name)
+	snap := tbl.CurrentSnapshot()
+	if snap == nil || snap.Summary == nil || snap.Summary.Properties[tableprop.SummaryMoved] == "" {
+		return 0
+	}
+	fs, err := tbl.FS(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f, err := fs.Open(snap.Summary.Properties[tableprop.SummaryMoved])
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	c, err := decodeMoves(b)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return len(c.recreated)
 }
