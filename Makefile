@@ -117,7 +117,7 @@ bench-ratio: ## BenchmarkPipeline with the defaults a user gets (ordering arriva
 	.ci/bench-ratio.sh
 
 .PHONY: bench-freshness
-bench-freshness: ## freshness p50/p90/p99/max through the emulators (PutRecords -> visible snapshot) and the arrival margin in use, ordering arrival vs shard, 1 and 3 workers (~10 min); BENCH_RATE (200), BENCH_CHANGES (12000), BENCH_ARRIVAL_MARGIN (consumer.arrival_margin), BENCH_ARRIVAL_MARGIN_FLOOR (consumer.arrival_margin_floor), BENCH_HEARTBEAT (consumer.heartbeat_interval), BENCH_HORIZON_INTERVAL, BENCH_FRESHNESS_OUT (per-record file + service logs, one per run: <path>.<ordering>-<workers>)
+bench-freshness: ## freshness p50/p90/p99/max through the emulators (PutRecords -> visible snapshot) and the arrival margin in use, ordering arrival vs shard, 1 and 3 workers (~10 min); BENCH_RATE (200), BENCH_CHANGES (12000), BENCH_ARRIVAL_MARGIN (consumer.arrival_margin), BENCH_ARRIVAL_MARGIN_FLOOR (consumer.arrival_margin_floor), BENCH_HEARTBEAT (consumer.heartbeat_interval), BENCH_HORIZON_INTERVAL, BENCH_FRESHNESS_OUT (per-record file + service logs, one per run: <path>.<ordering>-<workers>), BENCH_MAINTENANCE (0 turns table maintenance off)
 	@.ci/emulators.sh status >/dev/null || { .ci/emulators.sh status; \
 	  echo "bench-freshness: the emulators are not (all) running: run 'make emulators-up' first" >&2; exit 1; }
 	$(EMU_ENV) && DMS2ICEBERG_RACE=0 go test -tags integration -run '^$$' -bench '^BenchmarkFreshness$$' -benchtime=1x -timeout 60m -v ./integration/

@@ -152,7 +152,7 @@ func parseGenArgs(args []string) (genOptions, error) {
 	fs.BoolVar(&o.timestampTZ, "timestamptz", false, "render DATETIME columns as timestamptz in the expected state (must match sink.timestamptz)")
 	fs.BoolVar(&o.schema, "schema-changes", false, "run the schema-change scenario: add, rename, widen and drop columns, create tables and drop one, mid-stream")
 	fs.IntVar(&o.bad, "bad-records", 0, "inject this many records the service must dead-letter (listed in the expected state)")
-	fs.StringVar(&o.sentLog, "sent-log", "", "write one line per accepted record to this file: table, shard id, sequence number, send time (Unix µs), tab-separated (for freshness measurements)")
+	fs.StringVar(&o.sentLog, "sent-log", "", "write one line per accepted record to this file: table, shard id, sequence number, send time and answer time (Unix µs), tab-separated (for freshness measurements)")
 	fs.BoolVar(&o.fullBefore, "full-before-images", false, "write every update's before-image with all columns of the old row, as MySQL with BeforeImageSettings ColumnFilter all does (default: pk-only)")
 	fs.BoolVar(&o.partial, "partial-updates", false, "write updates with only the key and the changed columns, as Oracle without ALL COLUMNS supplemental logging does (the expected state needs sink.absent_columns: keep)")
 	fs.IntVar(&o.resends, "resends", 0, "send this many inserts of the keyless table twice, as a DMS PutRecords retry or task restart does (only inserts with transaction details; the expected state keeps one row, which needs sink.keyless_identity auto)")
@@ -493,6 +493,7 @@ func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.
 	s.requests++
 	sentAt := s.now()
 	out, err := s.request(ctx, batch)
+	answeredAt := s.now()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -525,7 +526,7 @@ func (s *sender) put(ctx context.Context, batch []workload.Message) ([]workload.
 			failed = append(failed, m)
 			continue
 		}
-		s.accept(m, r, sentAt)
+		s.accept(m, r, sentAt, answeredAt)
 	}
 	return failed, nil
 }
@@ -542,10 +543,10 @@ func (s *sender) request(ctx context.Context, batch []workload.Message) (*kinesi
 		func(o *kinesis.Options) { o.Retryer = aws.NopRetryer{} })
 }
 
-// accept counts a record Kinesis stored (answer r to a request sent at sentAt).
-func (s *sender) accept(m workload.Message, r ktypes.PutRecordsResultEntry, sentAt time.Time) {
+// accept counts a record Kinesis stored (answer r, at answeredAt, to a request sent at sentAt).
+func (s *sender) accept(m workload.Message, r ktypes.PutRecordsResultEntry, sentAt, answeredAt time.Time) {
 	s.sent++
-	s.logSent(m.Table, r, sentAt)
+	s.logSent(m.Table, r, sentAt, answeredAt)
 	op := m.Op
 	if m.KeyChange {
 		op = "pk-change"

@@ -61,10 +61,10 @@ type heldLock struct {
 
 // applyResult is one request's answer.
 type applyResult struct {
-	batch  []*applyItem
-	out    *kinesis.PutRecordsOutput
-	err    error
-	sentAt time.Time
+	batch              []*applyItem
+	out                *kinesis.PutRecordsOutput
+	err                error
+	sentAt, answeredAt time.Time
 }
 
 // applySender is the ParallelApply way of sending (see above). The sender it wraps holds the
@@ -147,7 +147,7 @@ func (a *applySender) send(ctx context.Context, src iter.Seq[workload.Message]) 
 				}
 				sentAt := s.now()
 				out, err := s.request(ctx, entries)
-				results <- applyResult{batch: batch, out: out, err: err, sentAt: sentAt}
+				results <- applyResult{batch: batch, out: out, err: err, sentAt: sentAt, answeredAt: s.now()}
 			}
 		}()
 	}
@@ -341,7 +341,7 @@ func (a *applySender) settle(res applyResult) error {
 			continue
 		}
 		a.release(it)
-		s.accept(it.m, r, res.sentAt)
+		s.accept(it.m, r, res.sentAt, res.answeredAt)
 	}
 	if len(failed) == 0 {
 		a.stalls, a.backoff = 0, a.firstBackoff

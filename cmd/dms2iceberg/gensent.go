@@ -12,11 +12,13 @@ import (
 
 // gen --sent-log writes one line per record Kinesis accepted, in the order of the answers:
 //
-//	<schema.table>\t<shard id>\t<sequence number>\t<send time, Unix microseconds>
+//	<schema.table>\t<shard id>\t<sequence number>\t<send time>\t<answer time> (Unix microseconds)
 //
-// The send time is taken just before the PutRecords request, so it is at or before the record's
-// arrival time (ApproximateArrivalTimestamp): a freshness computed from it (BenchmarkFreshness in
-// integration/) includes the PutRecords round trip and never flatters the service.
+// The send time is taken just before the PutRecords request and the answer time just after its
+// answer, so the record's arrival time (ApproximateArrivalTimestamp) lies between them: a
+// freshness computed from the send time (BenchmarkFreshness in integration/) includes the
+// PutRecords round trip and never flatters the service; one from the answer time leaves out
+// the round trip and never flatters Kinesis (or the emulator standing in for it).
 
 // openSentLog makes s write the log to path ("" writes none) and returns the function that
 // flushes and closes it.
@@ -42,9 +44,9 @@ func (s *sender) openSentLog(path string) (func() error, error) {
 }
 
 // logSent records one accepted record; a write error surfaces when the log is closed.
-func (s *sender) logSent(table string, r ktypes.PutRecordsResultEntry, sentAt time.Time) {
+func (s *sender) logSent(table string, r ktypes.PutRecordsResultEntry, sentAt, answeredAt time.Time) {
 	if s.sentLog == nil {
 		return
 	}
-	fmt.Fprintf(s.sentLog, "%s\t%s\t%s\t%d\n", table, aws.ToString(r.ShardId), aws.ToString(r.SequenceNumber), sentAt.UnixMicro())
+	fmt.Fprintf(s.sentLog, "%s\t%s\t%s\t%d\t%d\n", table, aws.ToString(r.ShardId), aws.ToString(r.SequenceNumber), sentAt.UnixMicro(), answeredAt.UnixMicro())
 }
