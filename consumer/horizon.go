@@ -319,6 +319,7 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 			l.peers = max(l.peers, r.Margin)
 		}
 	}
+	l.awaitListing(ctx, r)
 	if newer, at := c.shards.cachedAt(); newer != nil && at.After(r.listedAt) {
 		// A ListShards call that outlasted the round's wait has answered since: its time caps
 		// the tip rule of the own shards less (the others published with the round's list).
@@ -437,6 +438,30 @@ func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInf
 	shards, at = c.shards.cachedAt()
 	l.shards = shards
 	return shards, at
+}
+
+// listingLate is how long after a round's start W waits for a ListShards call that outlasted the
+// round's publish (listingWait): the own shards' tip rule is capped at the list's time, so with
+// the older list W would not move this round, and a W a few hundred ms late costs less than a
+// round without one (a second of freshness).
+func listingLate(interval time.Duration) time.Duration {
+	return min(interval*3/5, 600*time.Millisecond)
+}
+
+// awaitListing waits, while the ListShards call round r started is still running and r went on
+// with an older list, until the call answers or listingLate after r began.
+func (l *horizonLoop) awaitListing(ctx context.Context, r round) {
+	if !l.async || !l.refreshing || !r.listedAt.Before(r.began) {
+		return
+	}
+	wait := time.NewTimer(time.Until(r.began.Add(listingLate(durOr(l.c.cfg.HorizonInterval, DefaultHorizonInterval)))))
+	defer wait.Stop()
+	select {
+	case err := <-l.refreshed:
+		l.collect(err)
+	case <-wait.C:
+	case <-ctx.Done():
+	}
 }
 
 // collect ends a background ListShards call with its result.

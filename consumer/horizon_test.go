@@ -498,3 +498,46 @@ func clockedShard(t *testing.T) (*procEnv, *time.Time, *processor, *horizonLoop)
 	e.c.clock = func() time.Time { return *now }
 	return e, now, e.start(shard, ""), newHorizonLoop(e.c)
 }
+
+// A round whose ListShards call outlasts the publish (listingWait) but answers soon after does
+// not leave W capped at the round-old list: W waits for the call up to listingLate after the
+// round's start, so the own shard's tip rule reaches the read at the tip. With the call held
+// past listingLate, W keeps the older cap (the control).
+func TestWWaitsBrieflyForALateShardList(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		answerIn time.Duration
+		reaches  bool
+	}{{"answers after the publish", listingWait + 150*time.Millisecond, true}, {"answers too late", 2 * listingLate(DefaultHorizonInterval), false}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e := newProcEnv(t)
+			a := e.start("shardId-a", "")
+			loop := newHorizonLoop(e.c)
+			loop.async = true
+			t0 := time.Now()
+			deliverAt(a, 0, t0, rec{"1", t0.Add(-time.Minute)})
+			loop.tick(e.ctx) // no list cached yet: listed now
+			if w := e.c.Watermark(); w.IsZero() {
+				t.Fatal("no W after the first round")
+			}
+			time.Sleep(300 * time.Millisecond)
+			tip := time.Now()
+			deliverAt(a, 0, tip) // a read at the tip, well after the cached list
+			release := make(chan struct{})
+			e.stream.mu.Lock()
+			e.stream.hold = release
+			e.stream.mu.Unlock()
+			timer := time.AfterFunc(c.answerIn, func() { close(release) })
+			defer timer.Stop()
+			loop.tick(e.ctx)
+			want := timeOf(msOf(tip.Add(-DefaultArrivalMargin)))
+			if w := e.c.Watermark(); !w.Before(want) != c.reaches {
+				t.Fatalf("W %v, the tip rule at the read %v: reached %v, want %v", w, want, !w.Before(want), c.reaches)
+			}
+			<-release
+			loop.bg.Wait()
+		})
+	}
+}
