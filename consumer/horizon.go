@@ -305,6 +305,7 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 	if shards == nil {
 		return
 	}
+	shards, r = l.lateListing(ctx, r)
 	list, err := c.leases.Rows(ctx)
 	scanned = time.Now()
 	if err != nil && list == nil {
@@ -318,12 +319,6 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 		if r.Owner != "" && r.Owner != c.cfg.WorkerID && r.Checkpoint != checkpoint.ShardEnd {
 			l.peers = max(l.peers, r.Margin)
 		}
-	}
-	l.awaitListing(ctx, r)
-	if newer, at := c.shards.cachedAt(); newer != nil && at.After(r.listedAt) {
-		// A ListShards call that outlasted the round's wait has answered since: its time caps
-		// the tip rule of the own shards less (the others published with the round's list).
-		shards, r.shards, r.listedAt = newer, newer, at
 	}
 	if listingBehind(shards, rows) {
 		// The list predates a reshard that the rows already show: list now, and keep the
@@ -438,6 +433,31 @@ func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInf
 	shards, at = c.shards.cachedAt()
 	l.shards = shards
 	return shards, at
+}
+
+// lateListing returns the shard list W is computed with, and r with it: a ListShards call that
+// outlasted the round's publish and has answered since (awaitListing) caps the own shards' tip
+// rule less than the round's list; the own horizons are then published again, so that workers
+// that compute W after this one see them too.
+func (l *horizonLoop) lateListing(ctx context.Context, r round) (map[string]shardInfo, round) {
+	l.awaitListing(ctx, r)
+	newer, at := l.c.shards.cachedAt()
+	if newer == nil || !at.After(r.listedAt) {
+		return r.shards, r
+	}
+	republish := r.listedAt.Before(r.began) // the publish went out with an older list
+	r.shards, r.listedAt = newer, at
+	if republish {
+		margin := l.margin
+		if l.c.margin == nil {
+			margin = durOr(l.c.cfg.ArrivalMargin, DefaultArrivalMargin)
+		}
+		for _, p := range l.c.liveProcessors() {
+			p.updateHorizon(r.open(p.shard), margin)
+			p.publish(ctx, false)
+		}
+	}
+	return newer, r
 }
 
 // listingLate is how long after a round's start W waits for a ListShards call that outlasted the
