@@ -422,14 +422,7 @@ func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInf
 			l.refreshed <- c.shards.refresh(rctx)
 		}()
 	}
-	wait := time.NewTimer(listingWait)
-	defer wait.Stop()
-	select {
-	case err := <-l.refreshed:
-		l.collect(err)
-	case <-wait.C:
-	case <-ctx.Done():
-	}
+	l.waitRefresh(ctx, listingWait)
 	shards, at = c.shards.cachedAt()
 	l.shards = shards
 	return shards, at
@@ -474,7 +467,13 @@ func (l *horizonLoop) awaitListing(ctx context.Context, r round) {
 	if !l.async || !l.refreshing || !r.listedAt.Before(r.began) {
 		return
 	}
-	wait := time.NewTimer(time.Until(r.began.Add(listingLate(durOr(l.c.cfg.HorizonInterval, DefaultHorizonInterval)))))
+	l.waitRefresh(ctx, time.Until(r.began.Add(listingLate(durOr(l.c.cfg.HorizonInterval, DefaultHorizonInterval)))))
+}
+
+// waitRefresh waits up to d for the running background ListShards call and collects it if it
+// answers.
+func (l *horizonLoop) waitRefresh(ctx context.Context, d time.Duration) {
+	wait := time.NewTimer(d)
 	defer wait.Stop()
 	select {
 	case err := <-l.refreshed:
