@@ -430,26 +430,16 @@ func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInf
 
 // lateListing returns the shard list W is computed with, and r with it: a ListShards call that
 // outlasted the round's publish and has answered since (awaitListing) caps the own shards' tip
-// rule less than the round's list; the own horizons are then published again, so that workers
-// that compute W after this one see them too.
+// rule less than the round's list. (The horizons already published keep the round's list: a
+// second publish from here let the ordering guard and the byte budget deadlock in
+// TestBudgetWithOrderingGuardDoesNotDeadlock.)
 func (l *horizonLoop) lateListing(ctx context.Context, r round) (map[string]shardInfo, round) {
 	l.awaitListing(ctx, r)
 	newer, at := l.c.shards.cachedAt()
 	if newer == nil || !at.After(r.listedAt) {
 		return r.shards, r
 	}
-	republish := r.listedAt.Before(r.began) // the publish went out with an older list
 	r.shards, r.listedAt = newer, at
-	if republish {
-		margin := l.margin
-		if l.c.margin == nil {
-			margin = durOr(l.c.cfg.ArrivalMargin, DefaultArrivalMargin)
-		}
-		for _, p := range l.c.liveProcessors() {
-			p.updateHorizon(r.open(p.shard), margin)
-			p.publish(ctx, false)
-		}
-	}
 	return newer, r
 }
 
