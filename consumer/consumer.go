@@ -39,9 +39,9 @@ type Sink interface {
 
 // KeyColumner is a Sink that knows the key columns of the tables it writes (nil: not known;
 // empty: a keyless table, whose updates are never key changes). With it, an update whose
-// before-image differs from its after-image only
-// outside the key (MySQL's full before-images) is tracked as a CDC change, not as a possible
-// key change other workers' writes of its key would wait for (design.md §4).
+// before-image differs from its after-image only outside the key (MySQL's full before-images)
+// is tracked as a CDC change, and a key change is published by its old key, not as a move of an
+// unknown key, which holds the table's later changes on the other workers (design.md §4).
 type KeyColumner interface {
 	KeyColumns(schema, table string) []string
 }

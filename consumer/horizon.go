@@ -178,10 +178,13 @@ type horizonLoop struct {
 	refreshing bool
 	refreshed  chan error
 	bg         sync.WaitGroup
+	// late is how long after a round's start W waits for a late ListShards call (awaitListing).
+	late time.Duration
 }
 
 func newHorizonLoop(c *Consumer) *horizonLoop {
-	return &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time), refreshed: make(chan error, 1)}
+	return &horizonLoop{c: c, memo: make(map[string]time.Time), logged: make(map[string]time.Time), refreshed: make(chan error, 1),
+		late: listingLate(durOr(c.cfg.HorizonInterval, DefaultHorizonInterval))}
 }
 
 func (c *Consumer) runHorizons(ctx context.Context) {
@@ -301,11 +304,9 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 				zap.Duration("scan_leases", sinceOr(scanned, r.published)))
 		}
 	}()
-	shards := r.shards
-	if shards == nil {
+	if r.shards == nil {
 		return
 	}
-	shards, r = l.lateListing(ctx, r)
 	list, err := c.leases.Rows(ctx)
 	scanned = time.Now()
 	if err != nil && list == nil {
@@ -320,6 +321,8 @@ func (l *horizonLoop) computePhase(loopCtx context.Context, r round) {
 			l.peers = max(l.peers, r.Margin)
 		}
 	}
+	r = l.lateListing(ctx, r)
+	shards := r.shards
 	if listingBehind(shards, rows) {
 		// The list predates a reshard that the rows already show: list now, and keep the
 		// last W (computed from a consistent snapshot) if that fails or still lags the rows.
@@ -428,19 +431,17 @@ func (l *horizonLoop) listing(loopCtx, ctx context.Context) (map[string]shardInf
 	return shards, at
 }
 
-// lateListing returns the shard list W is computed with, and r with it: a ListShards call that
-// outlasted the round's publish and has answered since (awaitListing) caps the own shards' tip
-// rule less than the round's list. (The horizons already published keep the round's list: a
-// second publish from here let the ordering guard and the byte budget deadlock in
-// TestBudgetWithOrderingGuardDoesNotDeadlock.)
-func (l *horizonLoop) lateListing(ctx context.Context, r round) (map[string]shardInfo, round) {
+// lateListing returns r with the list W is computed with: a ListShards call that outlasted the
+// round's publish and has answered since (awaitListing) caps the own shards' tip rule less than
+// the round's list. The horizons already published keep the round's list (a second publish
+// from here let the byte budget and the ordering guard deadlock, 1 run in about 10 of
+// TestBudgetWithOrderingGuardDoesNotDeadlock); the other workers see them at the next round.
+func (l *horizonLoop) lateListing(ctx context.Context, r round) round {
 	l.awaitListing(ctx, r)
-	newer, at := l.c.shards.cachedAt()
-	if newer == nil || !at.After(r.listedAt) {
-		return r.shards, r
+	if newer, at := l.c.shards.cachedAt(); newer != nil && at.After(r.listedAt) {
+		r.shards, r.listedAt = newer, at
 	}
-	r.shards, r.listedAt = newer, at
-	return newer, r
+	return r
 }
 
 // listingLate is how long after a round's start W waits for a ListShards call that outlasted the
@@ -452,12 +453,12 @@ func listingLate(interval time.Duration) time.Duration {
 }
 
 // awaitListing waits, while the ListShards call round r started is still running and r went on
-// with an older list, until the call answers or listingLate after r began.
+// with an older list, until the call answers or l.late after r began.
 func (l *horizonLoop) awaitListing(ctx context.Context, r round) {
 	if !l.async || !l.refreshing || !r.listedAt.Before(r.began) {
 		return
 	}
-	l.waitRefresh(ctx, time.Until(r.began.Add(listingLate(durOr(l.c.cfg.HorizonInterval, DefaultHorizonInterval)))))
+	l.waitRefresh(ctx, time.Until(r.began.Add(l.late)))
 }
 
 // waitRefresh waits up to d for the running background ListShards call and collects it if it

@@ -500,22 +500,29 @@ func clockedShard(t *testing.T) (*procEnv, *time.Time, *processor, *horizonLoop)
 }
 
 // A round whose ListShards call outlasts the publish (listingWait) but answers soon after does
-// not leave W capped at the round-old list: W waits for the call up to listingLate after the
-// round's start, so the own shard's tip rule reaches the read at the tip. With the call held
-// past listingLate, W keeps the older cap (the control).
+// not leave W capped at the round-old list: W waits for the call up to the loop's late bound
+// after the round's start, so the own shard's tip rule reaches the read at the tip. With the
+// call held past that bound, W keeps the older cap (the control). The bounds leave seconds of
+// slack either side: the test checks the wait, not how fast a machine runs it.
 func TestWWaitsBrieflyForALateShardList(t *testing.T) {
 	t.Parallel()
+	if l := listingLate(DefaultHorizonInterval); l <= listingWait || l > DefaultHorizonInterval {
+		t.Fatalf("listingLate %v: want after the publish's wait (%v) and within the round", l, listingWait)
+	}
 	for _, c := range []struct {
-		name     string
-		answerIn time.Duration
-		reaches  bool
-	}{{"answers after the publish", listingWait + 150*time.Millisecond, true}, {"answers too late", 2 * listingLate(DefaultHorizonInterval), false}} {
+		name           string
+		late, answerIn time.Duration
+		reaches        bool
+	}{
+		{"answers after the publish", 5 * time.Second, listingWait + 300*time.Millisecond, true},
+		{"answers too late", listingWait + 100*time.Millisecond, 3 * time.Second, false},
+	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			e := newProcEnv(t)
 			a := e.start("shardId-a", "")
 			loop := newHorizonLoop(e.c)
-			loop.async = true
+			loop.async, loop.late = true, c.late
 			t0 := time.Now()
 			deliverAt(a, 0, t0, rec{"1", t0.Add(-time.Minute)})
 			loop.tick(e.ctx) // no list cached yet: listed now

@@ -105,10 +105,16 @@ func (s *chaosStream) shardList() ([]kintypes.Shard, []openShard, error) {
 
 // split splits an open shard at the middle of its hash range.
 func (s *chaosStream) split(sh openShard) error {
-	mid := new(big.Int).Rsh(new(big.Int).Add(sh.lo, sh.hi), 1)
+	return splitShard(s.ctx, s.kc, s.name, sh.id, sh.lo, sh.hi)
+}
+
+// splitShard splits shard id, whose hash keys run from lo to hi, at the middle of that range:
+// the second child starts just above the midpoint.
+func splitShard(ctx context.Context, kc *kinesis.Client, stream, id string, lo, hi *big.Int) error {
+	mid := new(big.Int).Rsh(new(big.Int).Add(lo, hi), 1)
 	mid.Add(mid, big.NewInt(1))
-	_, err := s.kc.SplitShard(s.ctx, &kinesis.SplitShardInput{StreamName: aws.String(s.name),
-		ShardToSplit: aws.String(sh.id), NewStartingHashKey: aws.String(mid.String())})
+	_, err := kc.SplitShard(ctx, &kinesis.SplitShardInput{StreamName: aws.String(stream),
+		ShardToSplit: aws.String(id), NewStartingHashKey: aws.String(mid.String())})
 	return err
 }
 

@@ -176,16 +176,13 @@ func freshnessRun(b *testing.B, bin, mode string, procs, rate, changes int, extr
 			}
 		}
 	}
-	p := func(q float64) time.Duration { return lat[min(len(lat)-1, int(q*float64(len(lat))))] }
-	ansP99 := res.fromAnswer[min(len(res.fromAnswer)-1, int(0.99*float64(len(res.fromAnswer))))]
+	p := func(q float64) time.Duration { return pct(lat, q) }
+	ansP99 := pct(res.fromAnswer, 0.99)
 	b.ReportMetric(float64(p(0.50).Milliseconds()), "p50-ms")
 	b.ReportMetric(float64(p(0.99).Milliseconds()), "p99-ms")
 	b.ReportMetric(float64(ansP99.Milliseconds()), "p99-from-answer-ms")
 	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms")
-	steadyP99 := time.Duration(0)
-	if len(steady) > 0 {
-		steadyP99 = steady[min(len(steady)-1, int(0.99*float64(len(steady))))]
-	}
+	steadyP99 := pct(steady, 0.99) // 0 without records after the warm-up
 	equal := "equal"
 	if verr != nil {
 		equal = "DIFFERS"

@@ -55,9 +55,7 @@ func splitInHalf(t *testing.T, stream string, sh ktypes.Shard) string {
 	t.Helper()
 	lo, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.StartingHashKey), 10)
 	hi, _ := new(big.Int).SetString(aws.ToString(sh.HashKeyRange.EndingHashKey), 10)
-	mid := new(big.Int).Div(new(big.Int).Add(lo, hi), big.NewInt(2))
-	if _, err := Kinesis(t).SplitShard(t.Context(), &kinesis.SplitShardInput{StreamName: aws.String(stream),
-		ShardToSplit: sh.ShardId, NewStartingHashKey: aws.String(mid.String())}); err != nil {
+	if err := splitShard(t.Context(), Kinesis(t), stream, aws.ToString(sh.ShardId), lo, hi); err != nil {
 		t.Fatal(err)
 	}
 	return aws.ToString(sh.ShardId)

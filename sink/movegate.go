@@ -79,13 +79,16 @@ func (b *buffer) withHeldMoves(lim limit) (limit, []int) {
 	for _, i := range sel {
 		picked[i] = true
 	}
-	var m checkpoint.Moves // the limit's moves may be the bound's: add to a copy
-	m.Merge(lim.moves)
+	own := false
 	for i := range b.rows.len() {
 		if r := b.rows.at(i); r.okh != 0 && !picked[i] {
-			m.Put(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
+			if !own { // the limit's moves may be the bound's: add to a copy, made once it is needed
+				var m checkpoint.Moves
+				m.Merge(lim.moves)
+				lim.moves, own = m, true
+			}
+			lim.moves.Put(r.okh, checkpoint.Gate{At: time.UnixMilli(r.at), Pos: r.src.SourcePos})
 		}
 	}
-	lim.moves = m
 	return lim, sel
 }
